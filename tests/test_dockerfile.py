@@ -1,0 +1,58 @@
+"""The Dockerfile, checked without a Docker engine: hadolint, and the promises it makes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _hadolint() -> str:
+    path = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(path).exists():
+        pytest.fail("hadolint is not installed; it is a dev dependency (make install)")
+    return path
+
+
+def test_hadolint_reports_nothing_above_info() -> None:
+    result = subprocess.run([_hadolint(), "--failure-threshold", "info", "--format", "json", str(DOCKERFILE)],
+                            capture_output=True, text=True)
+    findings = json.loads(result.stdout or "[]")
+    assert [f for f in findings if f["level"] in ("error", "warning", "info")] == []
+
+
+def _instruction(name: str) -> list[str]:
+    return re.findall(rf"^{name}\s+(.+)$", DOCKERFILE.read_text(), flags=re.MULTILINE)
+
+
+def test_image_runs_as_non_root() -> None:
+    users = _instruction("USER")
+    assert users and users[-1].strip() not in ("root", "0")
+
+
+def test_entry_command_is_the_one_the_tests_start() -> None:
+    entry = json.loads(_instruction("ENTRYPOINT")[-1])
+    assert entry == ["python", "-m", "attnserve", "serve"]
+    cmd = json.loads(_instruction("CMD")[-1])
+    assert cmd[:2] == ["--bundle", "/bundle"]
+
+
+def test_healthcheck_probes_ready() -> None:
+    assert "/ready" in DOCKERFILE.read_text().split("HEALTHCHECK", 1)[1].split("\n\n", 1)[0]
+
+
+@pytest.mark.parametrize("flavour,runtime", [("cpu", "onnxruntime=="), ("gpu", "onnxruntime-gpu==")])
+def test_image_requirements_carry_one_onnxruntime_and_no_torch(flavour: str, runtime: str) -> None:
+    lines = [line for line in (ROOT / "deploy" / f"requirements-{flavour}.txt").read_text().splitlines()
+             if line and not line.startswith("#")]
+    runtimes = [line for line in lines if line.startswith("onnxruntime")]
+    assert len(runtimes) == 1 and runtimes[0].startswith(runtime)
+    assert not [line for line in lines if line.startswith("torch")]
