@@ -1,0 +1,253 @@
+"""Dynamic batching: one asyncio task owns the queue and turns waiting inputs into graph runs.
+
+Every input of a request is one `WorkItem`. Admission is counted in inputs: a request of N inputs
+takes N permits at once or is refused (`Overloaded`, 429). The worker task takes the oldest item,
+fills the batch with same-kind items of the nearest lengths (less padding) under the token budget
+(batch size x longest sequence) and the size cap, runs the graph in an executor thread, and fans the
+per-input results back out. A failed batch fails every waiter in it; a request that waits past the
+queue timeout fails with `QueueTimeout` and is not run; a cancelled request (client gone) is
+dropped before it costs compute. On stop, admitted work is drained before the task ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout, TooManyInputs
+
+log = logging.getLogger(__name__)
+
+RunFn = Callable[[str, list[np.ndarray]], Sequence[Any]]
+
+
+class BatchObserver:
+    """Hooks for metrics; the defaults do nothing."""
+
+    def queue_depth(self, depth: int) -> None: ...
+    def queue_wait(self, seconds: float) -> None: ...
+    def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None: ...
+    def inference(self, kind: str, seconds: float, ok: bool) -> None: ...
+
+
+@dataclass(eq=False)
+class WorkItem:
+    kind: str
+    ids: np.ndarray  # (T,) int64
+    future: asyncio.Future[Any]
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class Ticket:
+    """Permits taken by one request; those not turned into queued items are returned on exit."""
+
+    def __init__(self, batcher: Batcher, permits: int) -> None:
+        self._batcher, self.unused = batcher, permits
+
+    def take(self, n: int) -> None:
+        if n > self.unused:
+            raise ValueError(f"ticket holds {self.unused} permits, {n} needed")
+        self.unused -= n
+
+    def __enter__(self) -> Ticket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._batcher._release(self.unused)
+        self.unused = 0
+
+
+@dataclass
+class BatchLimits:
+    max_batch_tokens: int
+    max_batch_size: int
+    max_queue: int
+    queue_timeout_s: float
+    batch_wait_s: float = 0.0
+
+
+class Batcher:
+    def __init__(
+        self, run: RunFn, limits: BatchLimits, executor: Executor | None = None,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self._run_fn, self.limits, self._executor = run, limits, executor
+        self._observer = observer or BatchObserver()
+        self._queue: dict[int, WorkItem] = {}  # insertion order = arrival order
+        self._permits_used = 0
+        self._wake = asyncio.Event()
+        self._paused = False
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self.last_ok = True
+        self.runs = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="attnserve-batcher")
+
+    async def stop(self) -> None:
+        """Refuse new work, finish what was admitted, then end the worker task."""
+        self._stopping, self._paused = True, False
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+
+    def pause(self) -> None:
+        """Test hook: hold queued work (admission and timeouts still apply)."""
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wake.set()
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        return self._permits_used
+
+    # -- admission and submission ------------------------------------------------------------------
+    def admit(self, n: int) -> Ticket:
+        """Take n permits at once, or refuse the whole request."""
+        if self._stopping:
+            raise NotReady("the server is shutting down")
+        if n > self.limits.max_queue:
+            raise TooManyInputs(f"{n} inputs exceed the queue size of {self.limits.max_queue} (ATTNSERVE_MAX_QUEUE)")
+        if self._permits_used + n > self.limits.max_queue:
+            raise Overloaded(f"server busy: {self._permits_used} inputs admitted, limit {self.limits.max_queue}")
+        self._permits_used += n
+        return Ticket(self, n)
+
+    async def submit(self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray]) -> list[Any]:
+        """Queue one item per sequence and wait for all results, in order."""
+        loop = asyncio.get_running_loop()
+        ticket.take(len(sequences))
+        items = [WorkItem(kind, ids, loop.create_future()) for ids in sequences]
+        for item in items:
+            self._queue[id(item)] = item
+        self._observer.queue_depth(self.depth)
+        self._wake.set()
+        timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
+        try:
+            return list(await asyncio.gather(*(item.future for item in items)))
+        finally:
+            timer.cancel()
+            self._abandon(items)
+
+    def _expire(self, items: list[WorkItem]) -> None:
+        for item in items:
+            if self._unqueue(item) and not item.future.done():
+                waited = self.limits.queue_timeout_s
+                item.future.set_exception(
+                    QueueTimeout(f"request waited more than {waited:g} s in the queue (ATTNSERVE_QUEUE_TIMEOUT_S)")
+                )
+
+    def _abandon(self, items: list[WorkItem]) -> None:
+        for item in items:
+            if not item.future.done():
+                item.future.cancel()
+            self._unqueue(item)
+
+    def _unqueue(self, item: WorkItem) -> bool:
+        if self._queue.pop(id(item), None) is None:
+            return False
+        self._release(1)
+        self._observer.queue_depth(self.depth)
+        return True
+
+    def _release(self, n: int) -> None:
+        self._permits_used -= n
+
+    # -- the worker --------------------------------------------------------------------------------
+    async def _loop(self) -> None:
+        while await self._wait_for_work():
+            try:
+                await self._run(self._take_batch())
+            except Exception:  # a bug here must not kill the only worker
+                log.exception("batcher iteration failed")
+
+    async def _wait_for_work(self) -> bool:
+        while self._paused or not self._queue:
+            if self._stopping and not self._queue:
+                return False
+            self._wake.clear()
+            await self._wake.wait()
+        if self.limits.batch_wait_s and len(self._queue) < self.limits.max_batch_size:
+            await asyncio.sleep(self.limits.batch_wait_s)
+        return True
+
+    def _take_batch(self) -> list[WorkItem]:
+        """Oldest item first, then same-kind items closest in length, within size and token caps."""
+        if not self._queue:
+            return []
+        head = next(iter(self._queue.values()))
+        others = [i for i in self._queue.values() if i.kind == head.kind and i is not head]
+        others.sort(key=lambda i: abs(i.length - head.length))
+        batch, longest = [head], head.length
+        for item in others:
+            if len(batch) >= self.limits.max_batch_size:
+                break
+            if max(longest, item.length) * (len(batch) + 1) <= self.limits.max_batch_tokens:
+                batch.append(item)
+                longest = max(longest, item.length)
+        for item in batch:
+            del self._queue[id(item)]
+        self._observer.queue_depth(self.depth)
+        return batch
+
+    async def _run(self, batch: list[WorkItem]) -> None:
+        live = [item for item in batch if not item.future.done()]  # clients gone: skip
+        self._release(len(batch) - len(live))
+        if not live:
+            return
+        try:
+            outputs = await self._execute(live)
+        except Exception as exc:
+            self._fail(live, exc)
+        else:
+            for item, output in zip(live, outputs, strict=True):
+                if not item.future.done():
+                    item.future.set_result(output)
+        finally:
+            self._release(len(live))
+
+    async def _execute(self, live: list[WorkItem]) -> Sequence[Any]:
+        now = time.monotonic()
+        for item in live:
+            self._observer.queue_wait(now - item.enqueued_at)
+        lengths = [item.length for item in live]
+        self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
+        loop = asyncio.get_running_loop()
+        try:
+            self.runs += 1
+            outputs = await loop.run_in_executor(self._executor, self._run_fn, live[0].kind, [i.ids for i in live])
+            if len(outputs) != len(live):
+                raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
+        except Exception:
+            self._observer.inference(live[0].kind, time.monotonic() - now, False)
+            raise
+        self._observer.inference(live[0].kind, time.monotonic() - now, True)
+        self.last_ok = True
+        return outputs
+
+    def _fail(self, live: list[WorkItem], exc: Exception) -> None:
+        self.last_ok = False
+        log.error("batch of %d %s inputs failed", len(live), live[0].kind, exc_info=exc)
+        for item in live:
+            if not item.future.done():
+                item.future.set_exception(InferenceFailed("inference failed for this batch"))
+

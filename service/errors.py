@@ -1,0 +1,133 @@
+"""Domain errors of the service, one status table, one JSON error body.
+
+The engine, batcher and runner raise these; `service.app` turns any exception into
+`{"error": {"message", "type", "code"}}` through `error_parts` and nothing else.
+
+    ServiceError                 500 server_error            (base; never raised bare)
+    ├── InvalidRequest           422 invalid_request_error   bad or unusable input
+    │   ├── InputTooLong         422   an input exceeds max characters or max tokens (truncate=false)
+    │   ├── TooManyInputs        422   more inputs than ATTNSERVE_MAX_INPUTS
+    │   ├── AttentionTooLarge    422   the /attention response would exceed ATTNSERVE_ATTENTION_CAP_BYTES
+    │   └── Unsupported          422   the bundle cannot do it (no labels, no attention graph)
+    ├── Unauthorized             401 authentication_error    missing or wrong bearer key
+    ├── NotFound                 404 not_found_error         (from routing)
+    ├── MethodNotAllowed         405 invalid_request_error   (from routing)
+    ├── PayloadTooLarge          413 invalid_request_error   body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
+    ├── UnsupportedMediaType     415 invalid_request_error   body is not application/json
+    ├── Overloaded               429 rate_limit_error        admission full; carries Retry-After
+    ├── NotReady                 503 unavailable_error       not warm, or the last inference failed
+    ├── QueueTimeout             504 timeout_error           waited past ATTNSERVE_QUEUE_TIMEOUT_S; not run
+    └── InferenceFailed          500 server_error            a batch failed; every request in it gets this
+
+Any other exception is a bug: it is logged with its traceback and answered with a generic 500 that
+names nothing internal.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import orjson
+
+
+class ServiceError(Exception):
+    status: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code  # type: ignore[misc]
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(ServiceError):
+    status, type, code = 422, "invalid_request_error", "invalid_request"
+
+
+class InputTooLong(InvalidRequest):
+    code = "input_too_long"
+
+
+class TooManyInputs(InvalidRequest):
+    code = "too_many_inputs"
+
+
+class AttentionTooLarge(InvalidRequest):
+    code = "attention_too_large"
+
+
+class Unsupported(InvalidRequest):
+    code = "unsupported"
+
+
+class Unauthorized(ServiceError):
+    status, type, code = 401, "authentication_error", "invalid_api_key"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class NotFound(ServiceError):
+    status, type, code = 404, "not_found_error", "not_found"
+
+
+class MethodNotAllowed(ServiceError):
+    status, type, code = 405, "invalid_request_error", "method_not_allowed"
+
+
+class PayloadTooLarge(ServiceError):
+    status, type, code = 413, "invalid_request_error", "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status, type, code = 415, "invalid_request_error", "unsupported_media_type"
+
+
+class Overloaded(ServiceError):
+    status, type, code = 429, "rate_limit_error", "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class NotReady(ServiceError):
+    status, type, code = 503, "unavailable_error", "not_ready"
+
+
+class QueueTimeout(ServiceError):
+    status, type, code = 504, "timeout_error", "queue_timeout"
+
+
+class InferenceFailed(ServiceError):
+    status, type, code = 500, "server_error", "inference_failed"
+
+
+GENERIC_500 = "internal server error"
+_BY_STATUS: dict[int, type[ServiceError]] = {
+    401: Unauthorized, 404: NotFound, 405: MethodNotAllowed, 413: PayloadTooLarge,
+    415: UnsupportedMediaType, 429: Overloaded, 503: NotReady, 504: QueueTimeout,
+}
+
+
+def for_status(status: int, message: str) -> ServiceError:
+    """A domain error for a status produced outside the engine (routing, framework)."""
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        error = InvalidRequest(message) if 400 <= status < 500 else ServiceError(GENERIC_500)
+        error.status = status  # type: ignore[misc]
+        return error
+    return cls(message)
+
+
+def error_body(error: ServiceError) -> bytes:
+    """The one JSON error shape."""
+    return orjson.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}})

@@ -1,0 +1,89 @@
+"""Service settings: one typed knob per trade-off, read from the environment (ATTNSERVE_*) or CLI flags.
+
+Nothing is read at import time: `Settings()` reads the environment when the CLI (or a test) builds it,
+and the result is passed into `create_app(settings)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Provider = Literal["auto", "cuda", "cpu"]
+VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "fp16"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="forbid", frozen=True)
+
+    bundle: Path = Field(
+        description="Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`.",
+    )
+    host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes the service beyond this machine.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
+    provider: Provider = Field(
+        "auto", description="onnxruntime provider: auto uses CUDA when a session really runs on it, else CPU; "
+        "cuda refuses to start without CUDA (no silent fallback).",
+    )
+    variant: VariantChoice = Field(
+        "auto", description="Graph variant: auto picks the fastest variant in the bundle that passed its parity gate "
+        "for the provider (fp16 on CUDA; int8, then fp32-opt, then fp32 on CPU). An explicit variant must exist.",
+    )
+    allow_int8: bool = Field(
+        True, description="Let `variant=auto` choose the int8 graph on CPU (faster; small accuracy loss, within "
+        "its parity gate).",
+    )
+    max_inputs: int = Field(256, ge=1, description="Most inputs in one request; more is refused with 422.")
+    max_input_chars: int = Field(
+        20_000, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422).",
+    )
+    truncate: bool = Field(
+        True, description="Default truncation: true cuts inputs to the model's max length; false refuses them (422). "
+        "Requests may override it.",
+    )
+    max_batch_tokens: int = Field(
+        16_384, ge=1, description="Token budget of one batch, counting padding (batch size x longest input). Larger "
+        "batches raise throughput and latency and memory.",
+    )
+    max_batch_size: int = Field(64, ge=1, description="Most inputs in one batch, whatever their length.")
+    max_queue: int = Field(
+        2048, ge=1, description="Most inputs admitted (queued or running) at once; beyond it requests get 429 at once.",
+    )
+    queue_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds an input may wait in the queue; past it the request gets 504 and is not run.",
+    )
+    batch_wait_ms: float = Field(
+        0.0, ge=0, description="Extra milliseconds the batcher waits for more inputs before running a batch that is "
+        "not full: a little more throughput under light load for a little more latency.",
+    )
+    attention_cap_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "
+        "requests are refused with 422.",
+    )
+    payload_limit_bytes: int = Field(
+        2 * 1024 * 1024, ge=1, description="Largest request body; bigger bodies are refused with 413 while reading.",
+    )
+    api_key: SecretStr | None = Field(
+        None, description="When set, every route except /health, /ready and /metrics needs "
+        "`Authorization: Bearer <key>` (401 otherwise).",
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
+    )
+    log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
+    intra_op_threads: int = Field(
+        0, ge=0, description="onnxruntime intra-op threads; 0 means one per CPU core available to the process.",
+    )
+    graceful_timeout_s: float = Field(
+        30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        return value
