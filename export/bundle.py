@@ -1,0 +1,181 @@
+"""export_bundle: checkpoint or BERT directory -> parity-gated ONNX bundle, written atomically.
+
+Layout of a bundle directory (see docs/export.md):
+    manifest.json          export.manifest.Manifest
+    tokenizer.json         the source's tokenizer, byte for byte
+    {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
+
+Everything is built in a temporary sibling directory, gated, verified with export.verify, and only
+then renamed into place: a failed export leaves no bundle (and an existing bundle untouched).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from export import variants as variants_mod
+from export.graphs import INPUT_NAMES, KINDS, export_graph, output_shapes
+from export.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec, sha256_file
+from export.parity import Batch, check_graph, reference
+from export.texts import evaluation_texts, parity_batches
+from export.verify import verify_bundle
+from model.checkpoint import LoadedModel
+from model.config import EncoderConfig
+from model.load import load_model
+
+log = logging.getLogger(__name__)
+
+WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
+EVAL_BATCH = 32
+
+
+class ExportError(RuntimeError):
+    """The export was asked for something it cannot do (unknown variant, unsafe output path)."""
+
+
+def export_bundle(
+    source: Path, out_dir: Path, variants: Sequence[str] = ("fp32",),
+    name: str | None = None, version: str = "1",
+) -> Manifest:
+    """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`.
+
+    Raises ParityError when a graph misses its gate; no bundle is written then.
+    """
+    source, out_dir = Path(source), Path(out_dir)
+    chosen = normalise_variants(variants)
+    _check_target(out_dir)
+    model = load_model(source)
+    with _staging(out_dir) as tmp:
+        manifest = _build(model, tmp, chosen, name or source.resolve().name, version)
+        (tmp / MANIFEST_NAME).write_text(manifest.to_json())
+        verify_bundle(tmp)
+    log.info("bundle written to %s", out_dir)
+    return manifest
+
+
+def normalise_variants(variants: Sequence[str]) -> list[str]:
+    """fp32 always, then the others asked for, in canonical order; unknown names are an error."""
+    unknown = sorted(set(variants) - set(variants_mod.VARIANTS))
+    if unknown:
+        raise ExportError(
+            f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(variants_mod.VARIANTS)}"
+        )
+    return [v for v in variants_mod.VARIANTS if v == "fp32" or v in variants]
+
+
+def _check_target(out_dir: Path) -> None:
+    if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
+        raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
+
+
+@contextmanager
+def _staging(out_dir: Path) -> Iterator[Path]:
+    """A temporary sibling of out_dir, renamed into place on success and removed on failure."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        _replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace(tmp: Path, out_dir: Path) -> None:
+    if not out_dir.exists():
+        tmp.rename(out_dir)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    old.rmdir()
+    out_dir.rename(old)
+    tmp.rename(out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str) -> Manifest:
+    config, max_length = model.encoder.config, bundle_max_length(model)
+    tokenizer = tmp / "tokenizer.json"
+    shutil.copyfile(model.path / "tokenizer.json", tokenizer)
+    graphs = []
+    for kind in KINDS:
+        batches = _parity_inputs(model, max_length, kind, "int8" in chosen and kind == "fast")
+        graphs += _build_kind(model, tmp, kind, chosen, batches)
+    return Manifest(
+        name=name, version=version, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
+        model_config=config.to_dict(), labels=labels(config), pooling=config.pooling,  # type: ignore[arg-type]
+        normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
+        num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
+        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,
+    )
+
+
+def _parity_inputs(model: LoadedModel, max_length: int, kind: str, with_eval: bool) -> dict[str, list[Batch]]:
+    """Reference outputs: 'parity' (mixed batches) always, 'eval' (a few hundred texts) for int8."""
+    out = {"parity": reference(model, parity_batches(), max_length, kind)}
+    if with_eval:
+        texts = evaluation_texts()
+        chunks = [texts[i:i + EVAL_BATCH] for i in range(0, len(texts), EVAL_BATCH)]
+        out["eval"] = out["parity"] + reference(model, chunks, max_length, kind)
+    return out
+
+
+def _build_kind(
+    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], batches: dict[str, list[Batch]],
+) -> list[GraphEntry]:
+    fp32 = tmp / f"{kind}-fp32.onnx"
+    export_graph(model.encoder, kind, fp32)
+    entries = []
+    for variant in (v for v in chosen if v in variants_mod.KIND_VARIANTS[kind]):
+        path = tmp / f"{kind}-{variant}.onnx"
+        if variant != "fp32":
+            variants_mod.build(variant, fp32, path, model.encoder.config)
+        providers = variants_mod.PROVIDERS[variant]
+        parity = check_graph(path, variant, providers, batches["eval" if variant == "int8" else "parity"])
+        log.info("%s parity %s", path.name, parity)
+        entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
+    return entries
+
+
+def _entry(
+    path: Path, kind: str, variant: str, providers: list[str], parity: dict[str, float], config: EncoderConfig,
+) -> GraphEntry:
+    inputs = [TensorSpec(name=n, dtype="int64", shape=["batch", "sequence"]) for n in INPUT_NAMES]
+    outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind).items()]
+    return GraphEntry(
+        file=path.name, sha256=sha256_file(path), kind=kind, variant=variant,  # type: ignore[arg-type]
+        providers=providers, inputs=inputs, outputs=outputs, parity=parity,
+    )
+
+
+def bundle_max_length(model: LoadedModel) -> int:
+    """sentence-transformers' max_seq_length when the source sets one, else the position limit."""
+    limit = model.encoder.config.max_length
+    st_config = model.path / "sentence_bert_config.json"
+    if model.kind == "sentence-transformers" and st_config.is_file():
+        value = json.loads(st_config.read_text()).get("max_seq_length")
+        if value:
+            return min(int(value), limit)
+    return limit
+
+
+def labels(config: EncoderConfig) -> list[str]:
+    if config.head == "none":
+        return []
+    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
+
+
+def source_sha256(path: Path) -> str:
+    """sha256 over (name, sha256) of the source's config.json and weights file, in that order."""
+    digest = hashlib.sha256()
+    for name in WEIGHT_FILES:
+        if (path / name).is_file():
+            digest.update(f"{name}\0{sha256_file(path / name)}\n".encode())
+    return digest.hexdigest()

@@ -1,0 +1,81 @@
+"""`attnserve export`: build a parity-gated ONNX bundle, or verify one.
+
+    attnserve export SRC --out DIR [--variants fp32,fp32-opt,int8,fp16] [--name N] [--version V]
+    attnserve export --verify DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from export.variants import VARIANTS
+
+log = logging.getLogger("export")
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog, description="Export an attnserve checkpoint or a BERT-family Hugging Face directory "
+        "to an ONNX bundle (manifest.json, tokenizer.json, graphs), gated on parity with PyTorch; "
+        "or verify an existing bundle against its manifest.",
+    )
+    p.add_argument("source", nargs="?", type=Path, help="checkpoint or BERT/sentence-transformers directory")
+    p.add_argument("--out", type=Path, help="bundle directory to write (replaced atomically)")
+    p.add_argument("--variants", default="fp32", help=f"comma-separated, from {','.join(VARIANTS)}; "
+                   "fp32 is always built (default: fp32)")
+    p.add_argument("--name", help="bundle name (default: the source directory's name)")
+    p.add_argument("--version", default="1", help="bundle version string (default: 1)")
+    p.add_argument("--verify", type=Path, metavar="DIR", help="verify the bundle at DIR instead of exporting")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors and the result")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "attnserve export") -> int:
+    p = parser(prog)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # quiet onnxscript/onnxruntime tools
+    log.setLevel(logging.WARNING if args.quiet else logging.INFO)
+    if args.verify is not None and (args.source is not None or args.out is not None):
+        p.error("--verify DIR takes no SRC or --out")
+    if args.verify is None and (args.source is None or args.out is None):
+        p.error("give SRC and --out DIR to export, or --verify DIR")
+    try:
+        return _verify(args.verify) if args.verify is not None else _export(args)
+    except _errors() as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from export.verify import BundleError
+    from model.assets import AssetMissing
+
+    errors: list[type[BaseException]] = [BundleError, AssetMissing, FileNotFoundError, ValueError, OSError]
+    if "export.bundle" in sys.modules:  # imported by _export: torch is loaded anyway then
+        from export.bundle import ExportError
+        from export.parity import ParityError
+        from export.variants import VariantError
+
+        errors += [ExportError, ParityError, VariantError]
+    return tuple(errors)
+
+
+def _verify(bundle_dir: Path) -> int:
+    from export.verify import verify_bundle
+
+    manifest = verify_bundle(bundle_dir)
+    print(f"{bundle_dir}: OK ({manifest.name} v{manifest.version}, {len(manifest.graphs)} graphs)")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from export.bundle import export_bundle
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    manifest = export_bundle(args.source, args.out, variants, name=args.name, version=args.version)
+    for g in manifest.graphs:
+        print(f"{args.out / g.file}: {g.kind} {g.variant} parity {g.parity}")
+    return 0

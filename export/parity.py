@@ -1,0 +1,159 @@
+"""The parity gate: eager PyTorch against onnxruntime on fixed texts, per graph variant.
+
+Shape letters: B batch, T sequence, D hidden, L layers, H heads.
+
+Padding makes some outputs meaningless, so comparisons look at real tokens only:
+token_embeddings at positions where attention_mask is 1, attentions where both the query and the
+key are real tokens. embeddings (pooled over real tokens) and logits are compared whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from export.graphs import GraphModule
+from model.checkpoint import LoadedModel
+from model.tokenizer import encode
+
+# variant -> (figure, limit, "max" if the figure must stay under the limit else "min")
+GATES: dict[str, list[tuple[str, float, str]]] = {
+    "fp32": [("max_abs_diff", 1e-4, "max")],
+    "fp32-opt": [("max_abs_diff", 1e-4, "max")],
+    "fp16": [("embeddings_min_cosine", 0.999, "min"), ("token_embeddings_min_cosine", 0.999, "min")],
+    "int8": [("embeddings_min_cosine", 0.99, "min"), ("label_agreement", 0.99, "min")],
+}
+NOT_MEASURED = "not_measured_cuda_unavailable"  # 1.0 when no provider here could run the graph
+CUDA_MEASURED = "cuda_measured"  # for graphs meant for CUDA: 1.0 measured on CUDA, 0.0 on CPU only
+
+
+class ParityError(RuntimeError):
+    """A graph missed its variant's gate; the message names the output and the figure."""
+
+
+@dataclass
+class Batch:
+    inputs: dict[str, np.ndarray]  # input_ids, attention_mask: (B, T) int64
+    expected: dict[str, np.ndarray]  # eager outputs by graph output name
+
+
+def reference(model: LoadedModel, texts: Sequence[Sequence[str]], max_length: int, kind: str) -> list[Batch]:
+    """Eager outputs of the `kind` graph module for each batch of texts."""
+    module = GraphModule(model.encoder.eval(), kind).eval()
+    batches = []
+    for batch in texts:
+        ids, mask = encode(model.tokenizer, batch, max_length)  # (B, T) each
+        with torch.no_grad():
+            values = module(ids, mask)
+        expected = {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)}
+        batches.append(Batch({"input_ids": ids.numpy(), "attention_mask": mask.numpy()}, expected))
+    return batches
+
+
+def available_providers(wanted: Sequence[str]) -> list[str]:
+    have = set(ort.get_available_providers())
+    return [p for p in wanted if p in have]
+
+
+def session(path: Path, provider: str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=[provider])
+
+
+def run(sess: ort.InferenceSession, batches: list[Batch]) -> list[dict[str, np.ndarray]]:
+    names = [o.name for o in sess.get_outputs()]
+    return [dict(zip(names, sess.run(names, b.inputs), strict=True)) for b in batches]
+
+
+def real_positions(name: str, value: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The entries of an output that real tokens determine, flattened to (N, last axis)."""
+    real = mask.astype(bool)  # (B, T)
+    if name == "token_embeddings":
+        return value[real]  # (N, D)
+    if name == "attentions":
+        pairs = real[:, None, None, :, None] & real[:, None, None, None, :]  # (B, 1, 1, T, T)
+        return value[np.broadcast_to(pairs, value.shape)][:, None]  # (N, 1)
+    return value.reshape(len(value), -1)
+
+
+def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    num = (a * b).sum(-1)
+    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return float((num / np.maximum(den, 1e-12)).min())
+
+
+def figures(batches: list[Batch], got: list[dict[str, np.ndarray]], names: Sequence[str]) -> dict[str, float]:
+    """max_abs_diff and min_cosine per output over real positions; label_agreement with logits."""
+    out: dict[str, float] = {}
+    for name in names:
+        pairs = [(real_positions(name, b.expected[name], b.inputs["attention_mask"]),
+                  real_positions(name, g[name], b.inputs["attention_mask"])) for b, g in zip(batches, got, strict=True)]
+        ref = np.concatenate([p[0] for p in pairs])
+        new = np.concatenate([p[1] for p in pairs]).astype(np.float32)
+        out[f"{name}_max_abs_diff"] = float(np.abs(ref - new).max())
+        if name != "attentions":
+            out[f"{name}_min_cosine"] = _min_cosine(ref, new)
+    if "logits" in names:
+        same = [(b.expected["logits"].argmax(-1) == g["logits"].argmax(-1)) for b, g in zip(batches, got, strict=True)]
+        out["label_agreement"] = float(np.concatenate(same).mean())
+    return out
+
+
+def gate_failures(variant: str, measured: dict[str, float]) -> list[str]:
+    """Human-readable misses, e.g. 'logits_max_abs_diff 3.1e-03 > 1e-04'."""
+    misses = []
+    for figure, limit, sense in GATES[variant]:
+        for key, value in measured.items():
+            if not key.endswith(figure):
+                continue
+            if (sense == "max" and not value <= limit) or (sense == "min" and not value >= limit):
+                misses.append(f"{key} {value:.3g} {'>' if sense == 'max' else '<'} {limit:g}")
+    return misses
+
+
+def check_graph(path: Path, variant: str, providers: Sequence[str], batches: list[Batch]) -> dict[str, float]:
+    """Measure `path` on every provider here that it is meant for; raise ParityError on a miss."""
+    names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
+    runnable = available_providers(providers) or _cpu_fallback(path)
+    if not runnable:
+        return {NOT_MEASURED: 1.0}
+    worst: dict[str, float] = {}
+    for provider in runnable:
+        measured = figures(batches, run(session(path, provider), batches), names)
+        worst = _merge_worst(worst, measured)
+    misses = gate_failures(variant, worst)
+    if misses:
+        raise ParityError(f"{path.name} ({variant}) missed its parity gate: {'; '.join(misses)}")
+    reported = {k: v for k, v in worst.items() if _reported(variant, k)}
+    if "CUDAExecutionProvider" in providers:
+        reported[CUDA_MEASURED] = float("CUDAExecutionProvider" in runnable)
+    return reported
+
+
+def _cpu_fallback(path: Path) -> list[str]:
+    """A CUDA-only graph (fp16) is still measured on CPU when onnxruntime's CPU provider runs it."""
+    try:
+        session(path, "CPUExecutionProvider")
+    except Exception:  # noqa: BLE001 - any load failure means "cannot measure here"
+        return []
+    return ["CPUExecutionProvider"]
+
+
+def _merge_worst(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    out = dict(b)
+    for key, value in a.items():
+        out[key] = max(value, b[key]) if key.endswith("diff") else min(value, b[key])
+    return out
+
+
+def _reported(variant: str, key: str) -> bool:
+    if variant in ("fp32", "fp32-opt"):
+        return key.endswith("max_abs_diff")
+    return key.endswith("min_cosine") or key == "label_agreement"

@@ -1,0 +1,93 @@
+"""verify_bundle: check a bundle directory against its manifest without torch or export code.
+
+The service may call this at start-up, so the only imports are export.manifest, hashlib, json and
+onnxruntime. Checks: the manifest parses; the tokenizer and every graph exist and match their
+sha256; every graph loads in onnxruntime and its input/output names, element types and shapes are
+the ones the manifest lists. Every failure raises BundleError naming the file (and field).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import onnxruntime as ort
+from pydantic import ValidationError
+
+from export.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
+
+# onnxruntime's NodeArg.type strings -> the manifest's onnx element type names
+_ORT_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(float16)": "float16",
+              "tensor(int32)": "int32", "tensor(bool)": "bool"}
+
+
+class BundleError(ValueError):
+    """The bundle does not match its manifest; the message names the file and what differs."""
+
+
+def verify_bundle(bundle_dir: Path) -> Manifest:
+    bundle_dir = Path(bundle_dir)
+    manifest = _read_manifest(bundle_dir)
+    _check_hash(bundle_dir / manifest.tokenizer, manifest.tokenizer_sha256)
+    _check_unique(manifest)
+    for entry in manifest.graphs:
+        _check_hash(bundle_dir / entry.file, entry.sha256)
+        _check_graph(bundle_dir / entry.file, entry)
+    return manifest
+
+
+def _read_manifest(bundle_dir: Path) -> Manifest:
+    path = bundle_dir / MANIFEST_NAME
+    if not path.is_file():
+        raise BundleError(f"{path}: manifest not found (is {bundle_dir} a bundle directory?)")
+    try:
+        return Manifest.read(bundle_dir)
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        first = err.errors()[0] if isinstance(err, ValidationError) else {"loc": (), "msg": str(err)}
+        field = ".".join(str(p) for p in first["loc"]) or "(document)"
+        raise BundleError(f"{path}: field {field}: {first['msg']}") from None
+
+
+def _check_unique(manifest: Manifest) -> None:
+    seen: set[tuple[str, str]] = set()
+    for entry in manifest.graphs:
+        if (entry.kind, entry.variant) in seen:
+            raise BundleError(f"{MANIFEST_NAME}: graphs lists kind {entry.kind!r} variant {entry.variant!r} twice")
+        seen.add((entry.kind, entry.variant))
+    if manifest.graph("fast", "fp32") is None:
+        raise BundleError(f"{MANIFEST_NAME}: graphs has no fast fp32 graph")
+
+
+def _check_hash(path: Path, expected: str) -> None:
+    if not path.is_file():
+        raise BundleError(f"{path.name}: listed in the manifest but missing from {path.parent}")
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise BundleError(f"{path.name}: sha256 {digest.hexdigest()} does not match the manifest's {expected}")
+
+
+def _check_graph(path: Path, entry: GraphEntry) -> None:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # load check only
+    try:
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises several private exception types
+        raise BundleError(f"{path.name}: onnxruntime cannot load it: {str(err).splitlines()[0]}") from None
+    _compare(path.name, "inputs", sess.get_inputs(), entry.inputs)
+    _compare(path.name, "outputs", sess.get_outputs(), entry.outputs)
+
+
+def _compare(file: str, field: str, args: list[ort.NodeArg], specs: list[TensorSpec]) -> None:
+    got = [(a.name, _ORT_TYPES.get(a.type, a.type), list(a.shape)) for a in args]
+    want = [(s.name, s.dtype, list(s.shape)) for s in specs]
+    if got != want:
+        raise BundleError(f"{file}: {field} {_describe(got)} do not match the manifest's {_describe(want)}")
+
+
+def _describe(specs: list[tuple[str, str, list[str | int]]]) -> str:
+    return "[" + ", ".join(f"{n}:{t}{s}" for n, t, s in specs) + "]"
