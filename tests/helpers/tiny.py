@@ -1,0 +1,46 @@
+"""Tiny, deterministic models for tests: an attnserve checkpoint in well under a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from model.checkpoint import save_checkpoint
+from model.config import EncoderConfig
+from model.encoder import Encoder
+from model.tokenizer import train_wordpiece
+
+SENTENCES = [
+    "a warm and funny film", "the acting is wooden", "a delightful comedy with a great cast",
+    "two hours i will never get back", "the soundtrack is wonderful", "the plot makes no sense",
+    "a moving story about growing up", "boring and far too long", "the best film of the year",
+    "the worst script i have read", "beautiful pictures and a clever plot", "dull characters and a dull plot",
+    "i laughed and i cried", "i wanted to leave after ten minutes", "a small film with a big heart",
+    "the dialogue is painful", "great performances all round", "a mess from start to finish",
+    "the director knows what he is doing", "nothing happens for two hours", "sharp funny and smart",
+    "predictable and lazy", "an instant classic", "a waste of a good cast",
+    "the ending is perfect", "the ending is a letdown", "fresh and original", "stale and derivative",
+    "numbers like 3 and 42 appear here", "attention heads look at tokens",
+]
+LABELS = ("neg", "pos")
+
+
+def tiny_config(head: bool = True, vocab_size: int = 200) -> EncoderConfig:
+    return EncoderConfig(
+        vocab_size=vocab_size, d_model=32, num_heads=2, num_layers=2, d_ff=64, max_length=64,
+        dropout=0.0, attention_dropout=0.0, head_dropout=0.0,
+        head="linear" if head else "none", num_labels=2 if head else 0, label_names=LABELS if head else (),
+    )
+
+
+def make_tiny_checkpoint(dir: Path, head: bool = True) -> Path:
+    """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`."""
+    dir = Path(dir)
+    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
+    config = tiny_config(head, vocab_size=tokenizer.get_vocab_size())
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        encoder = Encoder(config).eval()
+    save_checkpoint(dir, encoder, tokenizer)
+    return dir
