@@ -17,7 +17,8 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     ├── Overloaded               429 rate_limit_error        admission full; carries Retry-After
     ├── NotReady                 503 unavailable_error       not warm, or the last inference failed
     ├── QueueTimeout             504 timeout_error           waited past ATTNSERVE_QUEUE_TIMEOUT_S; not run
-    └── InferenceFailed          500 server_error            a batch failed; every request in it gets this
+    ├── InferenceFailed          500 server_error            a batch failed; every request in it gets this
+    └── ClientGone               499 client_closed_request   the client disconnected; its work was dropped
 
 Any other exception is a bug: it is logged with its traceback and answered with a generic 500 that
 names nothing internal.
@@ -109,6 +110,10 @@ class QueueTimeout(ServiceError):
 
 class InferenceFailed(ServiceError):
     status, type, code = 500, "server_error", "inference_failed"
+
+
+class ClientGone(ServiceError):
+    status, type, code = 499, "client_closed_request", "client_gone"
 
 
 GENERIC_500 = "internal server error"

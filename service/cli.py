@@ -1,0 +1,68 @@
+"""`attnserve serve`: every setting is a flag (and an ATTNSERVE_* variable); flags win.
+
+The bundle is loaded and verified before the server binds: an invalid bundle, a missing provider or
+variant ends the process with one log line naming the fault and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+log = logging.getLogger("attnserve")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Serve a bundle over HTTP with onnxruntime.")
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        env = f"ATTNSERVE_{name.upper()}"
+        help_ = f"{field.description} [env {env}]"
+        if field.annotation is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
+    return parser
+
+
+def read_settings(argv: list[str], prog: str) -> Settings:
+    args = build_parser(prog).parse_args(argv)
+    return Settings(**{k: v for k, v in vars(args).items() if v is not None})
+
+
+def main(argv: list[str], prog: str = "attnserve serve") -> int:
+    try:
+        settings = read_settings(argv, prog)
+    except ValidationError as error:
+        for err in error.errors():
+            name = ".".join(str(p) for p in err["loc"])
+            print(f"{prog}: --{name.replace('_', '-')} (ATTNSERVE_{name.upper()}): {err['msg']}", file=sys.stderr)
+        return 2
+    from service import logs
+
+    logs.configure(settings.log_format)
+    return serve(settings)
+
+
+def serve(settings: Settings) -> int:
+    import uvicorn
+
+    from service.app import create_app
+    from service.bundle import StartupError, load_runtime
+
+    try:
+        runtime = load_runtime(settings)
+    except StartupError as error:
+        log.error("cannot start: %s", error)
+        return 2
+    uvicorn.run(
+        create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
+        loop="auto", http="auto",  # uvloop and httptools when installed ([standard] extra)
+        timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
+    )
+    return 0

@@ -1,0 +1,140 @@
+"""The HTTP edge, as one pure ASGI middleware (no framework imports): request id, body limit,
+per-route metrics, and the last line of defence for unknown errors (logged, answered with a
+generic 500 in the one error shape).
+
+The body is read here, counting bytes as they arrive, so the payload limit holds whether
+Content-Length is present, absent (chunked) or wrong; the route then reads the buffered body.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from service.errors import GENERIC_500, PayloadTooLarge, ServiceError, error_body
+from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
+_BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+class EdgeMiddleware:
+    def __init__(self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics) -> None:
+        self.app, self.limit, self.metrics = app, payload_limit_bytes, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, request_id = time.perf_counter(), _request_id(scope)
+        scope.setdefault("state", {})["request_id"] = request_id
+        response = _Response(send, request_id)
+        try:
+            await self._handle(scope, receive, response)
+        except Exception:
+            log.exception("unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id)
+            if not response.started:
+                await response.error(ServiceError(GENERIC_500))
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.request(route, response.status, time.perf_counter() - started)
+
+    async def _handle(self, scope: Scope, receive: Receive, response: _Response) -> None:
+        if scope["method"] not in _BODY_METHODS:
+            await self.app(scope, receive, response.send)
+            return
+        too_large = PayloadTooLarge(
+            f"request body is over the limit of {self.limit} bytes (ATTNSERVE_PAYLOAD_LIMIT_BYTES)"
+        )
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await response.error(too_large)
+            return
+        try:
+            body = await _read_body(receive, self.limit)
+        except _Disconnected:
+            return
+        if body is None:
+            await response.error(too_large)
+            return
+        await self.app(scope, _replay(body, receive), response.send)
+
+
+class _Disconnected(Exception):
+    """The client went away before its body arrived."""
+
+
+class _Response:
+    """Wraps `send`: adds X-Request-ID, remembers the status."""
+
+    def __init__(self, send: Send, request_id: str) -> None:
+        self._send, self.request_id = send, request_id
+        self.started, self.status = False, 500
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started, self.status = True, int(message["status"])
+            message["headers"] = [*message.get("headers", []), (b"x-request-id", self.request_id.encode())]
+        await self._send(message)
+
+    async def error(self, error: ServiceError) -> None:
+        body = error_body(error)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
+        if isinstance(error, PayloadTooLarge):
+            headers.append((b"connection", b"close"))  # the rest of the body is not read
+        await self.send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it passes `limit` bytes."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # after the body: http.disconnect when the client goes
+
+    return replay
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _request_id(scope: Scope) -> str:
+    given = _header(scope, b"x-request-id")
+    return given if given and _REQUEST_ID.match(given) else uuid.uuid4().hex

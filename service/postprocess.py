@@ -1,0 +1,101 @@
+"""Numpy post-processing of graph outputs: normalisation, dimensions, softmax, attention views, base64.
+
+Shape letters: N inputs, D hidden, C labels, L layers, H heads, n real tokens of one input.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+
+import numpy as np
+
+JSON_BYTES_PER_FLOAT = 16  # upper bound for one float32 written by orjson, with its separator
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)  # (N, 1)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def embeddings(vectors: np.ndarray, normalize: bool, dimensions: int | None) -> np.ndarray:
+    """(N, D) pooled vectors -> (N, dimensions): truncated first, then renormalised (Matryoshka style)."""
+    if dimensions is not None:
+        return l2_normalize(vectors[:, :dimensions])
+    return l2_normalize(vectors) if normalize else vectors.astype(np.float32)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)  # (N, C)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def top_labels(scores: np.ndarray, labels: Sequence[str], top_k: int | None) -> list[list[dict[str, object]]]:
+    """(N, C) scores -> per input [{label, score}] sorted by score, the top_k best."""
+    order = np.argsort(-scores, axis=-1, kind="stable")[:, :top_k]  # (N, k)
+    return [[{"label": labels[c], "score": float(row[c])} for c in idx] for row, idx in zip(scores, order, strict=True)]
+
+
+def select(attentions: np.ndarray, layers: Sequence[int] | None, heads: Sequence[int] | None) -> np.ndarray:
+    """(L, H, n, n) -> (l, h, n, n) for the chosen layer and head indices (all when None)."""
+    if layers is not None:
+        attentions = attentions[list(layers)]
+    if heads is not None:
+        attentions = attentions[:, list(heads)]
+    return attentions
+
+
+def rollout(attentions: np.ndarray) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020): (l, h, n, n) -> (n, n).
+
+    Per layer: average the heads, add the identity for the residual path, renormalise the rows;
+    then multiply the layers through, first layer on the right.
+    """
+    n = attentions.shape[-1]
+    result = np.eye(n, dtype=np.float64)  # (n, n)
+    for layer in attentions.astype(np.float64):
+        mixed = layer.mean(axis=0) + np.eye(n)  # (n, n)
+        mixed /= mixed.sum(axis=-1, keepdims=True)
+        result = mixed @ result
+    return result.astype(np.float32)
+
+
+def aggregate(attentions: np.ndarray, how: str) -> np.ndarray:
+    """none (l, h, n, n); mean / max over heads (l, n, n); rollout across the layers (n, n)."""
+    if how == "mean":
+        return attentions.mean(axis=1)
+    if how == "max":
+        return attentions.max(axis=1)
+    if how == "rollout":
+        return rollout(attentions)
+    return attentions
+
+
+def aggregated_shape(layers: int, heads: int, n: int, how: str) -> tuple[int, ...]:
+    if how == "rollout":
+        return (n, n)
+    if how in ("mean", "max"):
+        return (layers, n, n)
+    return (layers, heads, n, n)
+
+
+def encode_array(values: np.ndarray, encoding: str, dtype: str) -> object:
+    """float: the array itself (orjson writes nested lists); base64: little-endian bytes of dtype."""
+    if encoding == "float":
+        return np.ascontiguousarray(values, dtype=np.float32)
+    little = "<f2" if dtype == "float16" else "<f4"
+    return base64.b64encode(np.ascontiguousarray(values, dtype=little).tobytes()).decode("ascii")
+
+
+def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
+    """Bytes that `count` values take in the response."""
+    if encoding == "float":
+        return count * JSON_BYTES_PER_FLOAT
+    width = 2 if dtype == "float16" else 4
+    return (count * width + 2) // 3 * 4
+
+
+def base64_floats(vector: np.ndarray) -> str:
+    """OpenAI's encoding_format=base64: little-endian float32 bytes."""
+    return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")

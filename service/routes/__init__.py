@@ -1,0 +1,1 @@
+"""HTTP routes: thin adapters from request models to engine calls and back to JSON."""

@@ -1,0 +1,26 @@
+"""POST /attention: tokens and attention maps over real tokens, selected and aggregated."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+
+from service.dependencies import EngineDep, JobDep, require_api_key, require_json
+from service.engine import AttentionQuery
+from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
+from service.schemas import AttentionRequest, AttentionResponse
+
+router = APIRouter(tags=["attention"], dependencies=[Depends(require_api_key), Depends(require_json)])
+
+
+@router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS))
+async def attention(body: AttentionRequest, engine: EngineDep, job: JobDep) -> Response:
+    """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
+    query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
+    data = await job(engine.attention(
+        as_list(body.inputs), query, truncate=body.truncate,
+        direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
+    ))
+    return json_response({
+        "model": engine.runtime.manifest.name, "aggregation": body.aggregation, "encoding": body.encoding,
+        "dtype": body.dtype if body.encoding == "base64" else "float32", "data": data,
+    })

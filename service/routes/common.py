@@ -1,0 +1,37 @@
+"""Helpers shared by the route modules: JSON responses via orjson, documented error statuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Response
+
+from service.schemas import ErrorResponse
+
+_DESCRIPTIONS = {
+    401: "Missing or wrong API key",
+    413: "Request body over the payload limit",
+    415: "Request body is not JSON",
+    422: "Invalid request: validation, too many or too long inputs, response over a cap",
+    429: "Server busy: admission queue full; retry after Retry-After seconds",
+    500: "Inference failed, or an internal error",
+    503: "Model not loaded or not ready",
+    504: "Request waited past the queue timeout and was not run",
+}
+INFERENCE_ERRORS = (401, 413, 415, 422, 429, 500, 503, 504)
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries: each status with the one error model."""
+    return {status: {"model": ErrorResponse, "description": _DESCRIPTIONS[status]} for status in statuses}
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """orjson straight from numpy arrays (OPT_SERIALIZE_NUMPY), no intermediate lists."""
+    body = orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+def as_list(inputs: str | list[Any]) -> list[Any]:
+    return [inputs] if isinstance(inputs, str) else inputs

@@ -1,0 +1,37 @@
+"""OpenAI-compatible embeddings: POST /v1/embeddings (works with the official `openai` client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+
+from service.dependencies import EngineDep, JobDep, require_api_key, require_json
+from service.postprocess import base64_floats
+from service.routes.common import INFERENCE_ERRORS, errors, json_response
+from service.schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
+
+router = APIRouter(tags=["openai"], dependencies=[Depends(require_api_key)])
+
+
+@router.post(
+    "/v1/embeddings", response_model=OpenAIEmbeddingResponse, responses=errors(*INFERENCE_ERRORS),
+    dependencies=[Depends(require_json)], summary="Embeddings, OpenAI style",
+)
+async def create_embeddings(body: OpenAIEmbeddingRequest, engine: EngineDep, job: JobDep) -> Response:
+    inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
+    vectors, tokens = await job(engine.embed(
+        inputs, truncate=None, direction="right", normalize=engine.runtime.manifest.normalize,
+        dimensions=body.dimensions,
+    ))
+    encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
+    data = [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)]
+    return json_response({
+        "object": "list", "data": data, "model": body.model or engine.runtime.manifest.name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })
+
+
+def _is_id_list(value: object) -> bool:
+    """One input given as token ids: a non-empty list of ints."""
+    return isinstance(value, list) and bool(value) and isinstance(value[0], int)

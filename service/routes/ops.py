@@ -1,0 +1,50 @@
+"""Operations: GET /health (live), /ready (warm and last inference fine), /info, /metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from service.dependencies import EngineDep, get_engine, require_api_key
+from service.errors import NotReady
+from service.metrics import CONTENT_TYPE, Metrics
+from service.routes.common import errors, json_response
+from service.schemas import Status
+from service.settings import Settings
+
+router = APIRouter(tags=["operations"])
+
+LIMITS = (
+    "max_inputs", "max_input_chars", "truncate", "max_batch_tokens", "max_batch_size", "max_queue",
+    "queue_timeout_s", "attention_cap_bytes", "payload_limit_bytes",
+)
+
+
+@router.get("/health", response_model=Status)
+async def health() -> Response:
+    """Alive: 200 while the process runs."""
+    return json_response({"status": "ok"})
+
+
+@router.get("/ready", response_model=Status, responses=errors(503))
+async def ready(request: Request) -> Response:
+    """200 once warm and while the last inference succeeded; 503 otherwise."""
+    engine = get_engine(request)
+    if not engine.ready:
+        raise NotReady("warming up" if not engine.warm else "the last inference failed")
+    return json_response({"status": "ready"})
+
+
+@router.get("/info", responses=errors(401, 503), dependencies=[Depends(require_api_key)])
+async def info(request: Request, engine: EngineDep) -> dict[str, Any]:
+    """Model, bundle version and hashes, provider, variants, limits."""
+    settings: Settings = request.app.state.settings
+    return {**engine.info(), "limits": {name: getattr(settings, name) for name in LIMITS}}
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
+async def metrics(request: Request) -> Response:
+    """Prometheus text format."""
+    registry: Metrics = request.app.state.metrics
+    return Response(registry.render(), media_type=CONTENT_TYPE)

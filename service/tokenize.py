@@ -1,0 +1,88 @@
+"""Tokenisation with the bundle's `tokenizer.json` through Hugging Face `tokenizers` (never by hand).
+
+Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); the engine
+calls this off the event loop. Truncation keeps the special tokens and cuts from the right or the
+left; with truncation off, an input longer than the model's max length is refused, naming the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from tokenizers import Encoding, Tokenizer
+
+from service.errors import InputTooLong, InvalidRequest
+
+Direction = Literal["right", "left"]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    ids: np.ndarray  # (T,) int64
+    tokens: list[str]
+    offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
+    special: list[bool]
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+class TextTokenizer:
+    def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
+        self.max_length = max_length
+        self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
+        self._plain = _truncating_copy(tokenizer, max_length, "right")
+        self._plain.no_truncation()
+
+    def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right") -> list[Encoded]:
+        batch = self._by_direction[direction].encode_batch(list(texts))
+        for index, encoding in enumerate(batch):
+            if encoding.overflowing and not truncate:
+                raise InputTooLong(
+                    f"input {index} is longer than the model's max length of {self.max_length} tokens "
+                    "and truncation is off (set truncate=true to cut it)"
+                )
+        return [_encoded(e) for e in batch]
+
+    def encode_plain(self, texts: Sequence[str], add_special_tokens: bool) -> list[Encoded]:
+        """For /tokenize: the whole input, no truncation."""
+        return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+
+    def from_ids(self, sequences: Sequence[Sequence[int]], truncate: bool, direction: Direction) -> list[Encoded]:
+        """Token-id inputs are used as given (no special tokens added); ids must be in the vocabulary."""
+        return [self._one_from_ids(index, list(ids), truncate, direction) for index, ids in enumerate(sequences)]
+
+    def _one_from_ids(self, index: int, ids: list[int], truncate: bool, direction: Direction) -> Encoded:
+        if not ids:
+            raise InvalidRequest(f"input {index} is an empty list of token ids")
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            raise InvalidRequest(f"input {index} has token ids outside the vocabulary [0, {self.vocab_size})")
+        if len(ids) > self.max_length:
+            if not truncate:
+                raise InputTooLong(
+                    f"input {index} has {len(ids)} tokens, over the model's max length of {self.max_length}"
+                )
+            ids = ids[-self.max_length:] if direction == "left" else ids[: self.max_length]
+        n = len(ids)
+        return Encoded(np.asarray(ids, dtype=np.int64), [""] * n, [(0, 0)] * n, [False] * n)
+
+
+def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction) -> Tokenizer:
+    copy = Tokenizer.from_str(tokenizer.to_str())  # settings stay local to this copy
+    copy.no_padding()
+    copy.enable_truncation(max_length, direction=direction)
+    return copy
+
+
+def _encoded(encoding: Encoding) -> Encoded:
+    return Encoded(
+        ids=np.asarray(encoding.ids, dtype=np.int64),
+        tokens=list(encoding.tokens),
+        offsets=[(int(a), int(b)) for a, b in encoding.offsets],
+        special=[bool(s) for s in encoding.special_tokens_mask],
+    )
