@@ -1,0 +1,114 @@
+"""Manifest contents and round trip, verify_bundle on good and tampered bundles, failed exports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from export import bundle as bundle_mod
+from export.bundle import ExportError, export_bundle
+from export.cli import main
+from export.manifest import Manifest, sha256_file
+from export.parity import ParityError
+from export.verify import BundleError, verify_bundle
+
+
+def test_manifest_round_trip(tiny_bundle: Path) -> None:
+    manifest = Manifest.read(tiny_bundle)
+    assert Manifest.model_validate_json(manifest.to_json()) == manifest
+    assert json.loads(manifest.to_json())["model_config"]["d_model"] == manifest.hidden_size
+    assert (manifest.name, manifest.version, manifest.labels) == ("tiny", "7", ["neg", "pos"])
+    assert manifest.source.kind == "attnserve" and manifest.max_length == 64
+    assert manifest.tokenizer_sha256 == sha256_file(tiny_bundle / "tokenizer.json")
+    assert {(g.kind, g.variant) for g in manifest.graphs} == {("fast", "fp32"), ("attention", "fp32")}
+
+
+def test_manifest_graph_io(tiny_bundle: Path) -> None:
+    attention = Manifest.read(tiny_bundle).graph("attention", "fp32")
+    assert attention is not None
+    assert [i.name for i in attention.inputs] == ["input_ids", "attention_mask"]
+    assert [o.name for o in attention.outputs] == ["embeddings", "token_embeddings", "logits", "attentions"]
+    assert attention.outputs[-1].shape == ["batch", 2, 2, "sequence", "sequence"]
+    assert attention.parity["attentions_max_abs_diff"] <= 1e-4
+
+
+def test_hf_bundle_labels(tiny_hf_bundle: Path) -> None:
+    manifest = verify_bundle(tiny_hf_bundle)
+    assert manifest.source.kind == "hf-bert" and manifest.labels == ["neg", "pos"]
+    assert manifest.pooling == "cls"
+
+
+def test_verify_passes_and_cli_says_ok(tiny_bundle: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify_bundle(tiny_bundle).name == "tiny"
+    assert main(["--verify", str(tiny_bundle)]) == 0
+    assert "OK" in capsys.readouterr().out
+
+
+def test_tampered_graph_fails_verify(tiny_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
+    graph = copy / "attention-fp32.onnx"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    graph.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="attention-fp32.onnx"):
+        verify_bundle(copy)
+    assert main(["--verify", str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "attention-fp32.onnx" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_graph_with_wrong_io_fails_verify(tiny_bundle: Path, tmp_path: Path) -> None:
+    """A graph whose hash matches but whose outputs differ from the manifest is caught too."""
+    copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["graphs"][0]["outputs"][0]["name"] = "pooled"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"fast-fp32.onnx: outputs"):
+        verify_bundle(copy)
+
+
+def _perturbing(real_export):  # type: ignore[no-untyped-def]
+    """export_graph, then change one weight in the written file: 'weights changed after export'."""
+    def export_graph(encoder, kind, path):  # type: ignore[no-untyped-def]
+        real_export(encoder, kind, path)
+        model, rng = onnx.load(str(path)), np.random.default_rng(0)
+        for weight in (w for w in model.graph.initializer if len(w.dims) == 2):
+            array = onnx.numpy_helper.to_array(weight)
+            noisy = (array + rng.normal(0, 0.05, array.shape)).astype(array.dtype)
+            weight.CopyFrom(onnx.numpy_helper.from_array(noisy, weight.name))
+        onnx.save(model, str(path))
+    return export_graph
+
+
+def test_broken_graph_fails_gate_and_leaves_no_bundle(
+    tiny_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bundle_mod, "export_graph", _perturbing(bundle_mod.export_graph))
+    out = tmp_path / "bundles" / "broken"
+    with pytest.raises(ParityError, match=r"fast-fp32.onnx \(fp32\) missed its parity gate: \w+_max_abs_diff"):
+        export_bundle(tiny_checkpoint, out)
+    assert not out.exists()
+    assert list(out.parent.iterdir()) == []  # no half-written temporary directory either
+
+
+def test_unknown_variant_is_a_clear_error(tiny_checkpoint: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ExportError, match="unknown variant"):
+        export_bundle(tiny_checkpoint, tmp_path / "b", variants=("fp8",))
+    assert main([str(tiny_checkpoint), "--out", str(tmp_path / "b"), "--variants", "fp8"]) == 1
+    assert capsys.readouterr().err.startswith("attnserve export: error: unknown variant")
+
+
+def test_refuses_to_replace_a_non_bundle_directory(tiny_checkpoint: Path) -> None:
+    with pytest.raises(ExportError, match="not a bundle"):
+        export_bundle(tiny_checkpoint, tiny_checkpoint)
+
+
+def test_cli_needs_source_and_out(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([])
+    assert exc.value.code == 2 and "--verify" in capsys.readouterr().err

@@ -1,0 +1,74 @@
+"""onnxruntime equals eager PyTorch over a grid of batch sizes and lengths: the axes are dynamic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from export.graphs import GraphModule
+from export.manifest import Manifest
+from export.parity import Batch, figures, gate_failures, session
+from model.load import load_model
+
+BATCHES = (1, 3, 8)
+LENGTHS = (1, 7, "max")
+
+
+def grid_batch(vocab: int, batch: int, length: int, seed: int) -> dict[str, np.ndarray]:
+    """Random ids; rows after the first are padded to shorter lengths so padding is exercised."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, vocab, size=(batch, length)).astype(np.int64)  # (B, T)
+    mask = np.ones_like(ids)
+    for row in range(1, batch):
+        mask[row, rng.integers(1, length + 1):] = 0
+    return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def eager(module: GraphModule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    with torch.no_grad():
+        values = module(torch.from_numpy(inputs["input_ids"]), torch.from_numpy(inputs["attention_mask"]))
+    return {n: v.numpy() for n, v in zip(module.names, values, strict=True)}
+
+
+@pytest.mark.parametrize("bundle_fixture", ["tiny_bundle", "tiny_hf_bundle"])
+@pytest.mark.parametrize("kind", ["fast", "attention"])
+def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: pytest.FixtureRequest) -> None:
+    bundle: Path = request.getfixturevalue(bundle_fixture)
+    manifest = Manifest.read(bundle)
+    entry = manifest.graph(kind, "fp32")
+    assert entry is not None
+    module = GraphModule(load_model(Path(manifest.source.path)).encoder.eval(), kind)
+    sess = session(bundle / entry.file, "CPUExecutionProvider")
+    names = [o.name for o in entry.outputs]
+    for b in BATCHES:
+        for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
+            inputs = grid_batch(manifest.model_config_["vocab_size"], b, int(length), seed=b * 1000 + int(length))
+            got = dict(zip(names, sess.run(names, inputs), strict=True))
+            assert got["embeddings"].shape == (b, manifest.hidden_size)
+            measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
+            assert not gate_failures("fp32", measured), (b, length, measured)
+
+
+def test_hf_logits_match_transformers(tiny_hf_dir: Path, tiny_hf_bundle: Path) -> None:
+    """Reference outside our code: the bundle's logits equal transformers' own BERT."""
+    from transformers import BertForSequenceClassification
+
+    reference = BertForSequenceClassification.from_pretrained(tiny_hf_dir).eval()
+    inputs = grid_batch(reference.config.vocab_size, 3, 7, seed=3)
+    with torch.no_grad():
+        expected = reference(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.numpy()
+    sess = session(tiny_hf_bundle / "fast-fp32.onnx", "CPUExecutionProvider")
+    (logits,) = sess.run(["logits"], inputs)
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+
+
+def test_embeddings_are_not_normalised(tiny_bundle: Path) -> None:
+    """The service normalises; the graph hands out the raw pooled vector (mean of real tokens)."""
+    sess = session(tiny_bundle / "fast-fp32.onnx", "CPUExecutionProvider")
+    inputs = grid_batch(100, 3, 7, seed=5)
+    pooled, tokens = sess.run(["embeddings", "token_embeddings"], inputs)
+    mask = inputs["attention_mask"][..., None]  # (B, T, 1)
+    np.testing.assert_allclose(pooled, (tokens * mask).sum(1) / mask.sum(1), atol=1e-5)
