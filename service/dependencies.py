@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
@@ -52,6 +53,8 @@ def job_runner(request: Request) -> Callable[[Awaitable[Any]], Awaitable[Any]]:
             watcher.cancel()
         if not task.done():
             task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task  # its inputs leave the queue before we return
             raise ClientGone("client disconnected")
         return task.result()
 
