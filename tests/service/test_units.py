@@ -1,0 +1,125 @@
+"""Pure pieces: provider and variant choice, settings, CLI flags, numpy post-processing, no torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from export.manifest import Manifest
+from service import postprocess
+from service.bundle import StartupError, choose_attention_variant, choose_provider, choose_variant
+from service.cli import read_settings
+from service.settings import Settings
+
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+
+
+@pytest.mark.parametrize(("requested", "available", "expected"), [
+    ("auto", [CPU], "cpu"), ("auto", [CUDA, CPU], "cuda"), ("cpu", [CUDA, CPU], "cpu"), ("cuda", [CUDA, CPU], "cuda"),
+])
+def test_choose_provider(requested, available, expected):
+    assert choose_provider(requested, available) == expected
+
+
+def test_explicit_cuda_without_cuda_is_refused():
+    with pytest.raises(StartupError, match="cuda"):
+        choose_provider("cuda", [CPU])
+
+
+def manifest_with(bundle_dir: Path, graphs: list[tuple[str, str, list[str]]]) -> Manifest:
+    base = Manifest.read(bundle_dir)
+    template = base.graphs[0]
+    entries = [template.model_copy(update={"kind": k, "variant": v, "providers": p, "file": f"{k}-{v}.onnx"})
+               for k, v, p in graphs]
+    return base.model_copy(update={"graphs": entries})
+
+
+def test_choose_variant_fastest_that_the_provider_can_run(bundle_dir):
+    every = manifest_with(bundle_dir, [("fast", "fp32", [CUDA, CPU]), ("fast", "fp32-opt", [CUDA, CPU]),
+                                       ("fast", "int8", [CPU]), ("fast", "fp16", [CUDA]),
+                                       ("attention", "fp32", [CUDA, CPU])])
+    assert choose_variant("auto", "cuda", every) == "fp16"
+    assert choose_variant("auto", "cpu", every) == "int8"
+    assert choose_variant("auto", "cpu", every, allow_int8=False) == "fp32-opt"
+    assert choose_variant("fp32", "cpu", every) == "fp32"
+    assert choose_attention_variant("int8", "cpu", every) == "fp32"
+    plain = manifest_with(bundle_dir, [("fast", "fp32", [CUDA, CPU])])
+    assert choose_variant("auto", "cpu", plain) == "fp32"
+    assert choose_attention_variant("fp32", "cpu", plain) is None
+    with pytest.raises(StartupError, match="int8"):
+        choose_variant("int8", "cpu", plain)
+    with pytest.raises(StartupError, match="fp16"):
+        choose_variant("fp16", "cpu", every)  # built for CUDA only
+
+
+def test_settings_from_environment_and_validation(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNSERVE_BUNDLE", str(tmp_path))
+    monkeypatch.setenv("ATTNSERVE_MAX_BATCH_SIZE", "8")
+    monkeypatch.setenv("ATTNSERVE_CORS_ORIGINS", "http://a.example, http://b.example")
+    monkeypatch.setenv("ATTNSERVE_API_KEY", "zz-secret-zz")
+    settings = Settings()
+    assert settings.max_batch_size == 8 and settings.bundle == tmp_path
+    assert settings.cors_origins == ["http://a.example", "http://b.example"]
+    assert "zz-secret-zz" not in repr(settings)
+    with pytest.raises(ValidationError):
+        Settings(max_batch_size=0)
+    with pytest.raises(ValidationError):
+        Settings(provider="tpu")
+    for name, field in Settings.model_fields.items():
+        assert field.description, name
+
+
+def test_cli_flags_override_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNSERVE_PORT", "9000")
+    settings = read_settings(["--bundle", str(tmp_path), "--port", "9100", "--no-truncate", "--variant", "fp32"],
+                             "attnserve serve")
+    assert settings.port == 9100 and settings.truncate is False and settings.variant == "fp32"
+
+
+def test_postprocess_embeddings_and_softmax():
+    vectors = np.array([[3.0, 4.0, 12.0]], dtype=np.float32)
+    np.testing.assert_allclose(postprocess.embeddings(vectors, True, None), [[3 / 13, 4 / 13, 12 / 13]], rtol=1e-6)
+    np.testing.assert_allclose(postprocess.embeddings(vectors, False, 2), [[0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_allclose(postprocess.softmax(np.array([[0.0, np.log(3)]])), [[0.25, 0.75]])
+    ranked = postprocess.top_labels(np.array([[0.1, 0.7, 0.2]]), ["a", "b", "c"], 2)
+    assert [r["label"] for r in ranked[0]] == ["b", "c"]
+
+
+def test_rollout_of_identity_attention_is_identity_and_rows_sum_to_one():
+    eye = np.broadcast_to(np.eye(4), (3, 2, 4, 4))  # (l, h, n, n)
+    np.testing.assert_allclose(postprocess.rollout(eye), np.eye(4), atol=1e-6)
+    rng = np.random.default_rng(0)
+    maps = rng.random((3, 2, 5, 5))
+    maps /= maps.sum(-1, keepdims=True)
+    np.testing.assert_allclose(postprocess.rollout(maps).sum(-1), 1, atol=1e-5)
+
+
+def test_attention_size_estimate_bounds_the_real_bytes():
+    values = np.random.default_rng(0).random((2, 2, 9, 9)).astype(np.float32)
+    import orjson
+
+    assert len(orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)) <= postprocess.estimated_bytes(
+        values.size, "float", "float32")
+    assert len(postprocess.encode_array(values, "base64", "float16")) == postprocess.estimated_bytes(
+        values.size, "base64", "float16")
+
+
+def test_service_never_imports_torch(bundle_dir):
+    code = (
+        "import sys\n"
+        "from service.app import create_app\n"
+        "from service.cli import main\n"
+        "from service.bundle import load_runtime\n"
+        "from service.settings import Settings\n"
+        f"runtime = load_runtime(Settings(bundle={str(bundle_dir)!r}))\n"
+        "create_app(Settings(bundle='x'), runtime)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
