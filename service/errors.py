@@ -125,6 +125,8 @@ _BY_STATUS: dict[int, type[ServiceError]] = {
 
 def for_status(status: int, message: str) -> ServiceError:
     """A domain error for a status produced outside the engine (routing, framework)."""
+    if status == 400:  # the framework could not parse the body (e.g. not UTF-8): the same 422 as malformed JSON
+        return InvalidRequest("the request body is not valid JSON", code="validation_error")
     cls = _BY_STATUS.get(status)
     if cls is None:
         error = InvalidRequest(message) if 400 <= status < 500 else ServiceError(GENERIC_500)

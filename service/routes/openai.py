@@ -32,6 +32,12 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, engine: EngineDep, job
     })
 
 
+@router.get("/v1/models", responses=errors(401, 503), summary="The served model, OpenAI style")
+async def list_models(engine: EngineDep) -> Response:
+    model = {"id": engine.runtime.manifest.name, "object": "model", "created": 0, "owned_by": "attnserve"}
+    return json_response({"object": "list", "data": [model]})
+
+
 def _is_id_list(value: object) -> bool:
     """One input given as token ids: a non-empty list of ints."""
     return isinstance(value, list) and bool(value) and isinstance(value[0], int)

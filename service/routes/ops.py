@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, Request, Response
 
 from service.dependencies import EngineDep, get_engine, require_api_key
@@ -37,10 +35,10 @@ async def ready(request: Request) -> Response:
 
 
 @router.get("/info", responses=errors(401, 503), dependencies=[Depends(require_api_key)])
-async def info(request: Request, engine: EngineDep) -> dict[str, Any]:
+async def info(request: Request, engine: EngineDep) -> Response:
     """Model, bundle version and hashes, provider, variants, limits."""
     settings: Settings = request.app.state.settings
-    return {**engine.info(), "limits": {name: getattr(settings, name) for name in LIMITS}}
+    return json_response({**engine.info(), "limits": {name: getattr(settings, name) for name in LIMITS}})
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})

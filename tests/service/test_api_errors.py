@@ -7,7 +7,7 @@ import asyncio
 import orjson
 
 from service.errors import InvalidRequest
-from tests.service.conftest import assert_error, serving
+from tests.helpers.serving import assert_error, serving
 
 KEY = "s3cret-key"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from tests.service.conftest import serving
+from tests.helpers.serving import serving
 
 TEXTS = ["a warm and funny film", "the plot makes no sense at all", "dull"]
 
@@ -137,6 +137,8 @@ async def test_ops_routes(client):
     assert info["provider"] == "cpu" and info["variants"] == {"fast": "fp32", "attention": "fp32"}
     assert info["labels"] == ["neg", "pos"] and len(info["tokenizer_sha256"]) == 64
     assert all(len(g["sha256"]) == 64 for g in info["graphs"]) and info["limits"]["max_inputs"] == 256
+    models = (await client.get("/v1/models")).json()
+    assert models["data"][0]["id"] == info["model"]
     await post(client, "/embed", {"inputs": "x"})
     metrics = (await client.get("/metrics")).text
     for name in ("attnserve_requests_total", "attnserve_queue_depth", "attnserve_batch_size",

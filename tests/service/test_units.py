@@ -123,3 +123,14 @@ def test_service_never_imports_torch(bundle_dir):
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_json_log_lines():
+    import json
+    import logging
+
+    from service.logs import JsonFormatter
+
+    record = logging.LogRecord("attnserve", logging.ERROR, __file__, 1, "cannot start: %s", ("bad",), None)
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["level"] == "error" and entry["message"] == "cannot start: bad" and entry["time"].endswith("Z")
