@@ -1,0 +1,128 @@
+"""python -m bench --bundle DIR: engine, attnserve and naive-server figures with ratios and targets.
+
+Prints progress and Markdown tables to stdout and appends one JSON line per point to --out.
+Timings on a shared machine are noisy: every row carries the 1-minute load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import report, runner, targets
+from bench.engine import EngineBench
+from bench.scenarios import SCENARIOS
+from bench.texts import load_tokenizer
+from export.manifest import Manifest
+
+BATCHES = (1, 8, 32, 64)
+LENGTHS = (16, 128, 512)
+CPU_VARIANTS = ("fp32", "fp32-opt", "int8")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", type=Path, required=True, help="bundle directory (manifest.json, ...)")
+    parser.add_argument("--variants", "--variant", default="all",
+                        help="comma-separated variants to serve and measure, or 'all' present in the bundle "
+                             "(fp32, fp32-opt, int8); --quick defaults to int8 (else fp32)")
+    parser.add_argument("--duration", type=float, help="seconds per load scenario (default 15, --quick 2)")
+    parser.add_argument("--scenarios", default="a,b,c,d,e",
+                        help="comma-separated subset of a,b,c,d,e (e also runs e-embed); 'none' for engine only")
+    parser.add_argument("--quick", action="store_true", help="smoke run: short durations, targets' shapes only")
+    parser.add_argument("--route", choices=("embed", "openai"), default="embed",
+                        help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline server")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results.jsonl",
+                        help="JSON-lines file results are appended to")
+    return parser.parse_args(argv)
+
+
+def pick_variants(spec: str, manifest: Manifest, quick: bool) -> list[str]:
+    present = [v for v in CPU_VARIANTS if manifest.graph("fast", v)]
+    if spec != "all":
+        wanted = [v.strip() for v in spec.split(",") if v.strip()]
+        missing = [v for v in wanted if v not in present]
+        if missing:
+            sys.exit(f"bundle has no fast graph for {', '.join(missing)}; it has {', '.join(present)}")
+        return wanted
+    return (["int8"] if "int8" in present else present[:1]) if quick else present
+
+
+def pick_scenarios(spec: str) -> list[str]:
+    if spec == "none":
+        return []
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown:
+        sys.exit(f"unknown scenarios {unknown}; choose from a,b,c,d,e")
+    return [x for s in names for x in ((s, "e-embed") if s == "e" else (s,))]
+
+
+def engine_shapes(quick: bool, max_length: int) -> list[tuple[int, int]]:
+    if quick:
+        return [(1, 16), (32, 128)]
+    return [(b, min(n, max_length)) for n in LENGTHS for b in BATCHES]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    manifest = Manifest.read(args.bundle)
+    tokenizer = load_tokenizer(args.bundle, manifest.tokenizer, manifest.max_length)
+    variants = pick_variants(args.variants, manifest, args.quick)
+    rec = report.Recorder(args.out)
+    info = rec.add("machine", bundle=str(args.bundle), model=manifest.name, max_length=manifest.max_length,
+                   variants=variants, quick=args.quick, **report.machine())
+    print(f"# attnserve bench {rec.run_id}: {info['cpu']}, {info['cores']} cores, load {info['loadavg_1m']:.2f}")
+    if any(n > manifest.max_length for n in LENGTHS):
+        print(f"note: texts longer than max_length={manifest.max_length} are clipped to it")
+    plan = _plan(args, manifest)
+    engines = _engines(args, manifest, tokenizer, variants, plan.engine_s)
+    for variant in variants:
+        print(f"## engine {variant}", flush=True)
+        runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec)
+    _serve(args, plan, variants, tokenizer, rec)
+    targets.add_ratios(rec, engines)
+    targets.evaluate(rec, variants, engines.get("fp32") or _fp32(args, manifest, tokenizer, plan.engine_s))
+    _print(rec, args.out)
+    return 0
+
+
+def _plan(args: argparse.Namespace, manifest: Manifest) -> runner.Plan:
+    duration = args.duration or (2.0 if args.quick else 15.0)
+    log_dir = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
+    return runner.Plan(args.bundle, manifest.max_length, pick_scenarios(args.scenarios), duration,
+                       warmup_s=min(2.0, duration / 4), engine_s=0.3 if args.quick else 2.0,
+                       embed_route=args.route, log_dir=log_dir)
+
+
+def _engines(args, manifest: Manifest, tokenizer, variants: list[str], seconds: float) -> dict[str, EngineBench]:
+    return {v: EngineBench(v, args.bundle / manifest.graph("fast", v).file, tokenizer, seconds) for v in variants}
+
+
+def _fp32(args, manifest: Manifest, tokenizer, seconds: float) -> EngineBench | None:
+    entry = manifest.graph("fast", "fp32")
+    return EngineBench("fp32", args.bundle / entry.file, tokenizer, seconds) if entry else None
+
+
+def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.Recorder) -> None:
+    if not plan.scenarios:
+        return
+    for variant in variants:
+        for kind in ("service",) if args.no_naive else ("service", "naive"):
+            print(f"## {kind} {variant}", flush=True)
+            runner.measure_server(kind, variant, plan, tokenizer, rec)
+
+
+def _print(rec: report.Recorder, out: Path) -> None:
+    print("\n### Engine (onnxruntime session in-process)\n\n" + report.engine_table(rec))
+    if rec.of("load"):
+        print("\n### Served (attnserve vs naive per-request server)\n\n" + report.load_table(rec))
+        print("\n### Targets\n\n" + report.targets_table(rec))
+    print(f"\n{len(rec.rows)} rows appended to {out} (run {rec.run_id})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

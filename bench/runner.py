@@ -1,0 +1,90 @@
+"""Orchestration: engine grid, then each server (attnserve, naive) through the scenarios."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bench import procs, scenarios
+from bench.engine import EngineBench
+from bench.report import Recorder
+
+
+@dataclass(frozen=True)
+class Plan:
+    bundle: Path
+    max_length: int
+    scenarios: list[str]
+    duration_s: float
+    warmup_s: float
+    engine_s: float
+    embed_route: str
+    log_dir: Path
+
+
+def engine_grid(bench: EngineBench, shapes: list[tuple[int, int]], rec: Recorder, both: bool = True) -> None:
+    for batch, length in shapes:
+        for tokenize in (False, True) if both else (False,):
+            point = bench.point(batch, length, tokenize)
+            rec.add("engine", **asdict(point))
+            print(f"  engine {point.variant:8s} B={batch:<3d} T={point.length:<4d} tokenise={tokenize!s:5s} "
+                  f"{point.texts_per_s:9.1f} texts/s {point.tokens_per_s:10.0f} tokens/s", flush=True)
+
+
+class RssSampler:
+    """Samples the server's VmRSS (with children) every 0.2 s while the load runs."""
+
+    def __init__(self, server: procs.Server):
+        self.server, self.stop_event = server, threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join()
+
+    def _loop(self) -> None:
+        while not self.stop_event.wait(0.2):
+            self.server.sample_rss()
+
+
+def measure_server(kind: str, variant: str, plan: Plan, tokenizer: Tokenizer, rec: Recorder) -> dict[str, dict]:
+    """Start one server, run every planned scenario against it, stop it. Returns rows by scenario."""
+    argv = procs.service_argv(plan.bundle) if kind == "service" else procs.naive_argv(plan.bundle, variant)
+    env = {"ATTNSERVE_VARIANT": variant} if kind == "service" else {}
+    server = procs.start(f"{kind}-{variant}", argv, env, plan.log_dir)
+    rows: dict[str, dict] = {}
+    try:
+        for name in plan.scenarios:
+            rows[name] = _scenario(server, kind, variant, scenarios.SCENARIOS[name], plan, tokenizer, rec)
+        rec.add("process", server=kind, variant=variant, peak_rss_mb=server.peak_rss_kb / 1024,
+                torch_mapped=procs.torch_mapped(server.proc.pid))
+    finally:
+        code = procs.stop(server)
+        print(f"  {kind} stopped with exit code {code}; log {server.log_path}", flush=True)
+    return rows
+
+
+def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios.Scenario, plan: Plan,
+              tokenizer: Tokenizer, rec: Recorder) -> dict:
+    bodies = scenarios.payloads(scenario, tokenizer, plan.embed_route)
+    problem = scenarios.check_once(server.url, scenario, bodies[0], plan.embed_route)
+    before = scenarios.read_histograms(server.url) if kind == "service" else {}
+    with RssSampler(server):
+        result = scenarios.run(server.url, server.port, scenario, bodies, plan.embed_route, plan.duration_s,
+                               plan.warmup_s)
+    means = scenarios.histogram_means(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
+    length = min(scenario.length, plan.max_length)
+    row = rec.add("load", server=kind, variant=variant, scenario=scenario.name, workers=scenario.workers,
+                  texts=scenario.texts, length=length, shape=f"{scenario.workers}x{scenario.texts}x{length}",
+                  check=problem, batch_mean=means.get("attnserve_batch_size"), histogram_means=means,
+                  rss_mb=server.peak_rss_kb / 1024, **result.summary())
+    print(f"  {kind:7s} {variant:8s} ({scenario.name}) {row['texts_per_s']:8.1f} texts/s p50 {row['p50_ms']:7.1f} ms"
+          f" errors {row['errors']}/{row['requests']}" + (f"  CHECK: {problem}" if problem else ""), flush=True)
+    return row

@@ -1,0 +1,51 @@
+"""Deterministic benchmark texts of a requested token count, checked with the bundle's tokenizer."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+# Common English words, each one word piece in BERT vocabularies, so token counts move in steps of one.
+_WORD_LIST = (
+    "the of and to in is was for on that with as by at from his her they this had not are but "
+    "have which one were all their there been has when who will more would if out so up said what "
+    "about into than them can only other new some could time these two may then first any like now "
+    "my such make over our even most me state after also made many did must before back see through "
+    "way where get much go well your know should down work year because come people just say each "
+    "those take day good how long little own man being under never same another know while last "
+    "might great old off come since against go came right used three small place found house world "
+    "film movie story great funny good bad plot actor music scene end best love life young family"
+)
+WORDS = tuple(_WORD_LIST.split())
+
+
+def load_tokenizer(bundle: Path, name: str, max_length: int) -> Tokenizer:
+    """The bundle's tokenizer with its own padding/truncation replaced: we clip to max_length only."""
+    tokenizer = Tokenizer.from_file(str(bundle / name))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length)
+    return tokenizer
+
+
+def make_text(tokenizer: Tokenizer, tokens: int, seed: int) -> str:
+    """A text whose encoding (with [CLS]/[SEP]) is as close to `tokens` long as the word list allows."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(tokens)]
+    count = max(1, tokens - 2)
+    while count > 1 and _count(tokenizer, words[:count]) > tokens:
+        count -= 1
+    return " ".join(words[:count])
+
+
+def make_texts(tokenizer: Tokenizer, tokens: int, n: int, seed: int = 0) -> list[str]:
+    return [make_text(tokenizer, tokens, seed * 100_003 + i) for i in range(n)]
+
+
+def token_counts(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
+    return [len(e.ids) for e in tokenizer.encode_batch(texts)]
+
+
+def _count(tokenizer: Tokenizer, words: list[str]) -> int:
+    return len(tokenizer.encode(" ".join(words)).ids)
