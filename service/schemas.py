@@ -3,11 +3,24 @@ and written by orjson straight from numpy (the route returns the bytes, these mo
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-TextInputs = str | list[str]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_unicode(text: str) -> str:
+    """JSON may carry a lone surrogate escape ("\\ud800"); it is not a character, so refuse it (422)
+    rather than fail later in the tokenizer or the JSON writer."""
+    if _SURROGATE.search(text):
+        raise ValueError("contains a lone UTF-16 surrogate, which is not valid Unicode")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+TextInputs = Text | list[Text]
 Direction = Literal["Left", "Right", "left", "right"]
 
 
@@ -25,10 +38,10 @@ class Truncation(_Request):
 class OpenAIEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields like `user`
 
-    input: str | list[str] | list[int] | list[list[int]] = Field(
+    input: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given).",
     )
-    model: str | None = Field(None, description="Accepted for compatibility; the server serves one model.")
+    model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
     dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
 
