@@ -8,6 +8,7 @@ domain errors from `service.errors`; nothing here knows about HTTP.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -17,9 +18,17 @@ from typing import Any, TypeVar
 import numpy as np
 
 from service import postprocess
-from service.batcher import Batcher, BatchObserver
+from service.batcher import Batcher, BatchObserver, Ticket
 from service.bundle import Runtime
-from service.errors import AttentionTooLarge, InputTooLong, InvalidRequest, TooManyInputs, Unsupported
+from service.errors import (
+    AttentionTooLarge,
+    InputTooLong,
+    InvalidRequest,
+    NonFiniteOutput,
+    ServiceError,
+    TooManyInputs,
+    Unsupported,
+)
 from service.tokenize import Direction, Encoded
 
 T = TypeVar("T")
@@ -52,10 +61,20 @@ class Engine:
         self.runtime, self.batcher, self.limits = runtime, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
         self.warm = False
+        self._probe = asyncio.Lock()
 
     @property
     def ready(self) -> bool:
         return self.warm and self.batcher.last_ok
+
+    async def check_ready(self) -> bool:
+        """`ready`, but after a failed inference one small probe run (one at a time) checks whether the
+        graph works again, so readiness recovers by itself once a fault clears, traffic or not."""
+        if self.warm and not self.batcher.last_ok and not self._probe.locked():
+            async with self._probe:
+                with contextlib.suppress(ServiceError):  # still failing (or busy): stay not ready
+                    await self._run("fast", ["ready probe"], truncate=True, direction="right")
+        return self.ready
 
     async def warm_up(self) -> None:
         """One run of each graph before /ready turns 200 (allocations, kernel choice, caches)."""
@@ -95,7 +114,7 @@ class Engine:
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
             self._check_attention_size(encoded, query)
-            outputs = await self.batcher.submit(ticket, "attention", [e.ids for e in encoded])
+            outputs = await self._submit(ticket, "attention", encoded)
         return await self._off_loop(_attention_views, encoded, outputs, query)
 
     async def tokenize(self, inputs: Sequence[str], add_special_tokens: bool) -> list[list[dict[str, Any]]]:
@@ -121,7 +140,15 @@ class Engine:
         self._check_inputs(inputs)
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
-            return encoded, await self.batcher.submit(ticket, kind, [e.ids for e in encoded])
+            return encoded, await self._submit(ticket, kind, encoded)
+
+    async def _submit(self, ticket: Ticket, kind: str, encoded: list[Encoded]) -> list[dict[str, np.ndarray]]:
+        outputs = await self.batcher.submit(ticket, kind, [e.ids for e in encoded])
+        for index, output in enumerate(outputs):
+            for name, value in output.items():
+                if not np.isfinite(value).all():
+                    raise NonFiniteOutput(f"the model produced NaN or Inf in {name} for input {index}")
+        return outputs
 
     def _check_inputs(self, inputs: Inputs) -> None:
         if not inputs:

@@ -18,6 +18,7 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     ├── NotReady                 503 unavailable_error       not warm, or the last inference failed
     ├── QueueTimeout             504 timeout_error           waited past ATTNSERVE_QUEUE_TIMEOUT_S; not run
     ├── InferenceFailed          500 server_error            a batch failed; every request in it gets this
+    │   └── NonFiniteOutput      500   the graph returned NaN or Inf for an input; never sent as numbers
     └── ClientGone               499 client_closed_request   the client disconnected; its work was dropped
 
 Any other exception is a bug: it is logged with its traceback and answered with a generic 500 that
@@ -110,6 +111,10 @@ class QueueTimeout(ServiceError):
 
 class InferenceFailed(ServiceError):
     status, type, code = 500, "server_error", "inference_failed"
+
+
+class NonFiniteOutput(InferenceFailed):
+    code = "non_finite_output"
 
 
 class ClientGone(ServiceError):

@@ -27,9 +27,9 @@ async def health() -> Response:
 
 @router.get("/ready", response_model=Status, responses=errors(503))
 async def ready(request: Request) -> Response:
-    """200 once warm and while the last inference succeeded; 503 otherwise."""
+    """200 once warm and while inference works; 503 otherwise (after a failure, a probe run decides)."""
     engine = get_engine(request)
-    if not engine.ready:
+    if not await engine.check_ready():
         raise NotReady("warming up" if not engine.warm else "the last inference failed")
     return json_response({"status": "ready"})
 
