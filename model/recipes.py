@@ -1,0 +1,88 @@
+"""Starting points for training: a loaded model (BERT-family dir or our checkpoint) or a fresh one.
+
+    from_init     load_model(path), then give it a fresh classification head for our labels
+                  (a head with the same kind and the same labels is kept, to continue training);
+    from_scratch  a WordPiece vocabulary trained on the training texts and a new Encoder;
+    make_task     frozen encoder -> FeatureTask (head on cached features), else TextTask.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from model.config import EncoderConfig
+from model.data import Dataset, tokenize
+from model.encoder import Encoder
+from model.features import FeatureTask, extract_features
+from model.load import load_model
+from model.tokenizer import pad_id, train_wordpiece
+from model.training import Split, Task, TextTask
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScratchSize:
+    d_model: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    vocab_size: int = 8000
+
+
+def from_init(path: Path, head: str, label_names: Sequence[str]) -> tuple[Encoder, Tokenizer]:
+    loaded = load_model(path)
+    log.info("loaded %s model from %s", loaded.kind, path)
+    return with_head(loaded.encoder, head, label_names), loaded.tokenizer
+
+
+def with_head(encoder: Encoder, head: str, label_names: Sequence[str]) -> Encoder:
+    """A copy of encoder's body under a head of the given kind for label_names."""
+    config = encoder.config.replace(head=head, num_labels=len(label_names), label_names=tuple(label_names))
+    if config == encoder.config:
+        return encoder  # same head, same labels: continue training it
+    fresh = Encoder(config)
+    body = {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
+    missing, unexpected = fresh.load_state_dict(body, strict=False)
+    if unexpected or any(not k.startswith("head.") for k in missing):
+        raise ValueError(f"could not move the encoder body: missing {missing}, unexpected {unexpected}")
+    return fresh
+
+
+def from_scratch(texts: Sequence[str], size: ScratchSize, head: str, label_names: Sequence[str],
+                 max_length: int) -> tuple[Encoder, Tokenizer]:
+    tokenizer = train_wordpiece(texts, vocab_size=size.vocab_size)
+    config = EncoderConfig(
+        vocab_size=tokenizer.get_vocab_size(), d_model=size.d_model, num_heads=size.num_heads,
+        num_layers=size.num_layers, d_ff=4 * size.d_model, max_length=max_length,
+        pad_token_id=pad_id(tokenizer), head=head, num_labels=len(label_names), label_names=tuple(label_names),
+    )
+    log.info("new encoder: %d-token vocabulary, %d layers, d_model %d, %d heads",
+             config.vocab_size, config.num_layers, config.d_model, config.num_heads)
+    return Encoder(config), tokenizer
+
+
+def freeze(encoder: Encoder) -> None:
+    """Every weight but the head's stops learning."""
+    for name, param in encoder.named_parameters():
+        param.requires_grad = name.startswith("head.")
+
+
+def make_task(encoder: Encoder, tokenizer: Tokenizer, train: Dataset, val: Dataset, frozen: bool,
+              batch_size: int, max_length: int, device: torch.device) -> Task:
+    encoder.to(device)
+    max_length = min(max_length, encoder.config.max_length)
+    train_ids, val_ids = tokenize(tokenizer, train.texts, max_length), tokenize(tokenizer, val.texts, max_length)
+    pad = pad_id(tokenizer)
+    if not frozen:
+        return TextTask(encoder, Split(train_ids, train.labels), Split(val_ids, val.labels), batch_size, device, pad)
+    freeze(encoder)
+    encode_batch = 128
+    train_x = extract_features(encoder, train_ids, pad, encode_batch, device)
+    val_x = extract_features(encoder, val_ids, pad, encode_batch, device)
+    return FeatureTask(encoder, Split(train_x, train.labels), Split(val_x, val.labels), batch_size, device)
