@@ -1,13 +1,16 @@
 """`attnserve serve`: every setting is a flag (and an ATTNSERVE_* variable); flags win.
 
 The bundle is loaded and verified before the server binds: an invalid bundle, a missing provider or
-variant ends the process with one log line naming the fault and exit status 2.
+variant ends the process with one log line naming the fault and exit status 2. SIGTERM drains: uvicorn
+stops accepting, admitted requests finish, the lifespan drains the batcher, and the exit status is 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
 
 from pydantic import ValidationError
@@ -60,9 +63,21 @@ def serve(settings: Settings) -> int:
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
-    uvicorn.run(
-        create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
-        loop="auto", http="auto",  # uvloop and httptools when installed ([standard] extra)
-        timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
-    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
+    # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
+    with contextlib.suppress(_Stopped):
+        uvicorn.run(
+            create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
+            loop="auto", http="auto",  # uvloop and httptools when installed ([standard] extra)
+            timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
+        )
     return 0
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGINT reached the process outside uvicorn's own handlers."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped(signal.Signals(signum).name)
