@@ -114,8 +114,15 @@ def _open(settings: Settings, manifest: Manifest, provider: str) -> Runtime:
         variants["attention"] = attention
     runners = {kind: _runner(settings, manifest, kind, variant, provider) for kind, variant in variants.items()}
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == r.providers[0] for r in runners.values()) else "cpu"
-    tokenizer = TextTokenizer(Tokenizer.from_file(str(settings.bundle / manifest.tokenizer)), manifest.max_length)
-    return Runtime(manifest, tokenizer, dict(runners), ran_on, variants)
+    return Runtime(manifest, _tokenizer(settings.bundle, manifest), dict(runners), ran_on, variants)
+
+
+def _tokenizer(bundle: Path, manifest: Manifest) -> TextTokenizer:
+    try:
+        return TextTokenizer(Tokenizer.from_file(str(bundle / manifest.tokenizer)), manifest.max_length)
+    except Exception as error:  # tokenizers raises a bare Exception; name the file, keep the reason
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise StartupError(f"{manifest.tokenizer}: the tokenizers library cannot load it: {reason}") from None
 
 
 def _runner(settings: Settings, manifest: Manifest, kind: str, variant: str, provider: str) -> OrtRunner:
