@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", "--variant", default="all",
                         help="comma-separated variants to serve and measure, or 'all' present in the bundle "
                              "(fp32, fp32-opt, int8); --quick defaults to int8 (else fp32)")
-    parser.add_argument("--duration", type=float, help="seconds per load scenario (default 15, --quick 2)")
+    parser.add_argument("--duration", type=float, help="seconds per load scenario (default 10, --quick 2)")
     parser.add_argument("--scenarios", default="a,b,c,d,e",
                         help="comma-separated subset of a,b,c,d,e (e also runs e-embed); 'none' for engine only")
     parser.add_argument("--quick", action="store_true", help="smoke run: short durations, targets' shapes only")
@@ -82,24 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     engines = _engines(args, manifest, tokenizer, variants, plan.engine_s)
     for variant in variants:
         print(f"## engine {variant}", flush=True)
-        runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec)
-    _serve(args, plan, variants, tokenizer, rec)
-    targets.add_ratios(rec, engines)
+        runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec, not args.quick)
+    _serve(args, plan, variants, tokenizer, rec, engines)
     targets.evaluate(rec, variants, engines.get("fp32") or _fp32(args, manifest, tokenizer, plan.engine_s))
     _print(rec, args.out)
     return 0
 
 
 def _plan(args: argparse.Namespace, manifest: Manifest) -> runner.Plan:
-    duration = args.duration or (2.0 if args.quick else 15.0)
+    duration = args.duration or (2.0 if args.quick else 10.0)
     log_dir = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
     return runner.Plan(args.bundle, manifest.max_length, pick_scenarios(args.scenarios), duration,
-                       warmup_s=min(2.0, duration / 4), engine_s=0.3 if args.quick else 2.0,
+                       warmup_s=min(2.0, duration / 4), engine_s=0.3 if args.quick else 1.0, quick=args.quick,
                        embed_route=args.route, log_dir=log_dir)
 
 
 def _engines(args, manifest: Manifest, tokenizer, variants: list[str], seconds: float) -> dict[str, EngineBench]:
-    return {v: EngineBench(v, args.bundle / manifest.graph("fast", v).file, tokenizer, seconds) for v in variants}
+    runs = 1 if args.quick else 2
+    return {v: EngineBench(v, args.bundle / manifest.graph("fast", v).file, tokenizer, seconds, runs)
+            for v in variants}
 
 
 def _fp32(args, manifest: Manifest, tokenizer, seconds: float) -> EngineBench | None:
@@ -107,13 +108,17 @@ def _fp32(args, manifest: Manifest, tokenizer, seconds: float) -> EngineBench | 
     return EngineBench("fp32", args.bundle / entry.file, tokenizer, seconds) if entry else None
 
 
-def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.Recorder) -> None:
+def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.Recorder,
+           engines: dict[str, EngineBench]) -> None:
     if not plan.scenarios:
         return
     for variant in variants:
         for kind in ("service",) if args.no_naive else ("service", "naive"):
             print(f"## {kind} {variant}", flush=True)
             runner.measure_server(kind, variant, plan, tokenizer, rec)
+        engines[variant].cache.clear()  # re-measure the reference shapes now, next to the served figures
+        print(f"## engine {variant}: reference shapes for the ratios", flush=True)
+        targets.add_ratios(rec, engines[variant])
 
 
 def _print(rec: report.Recorder, out: Path) -> None:

@@ -23,6 +23,7 @@ class Plan:
     engine_s: float
     embed_route: str
     log_dir: Path
+    quick: bool = False  # warm up with the one checked request only
 
 
 def engine_grid(bench: EngineBench, shapes: list[tuple[int, int]], rec: Recorder, both: bool = True) -> None:
@@ -78,7 +79,7 @@ def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios
     before = scenarios.read_histograms(server.url) if kind == "service" else {}
     with RssSampler(server):
         result = scenarios.run(server.url, server.port, scenario, bodies, plan.embed_route, plan.duration_s,
-                               plan.warmup_s)
+                               0.0 if plan.quick else plan.warmup_s)
     means = scenarios.histogram_means(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
     length = min(scenario.length, plan.max_length)
     row = rec.add("load", server=kind, variant=variant, scenario=scenario.name, workers=scenario.workers,

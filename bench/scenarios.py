@@ -80,7 +80,8 @@ def check_once(url: str, scenario: Scenario, payload: Payload, embed_route: str)
 def run(url: str, port: int, scenario: Scenario, bodies: list[Payload], embed_route: str, duration_s: float,
         warmup_s: float) -> LoadResult:
     path = path_of(scenario, embed_route)
-    asyncio.run(run_load(port, path, bodies, scenario.workers, warmup_s))
+    if warmup_s > 0:
+        asyncio.run(run_load(port, path, bodies, scenario.workers, warmup_s))
     return asyncio.run(run_load(port, path, bodies, scenario.workers, duration_s))
 
 

@@ -19,13 +19,15 @@ def engine_shape(row: dict[str, Any], batch_mean: float | None) -> tuple[int, in
     return row["texts"], row["length"]
 
 
-def add_ratios(rec: Recorder, engines: dict[str, EngineBench]) -> None:
-    for row in rec.of("load"):
+def add_ratios(rec: Recorder, engine: EngineBench) -> None:
+    """Ratios for one variant's rows; engine points not cached yet are measured now, so a ratio's
+    two figures come from minutes apart on a shared machine, not from opposite ends of the run."""
+    for row in rec.of("load", variant=engine.variant):
         service = _one(rec, "service", row["variant"], row["scenario"])
         naive = _one(rec, "naive", row["variant"], row["scenario"])
         shape = engine_shape(row, service and service.get("batch_mean"))
-        if shape and row["variant"] in engines:
-            point = engines[row["variant"]].point(*shape)
+        if shape:
+            point = engine.point(*shape)
             row["engine_ref"] = f"{shape[0]}x{shape[1]}: {point.texts_per_s:.1f}"
             row["vs_engine"] = row["texts_per_s"] / point.texts_per_s
         if row["server"] == "service" and naive:
