@@ -1,0 +1,63 @@
+"""Quick onnxruntime timings of a bundle's graphs: `python -m export.timing BUNDLE [--batch 32 --tokens 128]`.
+
+Prints milliseconds per batch and texts per second for each graph, by wall clock and by process
+CPU time (the CPU figure is steadier on a shared machine). A benchmark that prints, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from export.manifest import GraphEntry, Manifest
+
+
+def feeds(batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(0).integers(1000, vocab, size=(batch, tokens)).astype(np.int64)  # (B, T)
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+def time_graph(path: Path, inputs: dict[str, np.ndarray], threads: int, repeats: int) -> tuple[float, float]:
+    """(best wall seconds, best CPU seconds) per run after one warm-up run."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.log_severity_level = threads, 3
+    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    sess.run(None, inputs)
+    runs = []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        sess.run(None, inputs)
+        runs.append((time.perf_counter() - wall, time.process_time() - cpu))
+    return min(r[0] for r in runs), min(r[1] for r in runs)
+
+
+def report(bundle: Path, entry: GraphEntry, inputs: dict[str, np.ndarray], threads: int, repeats: int) -> str:
+    wall, cpu = time_graph(bundle / entry.file, inputs, threads, repeats)
+    batch = len(inputs["input_ids"])
+    size = (bundle / entry.file).stat().st_size / 1e6
+    return (f"{entry.file:<24} {size:7.1f} MB  wall {wall * 1e3:7.0f} ms ({batch / wall:6.1f} texts/s, "
+            f"{threads} threads)  cpu {cpu * 1e3:7.0f} ms ({batch / cpu:6.1f} texts/s per core)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m export.timing", description=__doc__.splitlines()[0])
+    p.add_argument("bundle", type=Path)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    manifest = Manifest.read(args.bundle)
+    inputs = feeds(args.batch, args.tokens, manifest.model_config_["vocab_size"])
+    for entry in manifest.graphs:
+        if entry.variant != "fp16":  # meant for CUDA; CPU timings of it mean nothing
+            print(report(args.bundle, entry, inputs, args.threads, args.repeats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The int8 variant passes its gate on the default model (real MiniLM with a classification head)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from export.bundle import bundle_max_length, export_bundle
+from export.parity import GATES
+from model.assets import minilm_dir, rotten_tomatoes
+from model.checkpoint import save_checkpoint
+from model.encoder import Encoder, mean_pool
+from model.load import load_model
+from model.tokenizer import encode
+
+pytestmark = pytest.mark.default_model
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"
+HEAD_TEXTS = 200
+
+
+def fit_head(features: torch.Tensor, labels: torch.Tensor, steps: int = 200) -> torch.nn.Linear:
+    """Logistic regression on frozen pooled MiniLM features: a head in well under a second."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(features.size(1), 2)
+    optimiser = torch.optim.Adam(head.parameters(), lr=1e-2)
+    for _ in range(steps):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(head(features), labels).backward()
+        optimiser.step()
+    return head
+
+
+def minilm_with_head(out: Path) -> Path:
+    """MiniLM plus a linear head fitted on the first Rotten Tomatoes snippets, as a checkpoint."""
+    loaded = load_model(minilm_dir())
+    rows = rotten_tomatoes()[:HEAD_TEXTS]
+    ids, mask = encode(loaded.tokenizer, [t for t, _ in rows], 128)  # (B, T)
+    with torch.no_grad():
+        features = mean_pool(loaded.encoder(ids, mask).token_states, mask)  # (B, D), as the head sees it
+    head = fit_head(features, torch.tensor([int(label == "fresh") for _, label in rows]))
+    config = loaded.encoder.config.replace(head="linear", num_labels=2, label_names=("rotten", "fresh"))
+    encoder = Encoder(config).eval()
+    encoder.load_state_dict(loaded.encoder.state_dict(), strict=False)
+    encoder.head.classifier.load_state_dict(head.state_dict())  # type: ignore[union-attr]
+    save_checkpoint(out, encoder, loaded.tokenizer)
+    return out
+
+
+@pytest.fixture(scope="module")
+def default_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if (DEFAULT_CHECKPOINT / "config.json").is_file():
+        return DEFAULT_CHECKPOINT
+    return minilm_with_head(tmp_path_factory.mktemp("default") / "minilm-head")
+
+
+def test_sentence_transformers_max_length_comes_from_its_config() -> None:
+    assert bundle_max_length(load_model(minilm_dir())) == 256
+
+
+@pytest.mark.slow
+def test_int8_passes_its_gate_on_the_default_model(default_checkpoint: Path, tmp_path: Path) -> None:
+    manifest = export_bundle(default_checkpoint, tmp_path / "bundle", variants=("fp32", "int8"))
+    int8 = manifest.graph("fast", "int8")
+    assert int8 is not None
+    assert int8.parity["embeddings_min_cosine"] >= 0.99
+    assert int8.parity["label_agreement"] >= 0.99
+    assert {f for f, _, _ in GATES["int8"]} <= set(int8.parity)
+    assert int8.parity["quantized_matmuls"] >= 2 * manifest.num_layers
+    sizes = {v: (tmp_path / "bundle" / f"fast-{v}.onnx").stat().st_size for v in ("fp32", "int8")}
+    assert sizes["int8"] < sizes["fp32"]

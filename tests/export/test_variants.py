@@ -1,0 +1,47 @@
+"""Every variant builds, keeps the graph's outputs, passes its gate and is listed in the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+from export.bundle import export_bundle
+from export.manifest import Manifest
+from export.parity import CUDA_MEASURED
+from export.variants import attention_projections
+from export.verify import verify_bundle
+from model.load import load_model
+
+
+@pytest.fixture(scope="module")
+def all_variants(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Manifest:
+    out = tmp_path_factory.mktemp("variants") / "tiny-all"
+    export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "fp16"))
+    return verify_bundle(out)
+
+
+def test_all_variants_listed(all_variants: Manifest) -> None:
+    listed = {(g.kind, g.variant) for g in all_variants.graphs}
+    assert listed == {("fast", v) for v in ("fp32", "fp32-opt", "int8", "fp16")} | {
+        ("attention", "fp32"), ("attention", "fp16")}
+
+
+def test_variant_parity_figures(all_variants: Manifest) -> None:
+    opt, int8, fp16 = (all_variants.graph("fast", v) for v in ("fp32-opt", "int8", "fp16"))
+    assert opt and int8 and fp16
+    assert max(opt.parity.values()) <= 1e-4
+    assert int8.parity["embeddings_min_cosine"] >= 0.99 and int8.parity["quantized_matmuls"] > 0
+    assert fp16.parity["embeddings_min_cosine"] >= 0.999
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    assert fp16.parity[CUDA_MEASURED] == float(cuda)  # measured on CPU here when CUDA is absent
+
+
+def test_int8_scope_picks_attention_projections(tiny_bundle: Path, tiny_hf_bundle: Path) -> None:
+    for bundle in (tiny_bundle, tiny_hf_bundle):  # the HF one has a (D, D) pooler: left out
+        manifest = Manifest.read(bundle)
+        config = load_model(Path(manifest.source.path)).encoder.config
+        graph = bundle / "fast-fp32.onnx"
+        assert len(attention_projections(graph, config, ("q", "k", "v", "out"))) == 4 * config.num_layers
+        assert len(attention_projections(graph, config, ("q", "k"))) == 2 * config.num_layers
