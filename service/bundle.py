@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.manifest import Manifest
+from export.manifest import GraphEntry, Manifest
 from service.runner import ORT_PROVIDERS, BatchRunner, OrtRunner, Outputs, open_session
 from service.settings import Settings
 from service.tokenize import TextTokenizer
@@ -113,8 +113,21 @@ def _open(settings: Settings, manifest: Manifest, provider: str) -> Runtime:
     if attention is not None:
         variants["attention"] = attention
     runners = {kind: _runner(settings, manifest, kind, variant, provider) for kind, variant in variants.items()}
+    tokenizer = _tokenizer(settings.bundle, manifest)
+    probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
+    for kind, runner in runners.items():
+        _smoke_run(runner, probe, manifest.graph(kind, variants[kind]))
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == r.providers[0] for r in runners.values()) else "cpu"
-    return Runtime(manifest, _tokenizer(settings.bundle, manifest), dict(runners), ran_on, variants)
+    return Runtime(manifest, tokenizer, dict(runners), ran_on, variants)
+
+
+def _smoke_run(runner: OrtRunner, probe: np.ndarray, entry: GraphEntry | None) -> None:
+    """One real run before serving: a graph that loads but cannot run stops start-up, naming its file."""
+    try:
+        runner.run([probe])
+    except Exception as error:  # onnxruntime raises its own types
+        name = entry.file if entry is not None else "graph"
+        raise StartupError(f"{name}: a first run failed ({type(error).__name__}: {str(error)[:200]})") from None
 
 
 def _tokenizer(bundle: Path, manifest: Manifest) -> TextTokenizer:
