@@ -134,3 +134,9 @@ def test_json_log_lines():
     record = logging.LogRecord("attnserve", logging.ERROR, __file__, 1, "cannot start: %s", ("bad",), None)
     entry = json.loads(JsonFormatter().format(record))
     assert entry["level"] == "error" and entry["message"] == "cannot start: bad" and entry["time"].endswith("Z")
+
+
+def test_service_readme_documents_every_setting():
+    readme = (Path(__file__).resolve().parents[2] / "service" / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`ATTNSERVE_{name.upper()}`" in readme, name
