@@ -43,7 +43,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
-    app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics)
+    api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
+    app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
+                       api_key=api_key)
     return app
 
 

@@ -1,6 +1,10 @@
-"""The HTTP edge, as one pure ASGI middleware (no framework imports): request id, body limit,
+"""The HTTP edge, as one pure ASGI middleware (no framework imports): request id, API key, body limit,
 per-route metrics, and the last line of defence for unknown errors (logged, answered with a
 generic 500 in the one error shape).
+
+The API key is checked here, before the body is read or parsed, so a client without the key learns
+nothing about its body (no 422) and cannot make the server buffer one. CORS preflights (OPTIONS) and
+the open paths pass without it.
 
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
 Content-Length is present, absent (chunked) or wrong; the route then reads the buffered body.
@@ -8,6 +12,7 @@ Content-Length is present, absent (chunked) or wrong; the route then reads the b
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import time
@@ -15,7 +20,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from service.errors import GENERIC_500, PayloadTooLarge, ServiceError, error_body
+from service.errors import GENERIC_500, PayloadTooLarge, ServiceError, Unauthorized, error_body
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -30,9 +35,13 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, api_key: str | None = None) -> None:
         self.app, self.limit, self.metrics = app, payload_limit_bytes, metrics
+        self.api_key = api_key.encode() if api_key is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,7 +51,10 @@ class EdgeMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         response = _Response(send, request_id)
         try:
-            await self._handle(scope, receive, response)
+            if self._authorized(scope):
+                await self._handle(scope, receive, response)
+            else:
+                await response.error(Unauthorized("missing or wrong API key; send `Authorization: Bearer <key>`"))
         except Exception:
             log.exception("unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id)
             if not response.started:
@@ -50,6 +62,12 @@ class EdgeMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.request(route, response.status, time.perf_counter() - started)
+
+    def _authorized(self, scope: Scope) -> bool:
+        if self.api_key is None or scope["method"] == "OPTIONS" or scope["path"] in OPEN_PATHS:
+            return True
+        scheme, _, token = (_header(scope, b"authorization") or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), self.api_key)
 
     async def _handle(self, scope: Scope, receive: Receive, response: _Response) -> None:
         if scope["method"] not in _BODY_METHODS:
