@@ -29,12 +29,20 @@ class BundleError(ValueError):
 def verify_bundle(bundle_dir: Path) -> Manifest:
     bundle_dir = Path(bundle_dir)
     manifest = _read_manifest(bundle_dir)
-    _check_hash(bundle_dir / manifest.tokenizer, manifest.tokenizer_sha256)
+    _check_hash(_inside(bundle_dir, manifest.tokenizer), manifest.tokenizer_sha256)
     _check_unique(manifest)
     for entry in manifest.graphs:
-        _check_hash(bundle_dir / entry.file, entry.sha256)
+        _check_hash(_inside(bundle_dir, entry.file), entry.sha256)
         _check_graph(bundle_dir / entry.file, entry)
     return manifest
+
+
+def _inside(bundle_dir: Path, name: str) -> Path:
+    """The bundle file `name` (a plain name, by the manifest's schema), refused if a symlink leads out."""
+    path = bundle_dir / name
+    if path.exists() and not path.resolve().is_relative_to(bundle_dir.resolve()):
+        raise BundleError(f"{name}: resolves outside the bundle directory {bundle_dir} (a symlink?)")
+    return path
 
 
 def _read_manifest(bundle_dir: Path) -> Manifest:
