@@ -1,0 +1,56 @@
+"""A real `python -m attnserve serve` process (the Dockerfile's command) on 127.0.0.1 and a free port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the server (no ATTNSERVE_* from this environment leaks in); returns (process, base url)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+    command = [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
+               "--port", str(port), "--intra-op-threads", "1", *flags]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 60) -> bool:
+    """True once /ready answers 200; False when the process exits or the timeout passes first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """SIGTERM, wait, and return (exit status, everything the process logged)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        output, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+    return proc.returncode, (output or b"").decode(errors="replace")
