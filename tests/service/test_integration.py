@@ -157,14 +157,34 @@ async def test_sigterm_finishes_admitted_requests(bundle_dir):
     proc, url = start(bundle_dir, "--batch-wait-ms", "4000")  # admitted requests sit in the queue at SIGTERM
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 2]
-        deadline = time.monotonic() + 10
-        while queue_depth(url) < len(tasks) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert queue_depth(url) == len(tasks)
+        await until(lambda: queue_depth(url) == len(tasks))
         proc.send_signal(signal.SIGTERM)
         responses = await asyncio.gather(*tasks)
     assert [r.status_code for r in responses] == [200] * len(tasks)
     stop(proc)
+
+
+async def test_client_that_disconnects_leaves_the_queue_before_compute(bundle_dir):
+    proc, url = start(bundle_dir, "--batch-wait-ms", "3000")  # the worker holds queued inputs for 3 s
+    try:
+        before = model_runs(url)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            request = asyncio.create_task(client.post("/embed", json={"inputs": ["gone", "also gone"]}))
+            await until(lambda: queue_depth(url) == 2)
+            request.cancel()  # the client goes away: httpx closes the connection
+            await until(lambda: queue_depth(url) == 0, timeout_s=2)  # well inside the batch wait
+        await asyncio.sleep(3)
+        assert model_runs(url) == before
+        assert httpx.post(f"{url}/embed", json={"inputs": "still serving"}, timeout=30).status_code == 200
+    finally:
+        stop(proc)
+
+
+async def until(condition, timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
 
 
 def queue_depth(url: str) -> float:
