@@ -115,7 +115,11 @@ def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.
     for variant in variants:
         for kind in ("service",) if args.no_naive else ("service", "naive"):
             print(f"## {kind} {variant}", flush=True)
-            runner.measure_server(kind, variant, plan, tokenizer, rec)
+            try:
+                runner.measure_server(kind, variant, plan, tokenizer, rec)
+            except RuntimeError as error:  # one server that will not start must not lose the run
+                print(f"  {kind} {variant} FAILED: {error}", flush=True)
+                rec.add("error", server=kind, variant=variant, error=str(error))
         engines[variant].cache.clear()  # re-measure the reference shapes now, next to the served figures
         print(f"## engine {variant}: reference shapes for the ratios", flush=True)
         targets.add_ratios(rec, engines[variant])
