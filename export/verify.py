@@ -9,11 +9,9 @@ the ones the manifest lists. Every failure raises BundleError naming the file (a
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import onnxruntime as ort
-from pydantic import ValidationError
 
 from export.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
 
@@ -51,10 +49,17 @@ def _read_manifest(bundle_dir: Path) -> Manifest:
         raise BundleError(f"{path}: manifest not found (is {bundle_dir} a bundle directory?)")
     try:
         return Manifest.read(bundle_dir)
-    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        first = err.errors()[0] if isinstance(err, ValidationError) else {"loc": (), "msg": str(err)}
-        field = ".".join(str(p) for p in first["loc"]) or "(document)"
-        raise BundleError(f"{path}: field {field}: {first['msg']}") from None
+    except ValueError as err:  # pydantic's ValidationError, json's JSONDecodeError, UnicodeDecodeError
+        raise BundleError(f"{path}: {_first_problem(err)}") from None
+
+
+def _first_problem(err: ValueError) -> str:
+    """'field graphs.0.sha256: Field required' for a validation error, else the error text."""
+    errors = getattr(err, "errors", None)
+    if not callable(errors):
+        return f"not valid JSON: {err}"
+    first = errors()[0]
+    return f"field {'.'.join(str(p) for p in first['loc']) or '(document)'}: {first['msg']}"
 
 
 def _check_unique(manifest: Manifest) -> None:

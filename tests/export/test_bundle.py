@@ -112,3 +112,23 @@ def test_cli_needs_source_and_out(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main([])
     assert exc.value.code == 2 and "--verify" in capsys.readouterr().err
+
+
+def test_verify_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, export.verify; sys.exit('torch' in sys.modules or 'onnx' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["graphs"][1]["sha256"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"manifest.json: field graphs.1.sha256"):
+        verify_bundle(copy)
+    (copy / "manifest.json").write_text("{not json")
+    with pytest.raises(BundleError, match="manifest.json: .*Invalid JSON"):
+        verify_bundle(copy)
