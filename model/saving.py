@@ -53,4 +53,5 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as fh:
         fh.write(json.dumps(data, indent=2) + "\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; the other checkpoint files are world-readable
     os.replace(tmp, path)

@@ -43,7 +43,7 @@ class Defaults:
 
 
 MODE_DEFAULTS = {
-    "default": Defaults(DEFAULT_HEAD, 8, 32, 1e-3),
+    "default": Defaults(DEFAULT_HEAD, 2, 32, 1e-3),
     "frozen": Defaults("linear", 8, 32, 1e-3),
     "finetune": Defaults("linear", 3, 32, 5e-5),
     "scratch": Defaults("linear", 5, 32, 5e-4),
@@ -79,8 +79,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 def _add_optimisation(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("optimisation (defaults depend on the starting point)")
-    group.add_argument("--epochs", type=int, help="passes over the training data (default: 8 frozen, "
-                       "3 fine-tune, 5 from scratch)")
+    group.add_argument("--epochs", type=int, help="passes over the training data (default: 2 for the "
+                       "default model, 8 frozen --init, 3 fine-tune, 5 from scratch)")
     group.add_argument("--batch-size", type=int, help="examples per step (default: 32)")
     group.add_argument("--lr", type=float, help="peak AdamW learning rate (default: 1e-3 frozen, 5e-5 fine-tune, "
                        "5e-4 from scratch)")
