@@ -35,9 +35,9 @@ serve: $(STAMP) $(BUNDLE)/manifest.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy service export
 
-test: $(STAMP)
-	$(BIN)/ruff check .
+test: lint
 	$(BIN)/python -m pytest -q
 
 reliability: $(STAMP)
