@@ -16,7 +16,9 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PATH=/opt/venv/bin:$PATH \
     ATTNSERVE_BUNDLE=/bundle \
     ATTNSERVE_HOST=0.0.0.0 \
-    ATTNSERVE_PORT=8000
+    ATTNSERVE_PORT=8000 \
+    ATTNSERVE_GRACEFUL_TIMEOUT_S=8
+# docker stop waits 10 s before SIGKILL: the drain (8 s) ends inside it. Raise both together.
 
 # The OS packages follow the base image's release (its security updates included); the Python
 # dependencies are pinned in deploy/requirements-*.txt.
