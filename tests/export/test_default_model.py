@@ -18,6 +18,7 @@ from model.tokenizer import encode
 pytestmark = pytest.mark.default_model
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"
 HEAD_TEXTS = 200
+MAX_LENGTH = 256
 
 
 def fit_head(features: torch.Tensor, labels: torch.Tensor, steps: int = 200) -> torch.nn.Linear:
@@ -40,9 +41,15 @@ def minilm_with_head(out: Path) -> Path:
     with torch.no_grad():
         features = mean_pool(loaded.encoder(ids, mask).token_states, mask)  # (B, D), as the head sees it
     head = fit_head(features, torch.tensor([int(label == "fresh") for _, label in rows]))
-    config = loaded.encoder.config.replace(head="linear", num_labels=2, label_names=("rotten", "fresh"))
+    # max_length 256 as MiniLM's sentence-transformers config says: the position table is cut to
+    # match, which keeps the parity references (attentions are T x T) cheap.
+    config = loaded.encoder.config.replace(
+        head="linear", num_labels=2, label_names=("rotten", "fresh"), max_length=MAX_LENGTH,
+    )
+    body = loaded.encoder.state_dict()
+    body["embeddings.position.weight"] = body["embeddings.position.weight"][:MAX_LENGTH]
     encoder = Encoder(config).eval()
-    encoder.load_state_dict(loaded.encoder.state_dict(), strict=False)
+    encoder.load_state_dict(body, strict=False)
     encoder.head.classifier.load_state_dict(head.state_dict())  # type: ignore[union-attr]
     save_checkpoint(out, encoder, loaded.tokenizer)
     return out
