@@ -6,7 +6,7 @@ documented schemas (so every error is `{"error": {"message", "type", "code"}}`);
 the documented one.
 
 Budget: `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) runs 300 generated examples per operation in
-process and 300 against uvicorn; CI runs 60 in process and 30 against uvicorn so that all of
+process and 300 against uvicorn; CI runs 100 in process and 30 against uvicorn so that all of
 tests/reliability stays within a few minutes on two cores. Generation is derandomised so a CI
 failure reproduces; the full run explores further.
 """
@@ -28,7 +28,7 @@ from service.app import create_app
 from service.settings import Settings
 from tests.reliability.conftest import FULL
 
-IN_PROCESS_EXAMPLES = 300 if FULL else 60
+IN_PROCESS_EXAMPLES = 300 if FULL else 100
 LIVE_EXAMPLES = 300 if FULL else 30
 
 

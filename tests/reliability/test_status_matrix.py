@@ -11,7 +11,8 @@ of what was sent.
     over max tokens, truncation off     422 input_too_long   (tokenised: the count needs the tokenizer)
     over max tokens, truncation on      200, cut to the model's max length
     over ATTNSERVE_MAX_INPUT_CHARS      422 input_too_long   (before tokenising)
-    body over the payload limit         413 payload_too_large (while reading, before parsing)
+    body over the payload limit         413 payload_too_large (while reading, before parsing; with or
+                                        without Content-Length)
     lone surrogate escape "\\ud800"      422 validation_error
     NUL characters                      200 (valid Unicode; the tokenizer's normaliser drops them)
 """
@@ -119,6 +120,43 @@ async def test_refused_with_its_status_before_work(client, route: str, case: str
     assert_no_echo(response, sent)
     assert spy.calls == calls, "refused only after tokenising"
     assert app.state.engine.batcher.runs == runs, "refused only after running the graph"
+
+
+@pytest.mark.parametrize("route", sorted(FIELD))
+async def test_body_limit_holds_for_a_chunked_body_without_content_length(client, route: str) -> None:
+    app, http, spy = client
+    calls, chunk = spy.calls, b" " * (256 * 1024)
+
+    async def chunks():  # whitespace is valid JSON padding: only the size can refuse it
+        yield b'{"' + FIELD[route].encode() + b'": "a"'
+        for _ in range(PAYLOAD // len(chunk) + 1):
+            yield chunk
+        yield b"}"
+
+    response = await http.post(route, content=chunks(), headers=JSON)
+    assert "content-length" not in response.request.headers
+    assert_error(response, 413, "payload_too_large")
+    assert spy.calls == calls
+
+
+async def test_a_declared_oversize_body_is_refused_before_reading_it(client) -> None:
+    app, _, _ = client
+    reads, sent = 0, []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": b" " * 1024, "more_body": True}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(PAYLOAD + 1).encode())]
+    scope = {"type": "http", "method": "POST", "path": "/embed", "raw_path": b"/embed", "query_string": b"",
+             "headers": headers, "http_version": "1.1", "scheme": "http", "server": ("testserver", 80),
+             "client": ("127.0.0.1", 1), "root_path": "", "asgi": {"version": "3.0"}}
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 413 and reads == 0
 
 
 @pytest.mark.parametrize("route", sorted(TRUNCATES))
