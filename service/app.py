@@ -25,6 +25,7 @@ from service.routes import attention, openai, ops, tei
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+ADMITTED_PATHS = frozenset({"/embed", "/classify", "/attention", "/v1/embeddings"})  # routes that use the batcher
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
@@ -45,8 +46,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key)
+                       api_key=api_key, busy=lambda: _busy(app), admitted_paths=ADMITTED_PATHS)
     return app
+
+
+def _busy(app: FastAPI) -> bool:
+    engine: Engine | None = app.state.engine
+    return engine is not None and engine.batcher.full
 
 
 def _lifespan(settings: Settings, runtime: Runtime | None, metrics: Metrics) -> Any:

@@ -121,6 +121,11 @@ class Batcher:
     def in_flight(self) -> int:
         return self._permits_used
 
+    @property
+    def full(self) -> bool:
+        """No permit is free: any request would be refused (the edge refuses before reading its body)."""
+        return self._permits_used >= self.limits.max_queue
+
     # -- admission and submission ------------------------------------------------------------------
     def admit(self, n: int) -> Ticket:
         """Take n permits at once, or refuse the whole request."""

@@ -6,6 +6,10 @@ The API key is checked here, before the body is read or parsed, so a client with
 nothing about its body (no 422) and cannot make the server buffer one. CORS preflights (OPTIONS) and
 the open paths pass without it.
 
+Under overload, requests to the admitted (batched) routes are refused with 429 here, before their body
+is read or parsed, while the batcher has no free permit: refusing must cost far less than serving, or
+open-loop overload starves the event loop before admission can act. The engine's admission stays exact.
+
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
 Content-Length is present, absent (chunked) or wrong; the route then reads the buffered body.
 """
@@ -20,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from service.errors import GENERIC_500, PayloadTooLarge, ServiceError, Unauthorized, error_body
+from service.errors import GENERIC_500, Overloaded, PayloadTooLarge, ServiceError, Unauthorized, error_body
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -39,9 +43,13 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class EdgeMiddleware:
-    def __init__(self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, api_key: str | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, api_key: str | None = None,
+        busy: Callable[[], bool] | None = None, admitted_paths: frozenset[str] = frozenset(),
+    ) -> None:
         self.app, self.limit, self.metrics = app, payload_limit_bytes, metrics
         self.api_key = api_key.encode() if api_key is not None else None
+        self.busy, self.admitted_paths = busy, admitted_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,6 +80,9 @@ class EdgeMiddleware:
     async def _handle(self, scope: Scope, receive: Receive, response: _Response) -> None:
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, response.send)
+            return
+        if scope["path"] in self.admitted_paths and self.busy is not None and self.busy():
+            await response.error(Overloaded("server busy: no admission permit is free (ATTNSERVE_MAX_QUEUE)"))
             return
         too_large = PayloadTooLarge(
             f"request body is over the limit of {self.limit} bytes (ATTNSERVE_PAYLOAD_LIMIT_BYTES)"
