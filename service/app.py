@@ -46,7 +46,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key, busy=lambda: _busy(app), admitted_paths=ADMITTED_PATHS)
+                       api_key=api_key, busy=lambda: _busy(app), admitted_paths=ADMITTED_PATHS,
+                       body_timeout_s=settings.body_timeout_s)
     return app
 
 

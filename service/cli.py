@@ -57,6 +57,7 @@ def serve(settings: Settings) -> int:
 
     from service.app import create_app
     from service.bundle import StartupError, load_runtime
+    from service.protocol import with_header_timeout
 
     try:
         runtime = load_runtime(settings)
@@ -69,7 +70,7 @@ def serve(settings: Settings) -> int:
     with contextlib.suppress(_Stopped):
         uvicorn.run(
             create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
-            loop="auto", http="auto",  # uvloop and httptools when installed ([standard] extra)
+            loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
             timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
         )
     return 0

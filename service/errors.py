@@ -12,6 +12,7 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     ├── Unauthorized             401 authentication_error    missing or wrong bearer key
     ├── NotFound                 404 not_found_error         (from routing)
     ├── MethodNotAllowed         405 invalid_request_error   (from routing)
+    ├── RequestTimeout           408 invalid_request_error   head or body not received within its deadline
     ├── PayloadTooLarge          413 invalid_request_error   body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
     ├── UnsupportedMediaType     415 invalid_request_error   body is not application/json
     ├── Overloaded               429 rate_limit_error        admission full; carries Retry-After
@@ -82,6 +83,10 @@ class MethodNotAllowed(ServiceError):
     status, type, code = 405, "invalid_request_error", "method_not_allowed"
 
 
+class RequestTimeout(ServiceError):
+    status, type, code = 408, "invalid_request_error", "request_timeout"
+
+
 class PayloadTooLarge(ServiceError):
     status, type, code = 413, "invalid_request_error", "payload_too_large"
 
@@ -123,7 +128,7 @@ class ClientGone(ServiceError):
 
 GENERIC_500 = "internal server error"
 _BY_STATUS: dict[int, type[ServiceError]] = {
-    401: Unauthorized, 404: NotFound, 405: MethodNotAllowed, 413: PayloadTooLarge,
+    401: Unauthorized, 404: NotFound, 405: MethodNotAllowed, 408: RequestTimeout, 413: PayloadTooLarge,
     415: UnsupportedMediaType, 429: Overloaded, 503: NotReady, 504: QueueTimeout,
 }
 

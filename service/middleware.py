@@ -11,11 +11,14 @@ is read or parsed, while the batcher has no free permit: refusing must cost far 
 open-loop overload starves the event loop before admission can act. The engine's admission stays exact.
 
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
-Content-Length is present, absent (chunked) or wrong; the route then reads the buffered body.
+Content-Length is present, absent (chunked) or wrong, and within a deadline (408 and the connection
+closed past it); the route then reads the buffered body. The deadline on the request head is the
+protocol's (`service.protocol`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import re
@@ -24,7 +27,15 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from service.errors import GENERIC_500, Overloaded, PayloadTooLarge, ServiceError, Unauthorized, error_body
+from service.errors import (
+    GENERIC_500,
+    Overloaded,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceError,
+    Unauthorized,
+    error_body,
+)
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -46,8 +57,9 @@ class EdgeMiddleware:
     def __init__(
         self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, api_key: str | None = None,
         busy: Callable[[], bool] | None = None, admitted_paths: frozenset[str] = frozenset(),
+        body_timeout_s: float = 30.0,
     ) -> None:
-        self.app, self.limit, self.metrics = app, payload_limit_bytes, metrics
+        self.app, self.limit, self.metrics, self.body_timeout_s = app, payload_limit_bytes, metrics, body_timeout_s
         self.api_key = api_key.encode() if api_key is not None else None
         self.busy, self.admitted_paths = busy, admitted_paths
 
@@ -92,8 +104,14 @@ class EdgeMiddleware:
             await response.error(too_large)
             return
         try:
-            body = await _read_body(receive, self.limit)
+            async with asyncio.timeout(self.body_timeout_s):
+                body = await _read_body(receive, self.limit)
         except _Disconnected:
+            return
+        except TimeoutError:
+            await response.error(RequestTimeout(
+                f"the request body did not arrive within {self.body_timeout_s:g} s (ATTNSERVE_BODY_TIMEOUT_S)"
+            ))
             return
         if body is None:
             await response.error(too_large)
@@ -122,7 +140,7 @@ class _Response:
         body = error_body(error)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
-        if isinstance(error, PayloadTooLarge):
+        if isinstance(error, PayloadTooLarge | RequestTimeout):
             headers.append((b"connection", b"close"))  # the rest of the body is not read
         await self.send({"type": "http.response.start", "status": error.status, "headers": headers})
         await self.send({"type": "http.response.body", "body": body})

@@ -66,6 +66,16 @@ class Settings(BaseSettings):
     payload_limit_bytes: int = Field(
         2 * 1024 * 1024, ge=1, description="Largest request body; bigger bodies are refused with 413 while reading.",
     )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds a client has to send a request's line and headers, from connecting (or "
+        "from the first byte of a later request on a kept-alive connection); past it the server answers 408 and "
+        "closes the connection, so slow-header clients cannot hold connections open.",
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds a client has to send a whole request body once its headers are in; past "
+        "it the server answers 408 JSON and closes the connection (a trickled body cannot hold a connection). "
+        "Bounds the slowest upload: payload_limit_bytes / body_timeout_s bytes per second.",
+    )
     api_key: SecretStr | None = Field(
         None, description="When set, every route except /health, /ready and /metrics needs "
         "`Authorization: Bearer <key>` (401 otherwise).",

@@ -1,0 +1,68 @@
+"""uvicorn's httptools protocol with a deadline on the request head (ATTNSERVE_HEADER_TIMEOUT_S).
+
+uvicorn times out only idle kept-alive connections; a client that connects, or sends part of a request
+line or headers, and then stalls holds its connection for ever. Here a timer starts when the connection
+opens (and when a later request on a kept-alive connection begins) and stops when the headers are
+complete; if it fires first, the client gets 408 in the one JSON error shape and the connection closes.
+The body has its own deadline in `service.middleware` (ATTNSERVE_BODY_TIMEOUT_S).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.errors import RequestTimeout, error_body
+
+
+class HeadDeadlineProtocol(HttpToolsProtocol):
+    header_timeout_s = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_timer is None:  # a later request on a kept-alive connection
+            self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        body = error_body(RequestTimeout(
+            f"the request line and headers did not arrive within {self.header_timeout_s:g} s "
+            "(ATTNSERVE_HEADER_TIMEOUT_S)"
+        ))
+        head = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body))
+        self.transport.write(head + body)
+        self.transport.close()
+
+
+def with_header_timeout(seconds: float) -> type[HeadDeadlineProtocol]:
+    """The protocol class to pass as uvicorn's `http=`, with its head deadline set."""
+    return type("HeadDeadlineProtocol", (HeadDeadlineProtocol,), {"header_timeout_s": seconds})
