@@ -12,7 +12,6 @@ then renamed into place: a failed export leaves no bundle (and an existing bundl
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
 import tempfile
@@ -174,14 +173,9 @@ def _entry(
 
 
 def bundle_max_length(model: LoadedModel) -> int:
-    """sentence-transformers' max_seq_length when the source sets one, else the position limit."""
-    limit = model.encoder.config.max_length
-    st_config = model.path / "sentence_bert_config.json"
-    if model.kind == "sentence-transformers" and st_config.is_file():
-        value = json.loads(st_config.read_text()).get("max_seq_length")
-        if value:
-            return min(int(value), limit)
-    return limit
+    """The longest input the model is meant to see: its config's serving length (sentence-transformers'
+    max_seq_length travels in the config, also through training), else the position limit."""
+    return model.encoder.config.serving_length
 
 
 def labels(config: EncoderConfig) -> list[str]:

@@ -29,7 +29,8 @@ class EncoderConfig:
     num_heads: int = 8
     num_layers: int = 4
     d_ff: int = 1024
-    max_length: int = 512
+    max_length: int = 512  # size of the position table
+    max_seq_length: int = 0  # longest input the model is meant to see (sentence-transformers' limit); 0: max_length
     dropout: float = 0.1
     attention_dropout: float = 0.1
     type_vocab_size: int = 2
@@ -54,6 +55,11 @@ class EncoderConfig:
                 "head dimension %d (d_model %d / %d heads) is under 32; heads this small "
                 "often learn poorly", self.head_dim, self.d_model, self.num_heads,
             )
+
+    @property
+    def serving_length(self) -> int:
+        """Inputs are truncated to this many tokens when embedding or serving."""
+        return self.max_seq_length or self.max_length
 
     @property
     def head_dim(self) -> int:
@@ -96,6 +102,8 @@ def _check_sizes(c: EncoderConfig) -> None:
     for name in ("dropout", "attention_dropout", "head_dropout"):
         if not 0.0 <= getattr(c, name) < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {getattr(c, name)}")
+    if not 0 <= c.max_seq_length <= c.max_length:
+        raise ValueError(f"max_seq_length ({c.max_seq_length}) must be between 0 and max_length ({c.max_length})")
     if c.layer_norm_eps <= 0:
         raise ValueError(f"layer_norm_eps must be positive, got {c.layer_norm_eps}")
 

@@ -35,7 +35,7 @@ def load_hf_bert(path: Path) -> LoadedModel:
     _require(path, "tokenizer.json")
     weights = _strip_prefix(_load_weights(path))
     pooling, normalize, sentence = _sentence_transformers_pooling(path)
-    config = _encoder_config(hf, weights, pooling, normalize)
+    config = _encoder_config(hf, weights, pooling, normalize).replace(max_seq_length=_st_max_seq_length(path, hf))
     encoder = Encoder(config)
     encoder.load_state_dict(_rename(weights, config), strict=True)
     kind = "sentence-transformers" if sentence else "hf-bert"
@@ -95,6 +95,15 @@ def _sentence_transformers_pooling(path: Path) -> tuple[str, bool, bool]:
     if pool_cfg.get("pooling_mode_cls_token"):
         return "cls", normalize, True
     raise ValueError(f"{path}: only mean or CLS pooling is supported, got {pool_cfg}")
+
+
+def _st_max_seq_length(path: Path, hf: dict[str, Any]) -> int:
+    """sentence-transformers' max_seq_length (e.g. 256 for MiniLM), capped by the position table; 0 if unset."""
+    st_config = path / "sentence_bert_config.json"
+    if not st_config.is_file():
+        return 0
+    value = int(_read_json(st_config).get("max_seq_length") or 0)
+    return min(value, hf.get("max_position_embeddings", 512))
 
 
 def _encoder_config(hf: dict[str, Any], weights: dict[str, Tensor], pooling: str, normalize: bool) -> EncoderConfig:

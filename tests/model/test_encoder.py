@@ -80,3 +80,10 @@ def test_pre_norm_encoder_runs_and_differs_from_post_norm() -> None:
     pre.load_state_dict(post.state_dict(), strict=False)
     ids = torch.tensor([[1, 2, 3]])
     assert not torch.allclose(post(ids).embedding, pre(ids).embedding)
+
+
+def test_serving_length_defaults_to_the_position_table_and_is_bounded() -> None:
+    assert tiny_config().serving_length == 16
+    assert tiny_config(max_seq_length=8).serving_length == 8
+    with pytest.raises(ValueError, match="max_seq_length"):
+        tiny_config(max_seq_length=17)

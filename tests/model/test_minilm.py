@@ -44,6 +44,7 @@ def test_minilm_sentence_embeddings_match_transformers(minilm) -> None:
     assert len(texts) == 50
     assert cosine.min().item() >= 0.99999
     assert minilm.encoder.config.pooling == "mean" and minilm.encoder.config.normalize
+    assert minilm.encoder.config.serving_length == 256  # sentence_bert_config.json max_seq_length
 
 
 def test_minilm_finds_the_similar_sentence(minilm) -> None:
