@@ -113,15 +113,13 @@ def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.
     if not plan.scenarios:
         return
     for variant in variants:
-        for kind in ("service",) if args.no_naive else ("service", "naive"):
-            print(f"## {kind} {variant}", flush=True)
-            try:
-                runner.measure_server(kind, variant, plan, tokenizer, rec)
-            except RuntimeError as error:  # one server that will not start must not lose the run
-                print(f"  {kind} {variant} FAILED: {error}", flush=True)
-                rec.add("error", server=kind, variant=variant, error=str(error))
-        engines[variant].cache.clear()  # re-measure the reference shapes now, next to the served figures
-        print(f"## engine {variant}: reference shapes for the ratios", flush=True)
+        kinds = ["service"] if args.no_naive else ["service", "naive"]
+        print(f"## {' and '.join(kinds)} {variant}", flush=True)
+        try:
+            runner.measure_variant(variant, kinds, plan, tokenizer, rec, engines[variant])
+        except RuntimeError as error:  # a server that will not start must not lose the run
+            print(f"  {variant} FAILED: {error}", flush=True)
+            rec.add("error", variant=variant, error=str(error))
         targets.add_ratios(rec, engines[variant])
 
 

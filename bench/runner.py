@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 from bench import procs, scenarios
 from bench.engine import EngineBench
 from bench.report import Recorder
+from bench.targets import engine_shape
 
 
 @dataclass(frozen=True)
@@ -55,21 +56,40 @@ class RssSampler:
             self.server.sample_rss()
 
 
-def measure_server(kind: str, variant: str, plan: Plan, tokenizer: Tokenizer, rec: Recorder) -> dict[str, dict]:
-    """Start one server, run every planned scenario against it, stop it. Returns rows by scenario."""
+def start_server(kind: str, variant: str, plan: Plan) -> procs.Server:
     argv = procs.service_argv(plan.bundle) if kind == "service" else procs.naive_argv(plan.bundle, variant)
     env = {"ATTNSERVE_VARIANT": variant} if kind == "service" else {}
-    server = procs.start(f"{kind}-{variant}", argv, env, plan.log_dir)
-    rows: dict[str, dict] = {}
+    return procs.start(f"{kind}-{variant}", argv, env, plan.log_dir)
+
+
+def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Tokenizer, rec: Recorder,
+                    engine: EngineBench) -> None:
+    """Both servers up at once; each scenario runs on one, then the other, then the engine measures the
+    same shape: the three figures of a ratio are taken within seconds of each other, not minutes."""
+    servers: dict[str, procs.Server] = {}
     try:
+        for kind in kinds:
+            servers[kind] = start_server(kind, variant, plan)
+        engine.cache.clear()
         for name in plan.scenarios:
-            rows[name] = _scenario(server, kind, variant, scenarios.SCENARIOS[name], plan, tokenizer, rec)
-        rec.add("process", server=kind, variant=variant, peak_rss_mb=server.peak_rss_kb / 1024,
-                torch_mapped=procs.torch_mapped(server.proc.pid))
+            rows = {kind: _scenario(server, kind, variant, scenarios.SCENARIOS[name], plan, tokenizer, rec)
+                    for kind, server in servers.items()}
+            _engine_reference(engine, rows.get("service") or rows.get("naive"), rec)
+        for kind, server in servers.items():
+            rec.add("process", server=kind, variant=variant, peak_rss_mb=server.peak_rss_kb / 1024,
+                    torch_mapped=procs.torch_mapped(server.proc.pid))
     finally:
-        code = procs.stop(server)
-        print(f"  {kind} stopped with exit code {code}; log {server.log_path}", flush=True)
-    return rows
+        for kind, server in servers.items():
+            print(f"  {kind} stopped with exit code {procs.stop(server)}; log {server.log_path}", flush=True)
+
+
+def _engine_reference(engine: EngineBench, row: dict | None, rec: Recorder) -> None:
+    shape = engine_shape(row, row.get("batch_mean")) if row else None
+    if shape:
+        point = engine.point(*shape)
+        rec.add("engine_ref", scenario=row["scenario"], **asdict(point))
+        print(f"  engine  {engine.variant:8s} ({row['scenario']}) {point.texts_per_s:8.1f} texts/s at "
+              f"{shape[0]}x{shape[1]}", flush=True)
 
 
 def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios.Scenario, plan: Plan,
