@@ -52,6 +52,7 @@ class Ledger:
     rows: list[tuple[float, int, float]] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     duration_s: float = 0.0
+    started: float = 0.0  # time.perf_counter() of the first send
 
     @property
     def answered(self) -> int:
@@ -149,7 +150,7 @@ async def open_loop(
     http = RawClient(url, timeout_s)
     tasks: list[asyncio.Task[None]] = []
     try:
-        start = time.perf_counter()
+        ledger.started = start = time.perf_counter()
         for i in range(count):
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
