@@ -188,18 +188,28 @@ async def find_sustainable_rate(
     url: str, make: Callable[[int], Request], *, step_s: float, start_rate: float = 10, factor: float = 1.5,
     max_steps: int = 12,
 ) -> Ramp:
-    """S: the highest ramp rate whose p99 stays under twice the unloaded p99 with every answer a 200."""
+    """S: the highest ramp rate whose p99 stays under twice the unloaded p99 with every answer a 200 (a step
+    that fails is run once more before the ramp stops)."""
     base = await unloaded_p99(url, make)
     sustainable, steps = 0.0, []
     for rate in itertools.islice((start_rate * factor**k for k in itertools.count()), max_steps):
-        ledger = await open_loop(url, rate, step_s, make)
-        bad = ledger.sent - ledger.by_status()[200]
-        steps.append((rate, ledger.p99(), bad))
-        if bad or ledger.p99() >= 2 * base:
+        if not await _step_holds(url, rate, step_s, make, base, steps) and not await _step_holds(
+            url, rate, step_s, make, base, steps,  # a failing step gets one retry: the machine is shared
+        ):
             break
         sustainable = rate
-        await asyncio.sleep(0.5)  # let the server settle between steps
     return Ramp(sustainable, base, steps)
+
+
+async def _step_holds(
+    url: str, rate: float, step_s: float, make: Callable[[int], Request], base: float,
+    steps: list[tuple[float, float, int]],
+) -> bool:
+    ledger = await open_loop(url, rate, step_s, make)
+    bad = ledger.sent - ledger.by_status()[200]
+    steps.append((rate, ledger.p99(), bad))
+    await asyncio.sleep(0.5)  # let the server settle between steps
+    return not bad and ledger.p99() < 2 * base
 
 
 @dataclass
@@ -243,4 +253,5 @@ def proc_stats(pid: int) -> dict[str, int]:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "Threads"):
             fields[key] = int(value.split()[0])
-    return {"rss_kb": fields["VmRSS"], "threads": fields["Threads"], "fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
+    fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    return {"rss_kb": fields["VmRSS"], "threads": fields["Threads"], "fds": fds}

@@ -4,8 +4,11 @@ S, the sustainable rate, is measured at the start of this run by a short ramp (t
 stays under twice the unloaded p99 with every answer a 200). Latency limits are ratios to the unloaded p99
 of this same run, so a busy machine moves both sides.
 
-Operator settings used (documented in service/README.md): `--max-queue 64` (at most 64 inputs admitted, so
-queueing delay stays about two batches and excess is refused with 429 at once) and `--queue-timeout-s 2`.
+Operator settings of the overload server (documented in service/README.md): `--max-queue 32` (at most 32
+inputs admitted, so queueing delay stays about one batch and the excess is refused with 429 at once, before
+its body is read) and `--queue-timeout-s 2`. The soak runs on a second server with the default settings:
+at 0.5xS a burst of 32-input requests can briefly fill a 32-input queue, and the soak is about stability,
+not refusals.
 """
 
 from __future__ import annotations
@@ -19,7 +22,14 @@ import pytest
 
 from tests.reliability.conftest import FULL
 from tests.reliability.load import (
-    TRANSPORT_ERROR, Ramp, Server, find_sustainable_rate, mixed_requests, open_loop, proc_stats, running_server,
+    TRANSPORT_ERROR,
+    Ramp,
+    Server,
+    find_sustainable_rate,
+    mixed_requests,
+    open_loop,
+    proc_stats,
+    running_server,
     unloaded_p99,
 )
 
@@ -34,6 +44,12 @@ def server(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield srv
 
 
+@pytest.fixture
+def soak_server(bundle_dir: Path, tmp_path: Path) -> Iterator[Server]:
+    with running_server(bundle_dir, tmp_path / "server.log") as srv:
+        yield srv
+
+
 @pytest.fixture(scope="module")
 def ramp(server: Server) -> Ramp:
     found = asyncio.run(find_sustainable_rate(server.url, MAKE, step_s=4 if FULL else 2))
@@ -45,8 +61,9 @@ def ramp(server: Server) -> Ramp:
 @pytest.mark.slow
 async def test_overload_at_four_times_s_refuses_fast_and_keeps_latency(server: Server, ramp: Ramp) -> None:
     """4xS open loop, mixed batch sizes, for 8 s in CI and 60 s in full: no transport errors, no 5xx but
-    503/504, refusals are 429 with p99 < 50 ms, accepted p99 <= 3x unloaded, goodput >= 0.8xS, every request
-    answered (ledger), and within 5 s after, the server is ready and a request's latency is back near unloaded."""
+    503/504, some refusals (the load really overloads), refusals are 429 with p99 < 50 ms, accepted p99 <= 3x
+    unloaded, goodput >= 0.8xS, every request answered (ledger), and within 5 s after, the server is ready
+    and a request's latency is back near unloaded."""
     rate, duration = 4 * ramp.sustainable, 60.0 if FULL else 8.0
     ledger = await open_loop(server.url, rate, duration, MAKE, timeout_s=30)
     statuses = ledger.by_status()
@@ -56,8 +73,8 @@ async def test_overload_at_four_times_s_refuses_fast_and_keeps_latency(server: S
     assert ledger.answered == ledger.sent and sum(statuses.values()) == ledger.sent, report
     assert statuses[TRANSPORT_ERROR] == 0, report
     assert set(statuses) <= {200, 429} | DOCUMENTED_5XX, report
-    if statuses[429]:
-        assert ledger.p99(429) < 0.050, report
+    assert statuses[429] > 0, report  # 4xS really overloaded it; else this check proves nothing
+    assert ledger.p99(429) < 0.050, report
     assert ledger.p99(200) <= 3 * ramp.unloaded_p99, report
     assert ledger.goodput() >= 0.8 * ramp.sustainable, report
     assert await _back_to_normal(server, ramp.unloaded_p99, within_s=5.0), report
@@ -78,14 +95,15 @@ async def _back_to_normal(server: Server, unloaded: float, within_s: float) -> b
 
 
 @pytest.mark.slow
-async def test_soak_at_half_s_is_stable(server: Server, ramp: Ramp) -> None:
+async def test_soak_at_half_s_is_stable(soak_server: Server, ramp: Ramp) -> None:
     """0.5xS open loop, mixed lengths and batch sizes, for 45 s in CI and 10 min in full: from the midpoint on
     RSS grows < 5%, file descriptors and threads stay put, the p99 of the last third <= 1.2x the first third's,
     and every request is a 200."""
     rate, duration = 0.5 * ramp.sustainable, 600.0 if FULL else 45.0
     samples: list[tuple[float, dict[str, int]]] = []
-    sampler = asyncio.create_task(_sample(server.proc.pid, samples, every_s=duration / 30, until_s=duration + 5))
-    ledger = await open_loop(server.url, rate, duration, MAKE, timeout_s=30)
+    pid = soak_server.proc.pid
+    sampler = asyncio.create_task(_sample(pid, samples, every_s=duration / 30, until_s=duration + 5))
+    ledger = await open_loop(soak_server.url, rate, duration, MAKE, timeout_s=30)
     sampler.cancel()
     third = duration / 3
     first, last = ledger.p99(since=0, until=third), ledger.p99(since=duration - third)

@@ -49,7 +49,9 @@ async def _trickle(writer: asyncio.StreamWriter, data: bytes) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float) -> tuple[float, bytes]:
+async def _until_closed(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float,
+) -> tuple[float, bytes]:
     try:
         async with asyncio.timeout(DEADLINE_S + 10):
             answer = await reader.read()  # until the server closes
@@ -67,11 +69,13 @@ async def test_slow_headers_and_bodies_are_cut_off_while_normal_traffic_flows(bu
     with running_server(bundle_dir, tmp_path / "server.log", *flags) as server:
         host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
         unloaded = await unloaded_p99(server.url, NORMAL)
-        slow = [slow_header(host, port) for _ in range(SLOW_CLIENTS)] + [slow_body(host, port) for _ in range(SLOW_CLIENTS)]
+        slow = [slow_header(host, port) for _ in range(SLOW_CLIENTS)]
+        slow += [slow_body(host, port) for _ in range(SLOW_CLIENTS)]
         normal = open_loop(server.url, 10, DEADLINE_S + 4, NORMAL)
         *closed, ledger = await asyncio.gather(*slow, normal)
         log = server.log()
-    report = f"unloaded p99 {unloaded * 1000:.1f} ms; normal {ledger.summary()}; closed after {[round(s, 2) for s, _ in closed]}"
+    closed_after = [round(seconds, 2) for seconds, _ in closed]
+    report = f"unloaded p99 {unloaded * 1000:.1f} ms; normal {ledger.summary()}; closed after {closed_after}"
     print("\n" + report)
     for seconds, answer in closed:
         assert seconds <= DEADLINE_S + SLACK_S, report
