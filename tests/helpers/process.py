@@ -7,12 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+_LOGS: dict[int, IO[bytes]] = {}  # pid -> the server's log file
 
 
 def free_port() -> int:
@@ -27,7 +30,11 @@ def launch(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
     command = [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
                "--port", str(port), "--intra-op-threads", "1", *flags]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The log goes to a file, not a pipe: nobody reads a pipe while the server runs, and a full pipe
+    # (64 KiB of access log lines) would block the server's next write, and so the server.
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (open while the server runs; closed by stop())
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    _LOGS[proc.pid] = log
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -49,8 +56,12 @@ def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
-        output, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-        output, _ = proc.communicate()
-    return proc.returncode, (output or b"").decode(errors="replace")
+        proc.wait()
+    log = _LOGS.pop(proc.pid)
+    log.seek(0)
+    output = log.read()
+    log.close()
+    return proc.returncode, output.decode(errors="replace")
