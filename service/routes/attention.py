@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from service.dependencies import EngineDep, JobDep, require_api_key, require_json
+from service.dependencies import EngineDep, JobDep, require_json
 from service.engine import AttentionQuery
 from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
 
-router = APIRouter(tags=["attention"], dependencies=[Depends(require_api_key), Depends(require_json)])
+router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
 
 
 @router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS))

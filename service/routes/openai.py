@@ -6,12 +6,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from service.dependencies import EngineDep, JobDep, require_api_key, require_json
+from service.dependencies import EngineDep, JobDep, require_json
 from service.postprocess import base64_floats
 from service.routes.common import INFERENCE_ERRORS, errors, json_response
 from service.schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse
 
-router = APIRouter(tags=["openai"], dependencies=[Depends(require_api_key)])
+router = APIRouter(tags=["openai"])
 
 
 @router.post(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 
-from service.dependencies import EngineDep, get_engine, require_api_key
+from service.dependencies import EngineDep
 from service.errors import NotReady
 from service.metrics import CONTENT_TYPE, Metrics
 from service.routes.common import errors, json_response
@@ -26,15 +26,14 @@ async def health() -> Response:
 
 
 @router.get("/ready", response_model=Status, responses=errors(503))
-async def ready(request: Request) -> Response:
+async def ready(engine: EngineDep) -> Response:
     """200 once warm and while inference works; 503 otherwise (after a failure, a probe run decides)."""
-    engine = get_engine(request)
     if not await engine.check_ready():
         raise NotReady("warming up" if not engine.warm else "the last inference failed")
     return json_response({"status": "ready"})
 
 
-@router.get("/info", responses=errors(401, 503), dependencies=[Depends(require_api_key)])
+@router.get("/info", responses=errors(401, 503))
 async def info(request: Request, engine: EngineDep) -> Response:
     """Model, bundle version and hashes, provider, variants, limits."""
     settings: Settings = request.app.state.settings

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from service.dependencies import EngineDep, JobDep, require_api_key, require_json
+from service.dependencies import EngineDep, JobDep, require_json
 from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
 from service.schemas import ClassifyRequest, EmbedRequest, LabelScore, Token, TokenizeRequest
 
-router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_api_key), Depends(require_json)])
+router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_json)])
 
 
 @router.post("/embed", response_model=list[list[float]], responses=errors(*INFERENCE_ERRORS))
