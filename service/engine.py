@@ -1,8 +1,9 @@
 """The operations the routes expose: embed, classify, attention, tokenize. Plain asyncio + numpy.
 
 Each request is checked (count, characters), admitted to the batcher as one permit per input (or
-refused at once), tokenised in one batch off the event loop, queued, and post-processed. Errors are
-domain errors from `service.errors`; nothing here knows about HTTP.
+refused at once), tokenised in one batch (on the event loop when small: a hand-off to the executor
+costs more than encoding a few short texts; off the loop otherwise), queued, and post-processed.
+Errors are domain errors from `service.errors`; nothing here knows about HTTP.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from service.tokenize import Direction, Encoded
 T = TypeVar("T")
 Inputs = Sequence[str] | Sequence[Sequence[int]]
 TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in a response
+INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Engine:
 
     async def tokenize(self, inputs: Sequence[str], add_special_tokens: bool) -> list[list[dict[str, Any]]]:
         self._check_inputs(inputs)
-        encoded = await self._off_loop(self.runtime.tokenizer.encode_plain, inputs, add_special_tokens)
+        encoded = await self._maybe_off_loop(inputs, self.runtime.tokenizer.encode_plain, inputs, add_special_tokens)
         return [token_list(e) for e in encoded]
 
     def info(self) -> dict[str, Any]:
@@ -168,13 +170,19 @@ class Engine:
         cut = self.limits.truncate if truncate is None else truncate
         if isinstance(inputs[0], str):
             started = time.perf_counter()
-            encoded = await self._off_loop(self.runtime.tokenizer.encode, inputs, cut, direction)
+            encoded = await self._maybe_off_loop(inputs, self.runtime.tokenizer.encode, inputs, cut, direction)
             self._observer.tokenized(time.perf_counter() - started)
             return encoded
         return self.runtime.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _maybe_off_loop(self, texts: Sequence[str], fn: Callable[..., T], *args: Any) -> T:
+        """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
+        if sum(len(text) for text in texts) < INLINE_TOKENIZE_CHARS:
+            return fn(*args)
+        return await self._off_loop(fn, *args)
 
     def _check_indices(self, query: AttentionQuery) -> None:
         m = self.runtime.manifest
