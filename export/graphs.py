@@ -6,6 +6,12 @@ The dynamo exporter (torch.onnx.export(dynamo=True)) is used: it keeps batch and
 symbolic (Dim objects, checked by torch.export) and emits a compact graph (Gelu, LayerNormalization)
 that matches eager PyTorch to float rounding. In a quick trial the TorchScript exporter of this
 torch release gave outputs off by up to 4.0 on a tiny encoder (not investigated), so it is not used.
+
+The exporter's own graph optimiser (onnxscript, optimize=True) is switched off: it merges the mask's
+two Unsqueeze ops into one, and onnxruntime's BERT Attention fusion (export.variants.optimize) only
+recognises the mask as Unsqueeze -> Unsqueeze -> Cast -> Sub -> Mul -> Add, so the fused Attention
+needs the unmerged graph. onnxruntime folds the constants and Identity ops the optimiser would have
+removed when it loads the graph, so the plain fp32 graph runs as fast either way (docs/export.md).
 """
 
 from __future__ import annotations
@@ -87,7 +93,7 @@ def export_graph(encoder: Encoder, kind: str, path: Path) -> None:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module, example_inputs(encoder.config), dynamo=True, verbose=False,
+            module, example_inputs(encoder.config), dynamo=True, optimize=False, verbose=False,
             input_names=list(INPUT_NAMES), output_names=module.names,
             dynamic_shapes={"input_ids": axes, "attention_mask": axes},
         )

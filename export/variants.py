@@ -12,6 +12,7 @@ from pathlib import Path
 
 import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
 from model.config import EncoderConfig
@@ -33,45 +34,83 @@ class VariantError(RuntimeError):
     """A derived graph could not be built or lost an output on the way."""
 
 
-def optimize(src: Path, dst: Path, config: EncoderConfig) -> None:
-    """Fuse attention, layer norm, GELU and bias adds for the CPU provider."""
+def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> None:
+    """Fuse attention, layer norm, GELU and bias adds for the CPU provider.
+
+    The fused Attention gets the raw (B, T) attention mask, not BERT's default "mask index" (the
+    count of real tokens, which assumes right padding), so any 0/1 mask means what it does in PyTorch.
+    """
+    options = FusionOptions("bert")
+    options.use_raw_attention_mask(True)
+    options.enable_attention = fuse_attention
     model = optimize_model(
         str(src), model_type="bert", num_heads=config.num_heads, hidden_size=config.d_model,
-        opt_level=1, use_gpu=False,
+        opt_level=1, use_gpu=False, optimization_options=options,
     )
     log.info("fp32-opt fusions: %s", model.get_fused_operator_statistics())
     model.save_model_to_file(str(dst))
     _check_outputs(src, dst)
 
 
-# Attention projections of each encoder block, in graph order: q, k, v, out. int8 tries the wider
-# scope first and keeps the first that passes the parity gate (export.bundle); the feed-forward
+# int8 scopes, fastest first (docs/export.md); export.bundle keeps the first that passes the parity
+# gate. "attention": the fused Attention ops (q, k, v as one packed MatMul) become QAttention;
+# "out": the output projection after each; "q", "k", "v", "out" without "attention": projections of
+# the graph with attention left unfused, so q and k can be quantised without v. The feed-forward
 # MatMuls always stay fp32.
-INT8_SCOPES: tuple[tuple[str, ...], ...] = (("q", "k", "v", "out"), ("q", "k"))
+INT8_SCOPES: tuple[tuple[str, ...], ...] = (
+    ("attention", "out"), ("attention",), ("q", "k", "v", "out"), ("q", "k"))
 _PROJECTIONS = ("q", "k", "v", "out")
 
 
 def quantize(src: Path, dst: Path, config: EncoderConfig, scope: tuple[str, ...] = INT8_SCOPES[0]) -> int:
-    """Dynamic int8 (QInt8 weights per channel, full range) of the `scope` projections; returns their count.
+    """Dynamic int8 (QInt8 weights per channel, full range) of the `scope` projections of the
+    optimised `src`; returns how many projection MatMuls that covers (a QAttention counts 3).
 
     Why not every MatMul: their inputs (LayerNorm outputs with BERT's outlier features, GELU
     outputs) lose too much under per-tensor dynamic activation quantisation. On MiniLM the min
-    embedding cosine is 0.967 with all quantised and 0.9905 with q/k/v/out only (gate 0.99); v and
-    out sit on the residual path, so q/k-only is the fallback that keeps labels (see docs/export.md).
+    embedding cosine is 0.970 with all quantised and 0.9908 with attention + out only (gate 0.99);
+    v and out sit on the residual path, so q/k-only is the last fallback that keeps labels.
     """
-    nodes = attention_projections(src, config, scope)
-    quantize_dynamic(
-        src, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=False,
-        op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes,
-    )
+    fused = "attention" in scope
+    staged = dst.with_name(f"{dst.stem}.staged.onnx")
+    try:
+        optimize(src, staged, config, fuse_attention=fused)
+        nodes, matmuls = _int8_nodes(staged, config, scope)
+        quantize_dynamic(
+            staged, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=False,
+            op_types_to_quantize=["Attention", "MatMul", "Gemm"], nodes_to_quantize=nodes,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # lets it type the fused ops
+        )
+    finally:
+        staged.unlink(missing_ok=True)
     _check_outputs(src, dst)
-    return len(nodes)
+    return matmuls
+
+
+def _int8_nodes(path: Path, config: EncoderConfig, scope: tuple[str, ...]) -> tuple[list[str], int]:
+    """(nodes to quantise, projection MatMuls they cover): a fused Attention packs q, k and v."""
+    if "attention" not in scope:
+        nodes = attention_projections(path, config, scope)
+        return nodes, len(nodes)
+    attention, out = fused_attention_nodes(path)
+    return attention + (out if "out" in scope else []), 3 * len(attention) + len(out) * ("out" in scope)
+
+
+def fused_attention_nodes(path: Path) -> tuple[list[str], list[str]]:
+    """(Attention nodes, the output-projection MatMul reading each one's output) of an optimised graph."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    attention = {n.output[0]: n.name for n in graph.node if n.op_type == "Attention"}
+    out = [n.name for n in graph.node if n.op_type == "MatMul" and n.input[0] in attention]
+    return list(attention.values()), out
 
 
 def attention_projections(path: Path, config: EncoderConfig, scope: tuple[str, ...]) -> list[str]:
-    """MatMul/Gemm nodes with a constant (D, D) weight, taken 4 per block as q, k, v, out."""
+    """MatMul/Gemm nodes with a constant (D, D) weight, taken 4 per block as q, k, v, out.
+
+    The weight is an initializer, or (in the exporter's unoptimised graph) a Transpose of one."""
     model = onnx.load(str(path), load_external_data=False)
     square = {i.name for i in model.graph.initializer if tuple(i.dims) == (config.d_model, config.d_model)}
+    square |= {n.output[0] for n in model.graph.node if n.op_type == "Transpose" and n.input[0] in square}
     nodes = [n.name for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and square & set(n.input)]
     blocks = nodes[: 4 * config.num_layers]  # a pooler or attention head's weights come after
     return [n for i, n in enumerate(blocks) if _PROJECTIONS[i % 4] in scope]

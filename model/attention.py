@@ -6,9 +6,11 @@ Shape letters used in comments:
     B batch, T sequence length, D model width (d_model), H heads, d_k = D / H head width.
 
 Masks are boolean and broadcast to (B, H, T, T): True means "this query may look at this key".
-Masked scores are filled with the dtype's most negative finite value rather than -inf, so a masked
-key gets exactly zero weight and a row with no visible key (a padding query under a window mask)
-stays finite instead of turning into NaN and leaking through 0 · NaN.
+They are applied as BERT does, additively: (1 - mask) · (the dtype's most negative finite value) is
+added to the scores, so a masked key gets exactly zero weight (exp underflows to 0), and a row with
+no visible key (a padding query under a window mask) stays finite instead of turning into NaN and
+leaking through 0 · NaN, which -inf would do. The additive form is also the one onnxruntime's
+transformer optimiser recognises and fuses into one Attention op (see docs/export.md).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def scaled_dot_product_attention(
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
     if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        scores = scores + (1.0 - mask.to(scores.dtype)) * torch.finfo(scores.dtype).min  # (B, H, T, T)
     weights = F.softmax(scores, dim=-1)  # (B, H, T, T), rows sum to 1
     if dropout is not None:
         weights = dropout(weights)
@@ -69,7 +71,7 @@ class MultiHeadSelfAttention(nn.Module):
 
 def padding_mask(attention_mask: Tensor) -> Tensor:
     """(B, T) with 1 for real tokens -> (B, 1, 1, T): every query may see the real keys."""
-    return attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+    return attention_mask.bool().unsqueeze(1).unsqueeze(2)  # (B, 1, 1, T)
 
 
 def causal_mask(T: int, device: torch.device | None = None) -> Tensor:
