@@ -5,7 +5,7 @@ Shape letters: N inputs, D hidden, C labels, L layers, H heads, n real tokens of
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Sequence
 
 import numpy as np
@@ -84,8 +84,7 @@ def encode_array(values: np.ndarray, encoding: str, dtype: str) -> object:
     """float: the array itself (orjson writes nested lists); base64: little-endian bytes of dtype."""
     if encoding == "float":
         return np.ascontiguousarray(values, dtype=np.float32)
-    little = "<f2" if dtype == "float16" else "<f4"
-    return base64.b64encode(np.ascontiguousarray(values, dtype=little).tobytes()).decode("ascii")
+    return _base64(values, "<f2" if dtype == "float16" else "<f4")
 
 
 def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
@@ -98,4 +97,10 @@ def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
 
 def base64_floats(vector: np.ndarray) -> str:
     """OpenAI's encoding_format=base64: little-endian float32 bytes."""
-    return base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return _base64(vector, "<f4")
+
+
+def _base64(values: np.ndarray, little: str) -> str:
+    """One cast into a contiguous little-endian buffer, encoded straight from it (no `tobytes` copy)."""
+    buffer = np.ascontiguousarray(values, dtype=little)
+    return binascii.b2a_base64(memoryview(buffer).cast("B"), newline=False).decode("ascii")
