@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--route", choices=("embed", "openai"), default="embed",
                         help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline server")
+    parser.add_argument("--no-grid", action="store_true",
+                        help="skip the engine grid (the engine references for the ratios are still measured)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results.jsonl",
                         help="JSON-lines file results are appended to")
     return parser.parse_args(argv)
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: texts longer than max_length={manifest.max_length} are clipped to it")
     plan = _plan(args, manifest)
     engines = _engines(args, manifest, tokenizer, variants, plan.engine_s)
-    for variant in variants:
+    for variant in [] if args.no_grid else variants:
         print(f"## engine {variant}", flush=True)
         runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec, not args.quick)
     _serve(args, plan, variants, tokenizer, rec, engines)

@@ -1,6 +1,6 @@
 """Engine bench: the bundle's fast graph in a raw onnxruntime session, in-process, no HTTP.
 
-Session options follow the service's (intra-op threads = cores, ORT_ENABLE_ALL). Each point runs
+Session options follow the service's (intra-op threads = cores, ORT_ENABLE_ALL, no spinning). Each point runs
 one warm-up and then as many runs as fit in `seconds` (at least `min_runs`); figures are medians.
 """
 
@@ -34,6 +34,7 @@ def make_session(path: Path, threads: int = 0) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # the service's default
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -6,6 +6,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import httpx
 from tokenizers import Tokenizer
 
 from bench import procs, scenarios
@@ -70,6 +71,8 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
     try:
         for kind in kinds:
             servers[kind] = start_server(kind, variant, plan)
+        if "service" in servers:
+            rec.add("served", variant=variant, graphs=_served_graphs(servers["service"]))
         engine.cache.clear()
         for name in plan.scenarios:
             rows = {kind: _scenario(server, kind, variant, scenarios.SCENARIOS[name], plan, tokenizer, rec)
@@ -81,6 +84,15 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
     finally:
         for kind, server in servers.items():
             print(f"  {kind} stopped with exit code {procs.stop(server)}; log {server.log_path}", flush=True)
+
+
+def _served_graphs(server: procs.Server) -> dict[str, str]:
+    """Graph kind -> variant the service really serves (from /info): with the int8 fast graph, the
+    attention graph is fp32 (the bundle has no int8 attention graph), so (e) is not like with like."""
+    try:
+        return dict(httpx.get(server.url + "/info", timeout=10.0).json().get("variants", {}))
+    except (httpx.HTTPError, ValueError):
+        return {}
 
 
 def _engine_reference(engine: EngineBench, row: dict | None, rec: Recorder) -> None:
