@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 from export.graphs import GraphModule
 from export.manifest import Manifest
 from export.parity import Batch, figures, gate_failures, session
+from export.variants import optimize
 from model.load import load_model
 
 BATCHES = (1, 3, 8)
@@ -50,6 +52,31 @@ def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: p
             assert got["embeddings"].shape == (b, manifest.hidden_size)
             measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
             assert not gate_failures("fp32", measured), (b, length, measured)
+
+
+@pytest.mark.parametrize("bundle_fixture", ["tiny_bundle", "tiny_hf_bundle"])
+def test_fused_graph_matches_eager_over_grid(
+    bundle_fixture: str, request: pytest.FixtureRequest, tmp_path: Path,
+) -> None:
+    """fp32-opt fuses one Attention per block, keeps both axes dynamic, and reads the raw mask:
+    left-padded rows (which a "count of real tokens" mask index would get wrong) match too."""
+    bundle: Path = request.getfixturevalue(bundle_fixture)
+    manifest = Manifest.read(bundle)
+    encoder = load_model(Path(manifest.source.path)).encoder.eval()
+    opt = tmp_path / "fast-fp32-opt.onnx"
+    optimize(bundle / "fast-fp32.onnx", opt, encoder.config)
+    ops = [n.op_type for n in onnx.load(str(opt)).graph.node]
+    assert ops.count("Attention") == encoder.config.num_layers
+    module, sess = GraphModule(encoder, "fast"), session(opt, "CPUExecutionProvider")
+    names = [o.name for o in sess.get_outputs()]
+    for b in BATCHES:
+        for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
+            right = grid_batch(manifest.model_config_["vocab_size"], b, int(length), seed=b * 1000 + int(length))
+            left = {k: v[:, ::-1].copy() for k, v in right.items()}  # (B, T), padding first
+            for inputs in (right, left):
+                got = dict(zip(names, sess.run(names, inputs), strict=True))
+                measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
+                assert not gate_failures("fp32-opt", measured), (b, length, measured)
 
 
 def test_hf_logits_match_transformers(tiny_hf_dir: Path, tiny_hf_bundle: Path) -> None:
