@@ -185,7 +185,7 @@ class Engine:
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def _maybe_off_loop(self, texts: Sequence[str], fn: Callable[..., T], *args: Any) -> T:
+    async def _maybe_off_loop(self, texts: Inputs, fn: Callable[..., T], *args: Any) -> T:
         """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
         if sum(len(text) for text in texts) < INLINE_TOKENIZE_CHARS:
             return fn(*args)

@@ -103,4 +103,4 @@ def base64_floats(vector: np.ndarray) -> str:
 def _base64(values: np.ndarray, little: str) -> str:
     """One cast into a contiguous little-endian buffer, encoded straight from it (no `tobytes` copy)."""
     buffer = np.ascontiguousarray(values, dtype=little)
-    return binascii.b2a_base64(memoryview(buffer).cast("B"), newline=False).decode("ascii")
+    return binascii.b2a_base64(buffer.data.cast("B"), newline=False).decode("ascii")
