@@ -117,10 +117,15 @@ def attention_projections(path: Path, config: EncoderConfig, scope: tuple[str, .
 
 
 def to_fp16(src: Path, dst: Path) -> None:
-    """Half-precision weights and activations; inputs/outputs stay int64/float32 (keep_io_types)."""
+    """Half-precision weights and activations; inputs/outputs stay int64/float32 (keep_io_types).
+
+    The exporter's graph (optimize=False, see export.graphs) is first compacted by onnxscript's
+    optimiser, as torch.onnx.export(optimize=True) would: onnxruntime's symbolic shape inference,
+    which the conversion uses, fails on its Constant(value_ints) nodes."""
+    import onnxscript
     from onnxruntime.transformers.onnx_model import OnnxModel
 
-    model = OnnxModel(onnx.load(str(src)))
+    model = OnnxModel(onnxscript.optimizer.optimize(onnx.load(str(src))))
     model.convert_float_to_float16(keep_io_types=True, use_symbolic_shape_infer=True)
     model.save_model_to_file(str(dst))
     _check_outputs(src, dst)
