@@ -5,6 +5,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
 BUNDLE ?= bundles/default
+# fp32 always; fp32-opt and int8 serve faster on CPU, fp16 is what a GPU host serves. Each is parity-gated.
+VARIANTS ?= fp32,fp32-opt,int8,fp16
 CHECKPOINT ?= checkpoints/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -26,7 +28,7 @@ $(STAMP):
 
 $(BUNDLE)/manifest.json: | $(STAMP)
 	test -f $(CHECKPOINT)/config.json || $(BIN)/attnserve train --out $(CHECKPOINT)
-	$(BIN)/attnserve export $(CHECKPOINT) --out $(BUNDLE)
+	$(BIN)/attnserve export $(CHECKPOINT) --out $(BUNDLE) --variants $(VARIANTS)
 
 bundle: $(BUNDLE)/manifest.json
 
