@@ -79,7 +79,10 @@ async def test_classify_sorted_softmax_topk_and_raw(client):
         assert row[0]["score"] >= row[1]["score"]
         assert sum(s["score"] for s in row) == pytest.approx(1, abs=1e-5)
     top = (await post(client, "/classify", {"inputs": TEXTS[0], "top_k": 1})).json()
-    assert len(top[0]) == 1 and top[0][0] == scores[0][0]
+    # alone vs in a batch of 3: the same label, and the score equal to float tolerance (onnxruntime's
+    # GEMM blocking depends on the batch shape, so the last bits may differ)
+    assert len(top[0]) == 1 and top[0][0]["label"] == scores[0][0]["label"]
+    assert top[0][0]["score"] == pytest.approx(scores[0][0]["score"], abs=1e-5)
     raw = (await post(client, "/classify", {"inputs": TEXTS[0], "raw_scores": True})).json()[0]
     logits = np.array([s["score"] for s in raw])
     probs = np.exp(logits) / np.exp(logits).sum()
