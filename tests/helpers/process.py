@@ -24,12 +24,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serve_command(bundle: Path, port: int, *flags: str) -> list[str]:
+    """The Dockerfile's entry command, on loopback, one ORT thread (tests share two cores)."""
+    return [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
+            "--port", str(port), "--intra-op-threads", "1", *flags]
+
+
+def server_env() -> dict[str, str]:
+    """This environment without ATTNSERVE_* variables, so only the flags configure the server."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
+
+
 def launch(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     """Start the server (no ATTNSERVE_* from this environment leaks in); returns (process, base url)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    command = [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
-               "--port", str(port), "--intra-op-threads", "1", *flags]
+    env, command = server_env(), serve_command(bundle, port, *flags)
     # The log goes to a file, not a pipe: nobody reads a pipe while the server runs, and a full pipe
     # (64 KiB of access log lines) would block the server's next write, and so the server.
     log = tempfile.TemporaryFile()  # noqa: SIM115  (open while the server runs; closed by stop())

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +23,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tests.helpers.process import ROOT, free_port, wait_ready
+from tests.helpers.process import ROOT, free_port, serve_command, server_env, wait_ready
 from tests.helpers.tiny import SENTENCES
 
 Request = tuple[str, dict[str, Any]]  # (path, JSON body)
@@ -227,9 +225,7 @@ def running_server(bundle: Path, log_path: Path, *flags: str) -> Iterator[Server
     """`python -m attnserve serve` on 127.0.0.1 with its stdout and stderr in `log_path` (a file, so a busy
     access log never fills a pipe and stalls the server); SIGTERM and a bounded wait on exit."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    command = [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
-               "--port", str(port), "--intra-op-threads", "1", *flags]
+    env, command = server_env(), serve_command(bundle, port, *flags)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = Server(proc, f"http://127.0.0.1:{port}", log_path)

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,21 +19,15 @@ import httpx
 import numpy as np
 import pytest
 
+from tests.helpers.process import free_port, serve_command, server_env
+
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    command = [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", "127.0.0.1",
-               "--port", str(port), "--intra-op-threads", "1", *flags]
+    env, command = server_env(), serve_command(bundle, port, *flags)
     log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process; a file never blocks it
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     proc.log = log  # type: ignore[attr-defined]
