@@ -60,15 +60,21 @@ def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout_s: float = 60) -
     return False
 
 
-def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
-    """SIGTERM, wait, and return (exit status, everything the process logged)."""
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> int:
+    """SIGTERM (graceful drain), a bounded wait, SIGKILL past it; returns the exit status."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    return proc.returncode
+
+
+def stop(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    """SIGTERM, wait, and return (exit status, everything the process logged)."""
+    terminate(proc)
     log = _LOGS.pop(proc.pid)
     log.seek(0)
     output = log.read()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tests.helpers.process import ROOT, free_port, serve_command, server_env, wait_ready
+from tests.helpers.process import ROOT, free_port, serve_command, server_env, terminate, wait_ready
 from tests.helpers.tiny import SENTENCES
 
 Request = tuple[str, dict[str, Any]]  # (path, JSON body)
@@ -233,13 +232,7 @@ def running_server(bundle: Path, log_path: Path, *flags: str) -> Iterator[Server
         assert wait_ready(proc, server.url), server.log()
         yield server
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
 
 def proc_stats(pid: int) -> dict[str, int]:

@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.process import free_port, serve_command, server_env
+from tests.helpers.process import free_port, serve_command, server_env, terminate
 
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,13 +48,7 @@ def start(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
 
 def stop(proc: subprocess.Popen[bytes]) -> str:
     """SIGTERM, wait for the graceful shutdown (exit status 0), and return the log."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    terminate(proc)
     log = read_log(proc)
     assert proc.returncode == 0, log
     assert "Application shutdown complete" in log, log
