@@ -15,7 +15,7 @@ from bench import report, runner, targets
 from bench.engine import EngineBench
 from bench.scenarios import SCENARIOS
 from bench.texts import load_tokenizer
-from export.manifest import Manifest
+from bundle.manifest import Manifest
 
 BATCHES = (1, 8, 32, 64)
 LENGTHS = (16, 128, 512)

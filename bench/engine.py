@@ -1,21 +1,21 @@
 """Engine bench: the bundle's fast graph in a raw onnxruntime session, in-process, no HTTP.
 
-Session options follow the service's (intra-op threads = cores, ORT_ENABLE_ALL, no spinning). Each point runs
+The session is opened with the service's own options (bundle.session.open_session). Each point runs
 one warm-up and then as many runs as fit in `seconds` (at least `min_runs`); figures are medians.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from bench.texts import make_texts
+from bundle.feeds import pad
+from bundle.session import open_session
 
 
 @dataclass(frozen=True)
@@ -30,24 +30,9 @@ class EnginePoint:
     tokens_per_s: float
 
 
-def make_session(path: Path, threads: int = 0) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or os.cpu_count() or 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # the service's default
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def encode(tokenizer: Tokenizer, texts: list[str]) -> dict[str, np.ndarray]:
-    """Pad to the longest text of the batch: (B, T) int64 ids and mask."""
-    encodings = tokenizer.encode_batch(texts)
-    width = max(len(e.ids) for e in encodings)
-    ids = np.zeros((len(texts), width), dtype=np.int64)  # (B, T)
-    mask = np.zeros_like(ids)
-    for row, e in enumerate(encodings):
-        ids[row, : len(e.ids)] = e.ids
-        mask[row, : len(e.ids)] = 1
-    return {"input_ids": ids, "attention_mask": mask}
+def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int = 0) -> dict[str, np.ndarray]:
+    """Tokenise and right-pad to the longest text of the batch, as the service does: (B, T) int64 ids and mask."""
+    return pad([e.ids for e in tokenizer.encode_batch(texts)], pad_id)
 
 
 class EngineBench:
@@ -55,7 +40,7 @@ class EngineBench:
 
     def __init__(self, variant: str, graph: Path, tokenizer: Tokenizer, seconds: float, min_runs: int = 2):
         self.variant, self.tokenizer = variant, tokenizer
-        self.session = make_session(graph)
+        self.session = open_session(graph)
         self.seconds, self.min_runs = seconds, min_runs
         self.cache: dict[tuple[int, int, bool], EnginePoint] = {}
 

@@ -17,9 +17,10 @@ import orjson
 import uvicorn
 from fastapi import FastAPI, Response
 
-from bench.engine import encode, make_session
+from bench.engine import encode
 from bench.texts import load_tokenizer
-from export.manifest import Manifest
+from bundle.manifest import Manifest
+from bundle.session import open_session
 
 
 def _texts(body: dict) -> list[str]:
@@ -34,9 +35,9 @@ def _json(value: object) -> Response:
 def create_app(bundle: Path, variant: str) -> FastAPI:
     manifest = Manifest.read(bundle)
     tokenizer = load_tokenizer(bundle, manifest.tokenizer, manifest.max_length)
-    fast = make_session(bundle / _graph(manifest, "fast", variant))
+    fast = open_session(bundle / _graph(manifest, "fast", variant))
     attention = manifest.graph("attention", "fp32")
-    attention_session = make_session(bundle / attention.file) if attention else None
+    attention_session = open_session(bundle / attention.file) if attention else None
     app = FastAPI()
 
     def embed_texts(texts: list[str]) -> np.ndarray:

@@ -1,11 +1,11 @@
 """export_bundle: checkpoint or BERT directory -> parity-gated ONNX bundle, written atomically.
 
 Layout of a bundle directory (see docs/export.md):
-    manifest.json          export.manifest.Manifest
+    manifest.json          bundle.manifest.Manifest
     tokenizer.json         the source's tokenizer, byte for byte
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
 
-Everything is built in a temporary sibling directory, gated, verified with export.verify, and only
+Everything is built in a temporary sibling directory, gated, verified with bundle.verify, and only
 then renamed into place: a failed export leaves no bundle (and an existing bundle untouched).
 """
 
@@ -14,18 +14,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bundle.feeds import INPUT_NAMES
+from bundle.files import sha256_file, staged_directory
+from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
+from bundle.verify import verify_bundle
 from export import variants as variants_mod
-from export.graphs import INPUT_NAMES, KINDS, export_graph, output_shapes
-from export.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec, sha256_file
-from export.parity import Batch, ParityError, check_graph, reference
-from export.texts import evaluation_texts, parity_batches
-from export.verify import verify_bundle
+from export.graphs import KINDS, export_graph, output_shapes
+from export.parity import Batch, ParityError, check_graph, evaluation_texts, parity_batches, reference
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.load import load_model
@@ -52,7 +51,7 @@ def export_bundle(
     chosen = normalise_variants(variants)
     _check_target(out_dir)
     model = load_model(source)
-    with _staging(out_dir) as tmp:
+    with staged_directory(out_dir) as tmp:
         manifest = _build(model, tmp, chosen, name or source.resolve().name, version)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
         verify_bundle(tmp)
@@ -73,29 +72,6 @@ def normalise_variants(variants: Sequence[str]) -> list[str]:
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
-
-
-@contextmanager
-def _staging(out_dir: Path) -> Iterator[Path]:
-    """A temporary sibling of out_dir, renamed into place on success and removed on failure."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        yield tmp
-        _replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _replace(tmp: Path, out_dir: Path) -> None:
-    if not out_dir.exists():
-        tmp.rename(out_dir)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-    old.rmdir()
-    out_dir.rename(old)
-    tmp.rename(out_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str) -> Manifest:

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None, prog: str = "attnserve export") -> int:
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    from export.verify import BundleError
+    from bundle.verify import BundleError
     from model.assets import AssetMissing
 
     errors: list[type[BaseException]] = [BundleError, AssetMissing, FileNotFoundError, ValueError, OSError]
@@ -75,7 +75,7 @@ def _errors() -> tuple[type[BaseException], ...]:
 
 
 def _verify(bundle_dir: Path) -> int:
-    from export.verify import verify_bundle
+    from bundle.verify import verify_bundle
 
     manifest = verify_bundle(bundle_dir)
     print(f"{bundle_dir}: OK ({manifest.name} v{manifest.version}, {len(manifest.graphs)} graphs)")

@@ -25,17 +25,17 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from bundle.feeds import INPUT_NAMES
 from model.config import EncoderConfig
 from model.encoder import Encoder
 
 log = logging.getLogger(__name__)
 
-INPUT_NAMES = ("input_ids", "attention_mask")
 KINDS = ("fast", "attention")
 
 
 def output_names(config: EncoderConfig, kind: str) -> list[str]:
-    """Output names of a graph kind, in graph order (see export.manifest for their meaning)."""
+    """Output names of a graph kind, in graph order (see bundle.manifest for their meaning)."""
     if kind not in KINDS:
         raise ValueError(f"unknown graph kind {kind!r}; expected one of {', '.join(KINDS)}")
     names = ["embeddings", "token_embeddings"]

@@ -4,11 +4,15 @@ Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 
 Padding makes some outputs meaningless, so comparisons look at real tokens only:
 token_embeddings at positions where attention_mask is 1, attentions where both the query and the
-key are real tokens. embeddings (pooled over real tokens) and logits are compared whole.
+key are real tokens. embeddings (pooled over real tokens) and logits are compared whole. Graphs are
+opened with the service's own session options (bundle.session), so the gate checks what is served.
+The texts the gate runs live here too: fixed sentences of mixed lengths, cut into batches of mixed
+sizes, and (for int8) a few hundred review snippets.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +22,12 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from bundle.session import ORT_PROVIDERS, open_session
 from export.graphs import GraphModule
 from model.checkpoint import LoadedModel
 from model.tokenizer import encode
+
+log = logging.getLogger(__name__)
 
 # variant -> (figure, limit, "max" if the figure must stay under the limit else "min");
 # a figure starting with "*" applies to every output (e.g. "*_max_abs_diff").
@@ -32,6 +39,57 @@ GATES: dict[str, list[tuple[str, float, str]]] = {
 }
 NOT_MEASURED = "not_measured_cuda_unavailable"  # 1.0 when no provider here could run the graph
 CUDA_MEASURED = "cuda_measured"  # for graphs meant for CUDA: 1.0 measured on CUDA, 0.0 on CPU only
+
+
+_SHORT = ["ok", "Great!", "Not good.", "Why?", "a", "The plot thickens."]
+_MEDIUM = [
+    "A warm, funny and surprisingly moving film about growing up.",
+    "The acting is wooden and the script never finds its footing.",
+    "I expected more from the director of such a fine debut.",
+    "An uneven but often delightful comedy with a great cast.",
+    "Two hours of my life I will never get back, sadly.",
+    "The soundtrack alone is worth the price of the ticket.",
+    "Attention maps show which tokens each head looks at.",
+    "Numbers like 3.14159 and dates like 2024-01-31 tokenise oddly.",
+]
+_LONG = [
+    " ".join(["This long review rambles on about the cinematography, the pacing and the cast,"] * 6),
+    " ".join(["Transformers encode text with stacked self-attention and feed-forward layers."] * 12),
+    " ".join(["word"] * 600),  # longer than any max_length: exercises truncation
+]
+PARITY_TEXTS: tuple[str, ...] = tuple(_SHORT + _MEDIUM + _LONG)
+# Batch sizes the parity texts are cut into, in order: mixed sizes, the rest in the last batch.
+PARITY_BATCHES = (1, 3, 8, 5)
+
+
+def parity_batches() -> list[list[str]]:
+    """PARITY_TEXTS cut into batches of mixed sizes and mixed lengths (padding inside batches)."""
+    texts, batches, start = list(PARITY_TEXTS), [], 0
+    for size in PARITY_BATCHES:
+        batches.append(texts[start:start + size])
+        start += size
+    if start < len(texts):
+        batches.append(texts[start:])
+    return [b for b in batches if b]
+
+
+def evaluation_texts(count: int = 300) -> list[str]:
+    """Texts for the int8 label-agreement check.
+
+    The last `count` Rotten Tomatoes snippets in file order (the tail the default model's training
+    split leaves mostly unseen) when the data wheel is installed; else the parity texts.
+    """
+    from model.assets import AssetMissing, rotten_tomatoes
+
+    try:
+        rows = rotten_tomatoes()
+    except AssetMissing as err:
+        log.warning("Rotten Tomatoes data unavailable (%s); int8 agreement uses the fixed parity texts", err)
+        return list(PARITY_TEXTS)
+    return [text for text, _ in rows[-count:]]
+
+
+_SHORT_NAMES = {ort_name: short for short, ort_name in ORT_PROVIDERS.items()}
 
 
 class ParityError(RuntimeError):
@@ -60,12 +118,6 @@ def reference(model: LoadedModel, texts: Sequence[Sequence[str]], max_length: in
 def available_providers(wanted: Sequence[str]) -> list[str]:
     have = set(ort.get_available_providers())
     return [p for p in wanted if p in have]
-
-
-def session(path: Path, provider: str) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=[provider])
 
 
 def run(sess: ort.InferenceSession, batches: list[Batch]) -> list[dict[str, np.ndarray]]:
@@ -127,7 +179,7 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: lis
         return {NOT_MEASURED: 1.0}
     worst: dict[str, float] = {}
     for provider in runnable:
-        measured = figures(batches, run(session(path, provider), batches), names)
+        measured = figures(batches, run(open_session(path, _SHORT_NAMES[provider]), batches), names)
         worst = _merge_worst(worst, measured)
     misses = gate_failures(variant, worst)
     if misses:
@@ -141,7 +193,7 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: lis
 def _cpu_fallback(path: Path) -> list[str]:
     """A CUDA-only graph (fp16) is still measured on CPU when onnxruntime's CPU provider runs it."""
     try:
-        session(path, "CPUExecutionProvider")
+        open_session(path, "cpu")
     except Exception:  # noqa: BLE001 - any load failure means "cannot measure here"
         return []
     return ["CPUExecutionProvider"]

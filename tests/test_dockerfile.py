@@ -56,3 +56,10 @@ def test_image_requirements_carry_one_onnxruntime_and_no_torch(flavour: str, run
     runtimes = [line for line in lines if line.startswith("onnxruntime")]
     assert len(runtimes) == 1 and runtimes[0].startswith(runtime)
     assert not [line for line in lines if line.startswith("torch")]
+
+
+def test_image_copies_the_service_side_only() -> None:
+    """The image serves bundles: the CLI, the bundle contract and the service; never model/ or export/ (torch)."""
+    copied = {line.split()[0] for line in _instruction("COPY") if not line.startswith("--")}
+    assert {"attnserve", "bundle", "service"} <= copied
+    assert not copied & {"model", "export", "."}

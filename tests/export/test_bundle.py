@@ -10,12 +10,13 @@ import numpy as np
 import onnx
 import pytest
 
+from bundle.files import sha256_file
+from bundle.manifest import Manifest
+from bundle.verify import BundleError, verify_bundle
 from export import bundle as bundle_mod
 from export.bundle import ExportError, export_bundle
 from export.cli import main
-from export.manifest import Manifest, sha256_file
 from export.parity import ParityError
-from export.verify import BundleError, verify_bundle
 
 
 def test_manifest_round_trip(tiny_bundle: Path) -> None:
@@ -118,7 +119,7 @@ def test_verify_imports_no_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, export.verify; sys.exit('torch' in sys.modules or 'onnx' in sys.modules)"
+    code = "import sys, bundle.verify; sys.exit('torch' in sys.modules or 'onnx' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

@@ -9,9 +9,10 @@ import onnx
 import pytest
 import torch
 
+from bundle.manifest import Manifest
+from bundle.session import open_session
 from export.graphs import GraphModule
-from export.manifest import Manifest
-from export.parity import Batch, figures, gate_failures, session
+from export.parity import Batch, figures, gate_failures
 from export.variants import optimize
 from model.load import load_model
 
@@ -43,7 +44,7 @@ def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: p
     entry = manifest.graph(kind, "fp32")
     assert entry is not None
     module = GraphModule(load_model(Path(manifest.source.path)).encoder.eval(), kind)
-    sess = session(bundle / entry.file, "CPUExecutionProvider")
+    sess = open_session(bundle / entry.file)
     names = [o.name for o in entry.outputs]
     for b in BATCHES:
         for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
@@ -67,7 +68,7 @@ def test_fused_graph_matches_eager_over_grid(
     optimize(bundle / "fast-fp32.onnx", opt, encoder.config)
     ops = [n.op_type for n in onnx.load(str(opt)).graph.node]
     assert ops.count("Attention") == encoder.config.num_layers
-    module, sess = GraphModule(encoder, "fast"), session(opt, "CPUExecutionProvider")
+    module, sess = GraphModule(encoder, "fast"), open_session(opt)
     names = [o.name for o in sess.get_outputs()]
     for b in BATCHES:
         for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
@@ -87,14 +88,14 @@ def test_hf_logits_match_transformers(tiny_hf_dir: Path, tiny_hf_bundle: Path) -
     inputs = grid_batch(reference.config.vocab_size, 3, 7, seed=3)
     with torch.no_grad():
         expected = reference(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.numpy()
-    sess = session(tiny_hf_bundle / "fast-fp32.onnx", "CPUExecutionProvider")
+    sess = open_session(tiny_hf_bundle / "fast-fp32.onnx")
     (logits,) = sess.run(["logits"], inputs)
     np.testing.assert_allclose(logits, expected, atol=1e-4)
 
 
 def test_embeddings_are_not_normalised(tiny_bundle: Path) -> None:
     """The service normalises; the graph hands out the raw pooled vector (mean of real tokens)."""
-    sess = session(tiny_bundle / "fast-fp32.onnx", "CPUExecutionProvider")
+    sess = open_session(tiny_bundle / "fast-fp32.onnx")
     inputs = grid_batch(100, 3, 7, seed=5)
     pooled, tokens = sess.run(["embeddings", "token_embeddings"], inputs)
     mask = inputs["attention_mask"][..., None]  # (B, T, 1)

@@ -7,11 +7,11 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
+from bundle.manifest import Manifest
+from bundle.verify import verify_bundle
 from export.bundle import export_bundle
-from export.manifest import Manifest
 from export.parity import CUDA_MEASURED
 from export.variants import attention_projections
-from export.verify import verify_bundle
 from model.load import load_model
 
 

@@ -1,8 +1,8 @@
 """Bundle manifest: the contract between export (producer) and service (consumer).
 
-This module must stay free of torch and of any other export code: the service imports it to read
-and verify bundles. A bundle directory holds `manifest.json`, `tokenizer.json` and the graphs the
-manifest lists; every file name is a plain name inside the bundle directory.
+Torch-free, like the whole `bundle` package: the service reads bundles through it. A bundle
+directory holds `manifest.json`, `tokenizer.json` and the graphs the manifest lists; every file name
+is a plain name inside the bundle directory.
 
 Graph kinds:
     fast       inputs input_ids, attention_mask (int64, (batch, sequence)); outputs embeddings
@@ -15,7 +15,6 @@ quantisation, CPU), fp16 (CUDA).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -109,10 +108,3 @@ def _check_plain_name(value: str) -> str:
         raise ValueError(f"{value!r} is not a plain file name inside the bundle")
     return value
 
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()

@@ -1,19 +1,19 @@
 """verify_bundle: check a bundle directory against its manifest without torch or export code.
 
-The service may call this at start-up, so the only imports are export.manifest, hashlib, json and
-onnxruntime. Checks: the manifest parses; the tokenizer and every graph exist and match their
-sha256; every graph loads in onnxruntime and its input/output names, element types and shapes are
-the ones the manifest lists. Every failure raises BundleError naming the file (and field).
+The service calls this at start-up, so it imports only the bundle package and onnxruntime. Checks:
+the manifest parses; the tokenizer and every graph exist and match their sha256; every graph loads
+in onnxruntime and its input/output names, element types and shapes are the ones the manifest lists.
+Every failure raises BundleError naming the file (and field).
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import onnxruntime as ort
 
-from export.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
+from bundle.files import sha256_file
+from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
 
 # onnxruntime's NodeArg.type strings -> the manifest's onnx element type names
 _ORT_TYPES = {"tensor(int64)": "int64", "tensor(float)": "float32", "tensor(float16)": "float16",
@@ -75,12 +75,9 @@ def _check_unique(manifest: Manifest) -> None:
 def _check_hash(path: Path, expected: str) -> None:
     if not path.is_file():
         raise BundleError(f"{path.name}: listed in the manifest but missing from {path.parent}")
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise BundleError(f"{path.name}: sha256 {digest.hexdigest()} does not match the manifest's {expected}")
+    got = sha256_file(path)
+    if got != expected:
+        raise BundleError(f"{path.name}: sha256 {got} does not match the manifest's {expected}")
 
 
 def _check_graph(path: Path, entry: GraphEntry) -> None:

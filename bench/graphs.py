@@ -1,4 +1,4 @@
-"""Quick onnxruntime timings of a bundle's graphs: `python -m export.timing BUNDLE [--batch 32 --tokens 128]`.
+"""Quick onnxruntime timings of a bundle's graphs: `python -m bench.graphs BUNDLE [--batch 32 --tokens 128]`.
 
 Prints milliseconds per batch and texts per second for each graph, by wall clock and by process
 CPU time (the CPU figure is steadier on a shared machine). A benchmark that prints, not a test.
@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
-from export.manifest import GraphEntry, Manifest
+from bundle.manifest import GraphEntry, Manifest
+from bundle.session import open_session
 
 
 def feeds(batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
@@ -23,9 +23,7 @@ def feeds(batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
 
 def time_graph(path: Path, inputs: dict[str, np.ndarray], threads: int, repeats: int) -> tuple[float, float]:
     """(best wall seconds, best CPU seconds) per run after one warm-up run."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.log_severity_level = threads, 3
-    sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    sess = open_session(path, "cpu", threads)
     sess.run(None, inputs)
     runs = []
     for _ in range(repeats):
@@ -44,7 +42,7 @@ def report(bundle: Path, entry: GraphEntry, inputs: dict[str, np.ndarray], threa
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m export.timing", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.graphs", description=__doc__.splitlines()[0])
     p.add_argument("bundle", type=Path)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--tokens", type=int, default=128)

@@ -1,0 +1,46 @@
+"""How a bundle's graph is opened in onnxruntime: the one set of session options.
+
+The service serves with these options, the bench measures with them, and the parity gate checks
+with them, so a figure measured at export or in the bench is a figure of the served session.
+Graph runs never overlap inside one session (the service's batcher runs one at a time), so
+inter-op parallelism is off; intra-op threads default to the CPU cores this process may use; and
+by default those threads sleep after a run instead of spinning, so an idle session leaves the CPU
+to the event loop and to other sessions.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+ORT_PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+def cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def session_options(intra_op_threads: int = 0, spinning: bool = False) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = intra_op_threads or cpu_cores()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False) -> Any:
+    """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks)."""
+    import onnxruntime as ort
+
+    providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
+    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning),
+                                providers=providers)
