@@ -16,12 +16,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnserve import __version__
 from service.batcher import Batcher, BatchLimits
-from service.bundle import Runtime, load_runtime
 from service.engine import Engine, EngineLimits
 from service.errors import InvalidRequest, ServiceError, error_body, for_status
 from service.metrics import Metrics
 from service.middleware import EdgeMiddleware
 from service.routes import attention, openai, ops, tei
+from service.runtime import Runtime, load_runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)

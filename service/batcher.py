@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -69,6 +69,54 @@ class Ticket:
         self.unused = 0
 
 
+class Queued(Protocol):
+    kind: str
+
+    @property
+    def length(self) -> int: ...
+
+
+Q = TypeVar("Q", bound=Queued)
+
+
+class BatchQueue(Generic[Q]):
+    """The waiting items in arrival order, and the choice of the next batch. A plain structure: no
+    event loop, no clock, so the batching policy is tested on its own."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, Q] = {}  # insertion order = arrival order
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def push(self, items: Sequence[Q]) -> None:
+        for item in items:
+            self._items[id(item)] = item
+
+    def remove(self, item: Q) -> bool:
+        """Take `item` out if it is still waiting; False when it already left (taken or removed)."""
+        return self._items.pop(id(item), None) is not None
+
+    def next_batch(self, max_size: int, max_tokens: int) -> list[Q]:
+        """The oldest item, then same-kind items closest to it in length (less padding), while the batch
+        stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
+        if not self._items:
+            return []
+        head = next(iter(self._items.values()))
+        others = [i for i in self._items.values() if i.kind == head.kind and i is not head]
+        others.sort(key=lambda i: abs(i.length - head.length))
+        batch, longest = [head], head.length
+        for item in others:
+            if len(batch) >= max_size:
+                break
+            if max(longest, item.length) * (len(batch) + 1) <= max_tokens:
+                batch.append(item)
+                longest = max(longest, item.length)
+        for item in batch:
+            del self._items[id(item)]
+        return batch
+
+
 @dataclass
 class BatchLimits:
     max_batch_tokens: int
@@ -85,10 +133,9 @@ class Batcher:
     ) -> None:
         self._run_fn, self.limits, self._executor = run, limits, executor
         self._observer = observer or BatchObserver()
-        self._queue: dict[int, WorkItem] = {}  # insertion order = arrival order
+        self._queue: BatchQueue[WorkItem] = BatchQueue()
         self._permits_used = 0
         self._wake = asyncio.Event()
-        self._paused = False
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self.last_ok = True
@@ -100,18 +147,10 @@ class Batcher:
 
     async def stop(self) -> None:
         """Refuse new work, finish what was admitted, then end the worker task."""
-        self._stopping, self._paused = True, False
+        self._stopping = True
         self._wake.set()
         if self._task is not None:
             await self._task
-
-    def pause(self) -> None:
-        """Test hook: hold queued work (admission and timeouts still apply)."""
-        self._paused = True
-
-    def resume(self) -> None:
-        self._paused = False
-        self._wake.set()
 
     @property
     def depth(self) -> int:
@@ -143,8 +182,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
         items = [WorkItem(kind, ids, loop.create_future()) for ids in sequences]
-        for item in items:
-            self._queue[id(item)] = item
+        self._queue.push(items)
         self._observer.queue_depth(self.depth)
         self._wake.set()
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
@@ -169,7 +207,7 @@ class Batcher:
             self._unqueue(item)
 
     def _unqueue(self, item: WorkItem) -> bool:
-        if self._queue.pop(id(item), None) is None:
+        if not self._queue.remove(item):
             return False
         self._release(1)
         self._observer.queue_depth(self.depth)
@@ -187,31 +225,17 @@ class Batcher:
                 log.exception("batcher iteration failed")
 
     async def _wait_for_work(self) -> bool:
-        while self._paused or not self._queue:
-            if self._stopping and not self._queue:
+        while not self.depth:
+            if self._stopping:
                 return False
             self._wake.clear()
             await self._wake.wait()
-        if self.limits.batch_wait_s and len(self._queue) < self.limits.max_batch_size:
+        if self.limits.batch_wait_s and self.depth < self.limits.max_batch_size:
             await asyncio.sleep(self.limits.batch_wait_s)
         return True
 
     def _take_batch(self) -> list[WorkItem]:
-        """Oldest item first, then same-kind items closest in length, within size and token caps."""
-        if not self._queue:
-            return []
-        head = next(iter(self._queue.values()))
-        others = [i for i in self._queue.values() if i.kind == head.kind and i is not head]
-        others.sort(key=lambda i: abs(i.length - head.length))
-        batch, longest = [head], head.length
-        for item in others:
-            if len(batch) >= self.limits.max_batch_size:
-                break
-            if max(longest, item.length) * (len(batch) + 1) <= self.limits.max_batch_tokens:
-                batch.append(item)
-                longest = max(longest, item.length)
-        for item in batch:
-            del self._queue[id(item)]
+        batch = self._queue.next_batch(self.limits.max_batch_size, self.limits.max_batch_tokens)
         self._observer.queue_depth(self.depth)
         return batch
 

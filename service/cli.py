@@ -56,8 +56,8 @@ def serve(settings: Settings) -> int:
     import uvicorn
 
     from service.app import create_app
-    from service.bundle import StartupError, load_runtime
-    from service.protocol import with_header_timeout
+    from service.deadlines import with_header_timeout
+    from service.runtime import StartupError, load_runtime
 
     try:
         runtime = load_runtime(settings)

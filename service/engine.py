@@ -20,7 +20,6 @@ import numpy as np
 
 from service import postprocess
 from service.batcher import Batcher, BatchObserver, Ticket
-from service.bundle import Runtime
 from service.errors import (
     AttentionTooLarge,
     InputTooLong,
@@ -30,6 +29,7 @@ from service.errors import (
     TooManyInputs,
     Unsupported,
 )
+from service.runtime import Runtime
 from service.tokenize import Direction, Encoded
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ open-loop overload starves the event loop before admission can act. The engine's
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
 Content-Length is present, absent (chunked) or wrong, and within a deadline (408 and the connection
 closed past it); the route then reads the buffered body. The deadline on the request head is the
-protocol's (`service.protocol`).
+protocol's (`service.deadlines`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Shared pytest configuration.
 
+Fixtures every package uses live in tests/fixtures.py (a plugin, so no test imports a conftest).
 Tests marked `gpu` skip where onnxruntime offers no CUDAExecutionProvider. Tests marked
 `default_model` need the real MiniLM weights and the Rotten Tomatoes data that `make install`
 puts into the virtual environment; they fail (not skip) when those are missing, since CI installs them.
@@ -8,6 +9,8 @@ puts into the virtual environment; they fail (not skip) when those are missing, 
 from __future__ import annotations
 
 import pytest
+
+pytest_plugins = ["tests.fixtures"]
 
 
 def _cuda_available() -> bool:

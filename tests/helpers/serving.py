@@ -1,45 +1,32 @@
-"""Shared service fixtures and helpers: one tiny checkpoint exported to a real bundle per session, an
-in-process app (lifespan running) driven by httpx, and the one-error-shape assertion.
-
-Conftests re-export the fixtures (`from tests.helpers.serving import bundle_dir, tiny_paths`).
-"""
+"""In-process serving for tests: an app with its lifespan running, driven by httpx, optionally around an
+injected test double of the runtime (tests.helpers.fakes); the one-error-shape assertion; `until`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from fastapi import FastAPI
 
 from service.app import create_app
+from service.runtime import Runtime, load_runtime
 from service.settings import Settings
 
 
-@pytest.fixture(scope="session")
-def tiny_paths(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(checkpoint dir, bundle dir): a seeded tiny encoder with a 2-label head, exported as fp32."""
-    from export.bundle import export_bundle
-    from tests.helpers.tiny import make_tiny_checkpoint
-
-    root = tmp_path_factory.mktemp("tiny")
-    checkpoint = make_tiny_checkpoint(root / "checkpoint", head=True)
-    export_bundle(checkpoint, root / "bundle", variants=("fp32",))
-    return checkpoint, root / "bundle"
-
-
-@pytest.fixture(scope="session")
-def bundle_dir(tiny_paths: tuple[Path, Path]) -> Path:
-    return tiny_paths[1]
-
-
 @asynccontextmanager
-async def serving(bundle: Path, **overrides: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app with its lifespan running and an httpx client talking to it in process."""
-    app = create_app(Settings(bundle=bundle, **overrides))
+async def serving(
+    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app with its lifespan running and an httpx client talking to it in process. `wrap` receives the
+    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes)."""
+    settings = Settings(bundle=bundle, **overrides)
+    runtime = wrap(load_runtime(settings)) if wrap is not None else None
+    app = create_app(settings, runtime)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
@@ -56,3 +43,11 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
     if code is not None:
         assert body["error"]["code"] == code, body
     return body["error"]
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
+    """Wait until `condition()` holds; fail the test when it does not within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)

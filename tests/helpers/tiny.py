@@ -1,4 +1,5 @@
-"""Tiny, deterministic models for tests: an attnserve checkpoint in well under a second."""
+"""Tiny, deterministic models for tests: an attnserve checkpoint or a transformers BERT directory in well
+under a second."""
 
 from __future__ import annotations
 
@@ -44,3 +45,21 @@ def make_tiny_checkpoint(dir: Path, head: bool = True) -> Path:
         encoder = Encoder(config).eval()
     save_checkpoint(dir, encoder, tokenizer)
     return dir
+
+
+def make_tiny_hf_bert(directory: Path) -> Path:
+    """A seeded 2-layer BertForSequenceClassification plus a tokenizer.json, HF directory layout."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
+    config = BertConfig(
+        vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64, id2label={0: "neg", 1: "pos"},
+        label2id={"neg": 0, "pos": 1},
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(directory)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory

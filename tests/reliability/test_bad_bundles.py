@@ -24,7 +24,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from export.manifest import sha256_file
+from bundle.files import sha256_file
 from tests.helpers.process import launch, stop
 
 FAST, ATTENTION, TOKENIZER, MANIFEST = "fast-fp32.onnx", "attention-fp32.onnx", "tokenizer.json", "manifest.json"
@@ -109,12 +109,12 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
 
 
 @pytest.fixture(scope="module")
-def outcomes(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, bool, str]]:
+def outcomes(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, bool, str]]:
     """name -> (exit status, whether /ready ever answered 200, log) for every case, run concurrently."""
     root = tmp_path_factory.mktemp("bad")
     procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     for name, (breaks, _) in CASES.items():
-        shutil.copytree(bundle_dir, root / name)
+        shutil.copytree(tiny_bundle, root / name)
         breaks(root / name)
         procs[name] = launch(root / name)
     served = dict.fromkeys(procs, False)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.helpers.serving import serving
 from tests.helpers.tiny import SENTENCES
-from tests.reliability.conftest import serving
 
 WORDS = sorted({word for sentence in SENTENCES for word in sentence.split()})
 COUNT = 200
@@ -44,9 +44,9 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
 
 
-async def test_batched_equals_single_and_order_is_kept(bundle_dir: Path) -> None:
+async def test_batched_equals_single_and_order_is_kept(tiny_bundle: Path) -> None:
     corpus = texts()
-    async with serving(bundle_dir, max_batch_size=32) as (app, client):
+    async with serving(tiny_bundle, max_batch_size=32) as (app, client):
         async def embed(inputs: list[str]) -> np.ndarray:
             response = await client.post("/embed", json={"inputs": inputs, "normalize": False})
             assert response.status_code == 200, response.text
@@ -71,9 +71,9 @@ async def test_batched_equals_single_and_order_is_kept(bundle_dir: Path) -> None
         assert app.state.engine.batcher.runs - runs < sent, "concurrent requests never shared a graph run"
 
 
-async def test_identical_requests_give_identical_bytes(bundle_dir: Path) -> None:
+async def test_identical_requests_give_identical_bytes(tiny_bundle: Path) -> None:
     inputs = texts(24, seed=3)
-    async with serving(bundle_dir) as (_, client):
+    async with serving(tiny_bundle) as (_, client):
         for route, body in (("/embed", {"inputs": inputs}), ("/classify", {"inputs": inputs}),
                             ("/v1/embeddings", {"input": inputs}), ("/attention", {"inputs": inputs[:4]})):
             first = await client.post(route, json=body)

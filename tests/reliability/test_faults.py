@@ -1,16 +1,16 @@
 """Runtime faults, in process: a graph that raises for a while, and a graph that returns NaN or Inf.
 
-A raising graph: the requests it hits get 500 JSON (inference_failed, no internals), /ready turns 503
-and comes back to 200 by itself once the fault clears (a /ready probe run, no other traffic needed),
-/health stays 200 throughout. Non-finite outputs: the request that got them gets 500 JSON
-(non_finite_output), never NaN written as null; its batch partners and /ready are unaffected.
-(A bundle whose weights give NaN for everything never becomes ready: see test_bad_bundles.)
+A raising graph (an injected fake, tests.helpers.fakes): the requests it hits get 500 JSON
+(inference_failed, no internals), /ready turns 503 and comes back to 200 by itself once the fault
+clears (a /ready probe run, no other traffic needed), /health stays 200 throughout. Non-finite
+outputs: the request that got them gets 500 JSON (non_finite_output), never NaN written as null; its
+batch partners and /ready are unaffected. (A bundle whose weights give NaN for everything never
+becomes ready: see test_bad_bundles.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,41 +18,35 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.reliability.conftest import assert_error, serving
+from service.runtime import Runtime
+from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.serving import assert_error, serving, until
 
-FAULT_S = 1.5
 
-
-async def test_raising_graph_gives_500_then_ready_recovers_by_itself(bundle_dir: Path) -> None:
-    async with serving(bundle_dir) as (app, client):
-        runner = app.state.engine.runtime.runners["fast"]
-        clears_at = time.monotonic() + FAULT_S
+async def test_raising_graph_gives_500_then_ready_recovers_by_itself(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
+        runtime = app.state.engine.runtime
 
         def fault() -> None:
-            if time.monotonic() < clears_at:
-                raise RuntimeError("CUDA error: an illegal memory access at /opt/secret/kernel.cu:42")
+            raise RuntimeError("CUDA error: an illegal memory access at /opt/secret/kernel.cu:42")
 
-        runner.fault = fault
-        try:
-            while time.monotonic() < clears_at - 0.3:
-                responses = await asyncio.gather(
-                    client.post("/embed", json={"inputs": ["a", "b"]}),
-                    client.post("/v1/embeddings", json={"input": "c"}),
-                    client.post("/classify", json={"inputs": "d"}),
-                )
-                for response in responses:
-                    error = assert_error(response, 500, "inference_failed")
-                    assert "secret" not in error["message"] and "CUDA" not in error["message"]
-                assert_error(await client.get("/ready"), 503, "not_ready")
-                assert (await client.get("/health")).status_code == 200
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(max(0.0, clears_at - time.monotonic()) + 0.05)
-            ready = await client.get("/ready")  # no inference request in between: the probe decides
-            assert ready.status_code == 200, ready.text
-            assert (await client.post("/embed", json={"inputs": "a"})).status_code == 200
+        runtime.fault = fault
+        for _ in range(3):
+            responses = await asyncio.gather(
+                client.post("/embed", json={"inputs": ["a", "b"]}),
+                client.post("/v1/embeddings", json={"input": "c"}),
+                client.post("/classify", json={"inputs": "d"}),
+            )
+            for response in responses:
+                error = assert_error(response, 500, "inference_failed")
+                assert "secret" not in error["message"] and "CUDA" not in error["message"]
+            assert_error(await client.get("/ready"), 503, "not_ready")  # its probe run fails too
             assert (await client.get("/health")).status_code == 200
-        finally:
-            runner.fault = None
+        runtime.fault = None
+        ready = await client.get("/ready")  # no inference request in between: the probe decides
+        assert ready.status_code == 200, ready.text
+        assert (await client.post("/embed", json={"inputs": "a"})).status_code == 200
+        assert (await client.get("/health")).status_code == 200
         metrics = (await client.get("/metrics")).text
         assert 'attnserve_model_runs_total{kind="fast",outcome="error"}' in metrics
 
@@ -75,13 +69,15 @@ class PoisonedSession:
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
-async def test_non_finite_outputs_are_a_json_error_for_that_request_only(bundle_dir: Path, value: float) -> None:
-    async with serving(bundle_dir) as (app, client):
+async def test_non_finite_outputs_are_a_json_error_for_that_request_only(tiny_bundle: Path, value: float) -> None:
+    def poisoned(runtime: Runtime) -> Runtime:
+        poison = runtime.tokenizer.encode(["boring"], True)[0].ids[1]  # [CLS] boring [SEP]
+        for runner in runtime.runners.values():
+            runner.session = PoisonedSession(runner.session, int(poison), value)  # type: ignore[attr-defined]
+        return GatedRuntime.around(runtime)
+
+    async with serving(tiny_bundle, wrap=poisoned) as (app, client), held(app, client) as plug:
         engine = app.state.engine
-        poison = engine.runtime.tokenizer.encode(["boring"], True)[0].ids[1]  # [CLS] boring [SEP]
-        for runner in engine.runtime.runners.values():
-            runner.session = PoisonedSession(runner.session, int(poison), value)
-        engine.batcher.pause()  # queue everything, then run it as shared batches
         requests = [
             client.post("/embed", json={"inputs": ["a warm and funny film", "boring and far too long"]}),
             client.post("/embed", json={"inputs": ["the plot makes no sense"]}),
@@ -91,10 +87,10 @@ async def test_non_finite_outputs_are_a_json_error_for_that_request_only(bundle_
             client.post("/classify", json={"inputs": "great performances all round"}),
         ]
         tasks = [asyncio.create_task(r) for r in requests]
-        while engine.batcher.depth < 6:
-            await asyncio.sleep(0.005)
-        engine.batcher.resume()
+        await until(lambda: engine.batcher.depth == 7)  # seven inputs in six requests
+        engine.runtime.gate.set()  # the queued requests run as shared batches
         responses = await asyncio.gather(*tasks)
+        assert (await plug).status_code == 200
         for index in (0, 2, 3, 4):
             assert responses[index].headers["content-type"] == "application/json"
             orjson.loads(responses[index].content)  # valid JSON, not a body with NaN in it

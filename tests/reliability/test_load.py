@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import FULL
+from tests.reliability import FULL
 from tests.reliability.load import (
     TRANSPORT_ERROR,
     Ledger,
@@ -40,14 +40,14 @@ MAKE = mixed_requests()
 
 
 @pytest.fixture(scope="module")
-def server(bundle_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(bundle_dir, tmp_path_factory.mktemp("load") / "server.log", *SETTINGS) as srv:
+def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with running_server(tiny_bundle, tmp_path_factory.mktemp("load") / "server.log", *SETTINGS) as srv:
         yield srv
 
 
 @pytest.fixture
-def soak_server(bundle_dir: Path, tmp_path: Path) -> Iterator[Server]:
-    with running_server(bundle_dir, tmp_path / "server.log") as srv:
+def soak_server(tiny_bundle: Path, tmp_path: Path) -> Iterator[Server]:
+    with running_server(tiny_bundle, tmp_path / "server.log") as srv:
         yield srv
 
 

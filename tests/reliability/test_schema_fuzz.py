@@ -26,7 +26,7 @@ from schemathesis.python import asgi
 
 from service.app import create_app
 from service.settings import Settings
-from tests.reliability.conftest import FULL
+from tests.reliability import FULL
 
 IN_PROCESS_EXAMPLES = 300 if FULL else 100
 LIVE_EXAMPLES = 300 if FULL else 30
@@ -65,8 +65,8 @@ schema = schemathesis.openapi.from_dict(SCHEMA_DOC)
 
 
 @pytest.fixture(scope="module")
-def fuzzed_app(bundle_dir: Path) -> Iterator[Any]:
-    app = create_app(Settings(bundle=bundle_dir, intra_op_threads=1, max_inputs=32))
+def fuzzed_app(tiny_bundle: Path) -> Iterator[Any]:
+    app = create_app(Settings(bundle=tiny_bundle, intra_op_threads=1, max_inputs=32))
     assert app.openapi() == SCHEMA_DOC
     yield app
     asgi.shutdown_lifespans()  # schemathesis started the app's lifespan on its first request

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from service.app import create_app
-from service.bundle import StartupError, load_runtime
+from service.runtime import StartupError, load_runtime
 from service.settings import Settings
-from tests.reliability.conftest import assert_error, serving
+from tests.helpers.serving import assert_error, serving
 
 KEY = "k3y-for-tests-0123456789"
 PUBLIC = {"/health", "/ready", "/metrics"}
@@ -46,9 +46,9 @@ WRONG = {
 }
 
 
-async def test_every_non_public_route_needs_the_key(bundle_dir: Path) -> None:
+async def test_every_non_public_route_needs_the_key(tiny_bundle: Path) -> None:
     assert {p for _, p in PROTECTED} >= {"/embed", "/classify", "/attention", "/tokenize", "/v1/embeddings", "/info"}
-    async with serving(bundle_dir, api_key=KEY) as (_, client):
+    async with serving(tiny_bundle, api_key=KEY) as (_, client):
         for method, path in PROTECTED:
             for name, headers in WRONG.items():
                 response = await client.request(method, path, json=body(path), headers=headers)
@@ -64,9 +64,9 @@ async def test_every_non_public_route_needs_the_key(bundle_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("sent", [b"{not json", b'{"inputs": []}', b"x" * 5000], ids=["malformed", "invalid", "big"])
-async def test_unauthenticated_requests_learn_nothing_about_the_body(bundle_dir: Path, sent: bytes) -> None:
+async def test_unauthenticated_requests_learn_nothing_about_the_body(tiny_bundle: Path, sent: bytes) -> None:
     """Checked at the edge before the body is read: 401, not 422 or 413."""
-    async with serving(bundle_dir, api_key=KEY, payload_limit_bytes=4096) as (app, client):
+    async with serving(tiny_bundle, api_key=KEY, payload_limit_bytes=4096) as (app, client):
         runs = app.state.engine.batcher.runs
         for path in ("/embed", "/v1/embeddings", "/attention"):
             response = await client.post(path, content=sent, headers={"content-type": "application/json"})
@@ -74,15 +74,15 @@ async def test_unauthenticated_requests_learn_nothing_about_the_body(bundle_dir:
         assert app.state.engine.batcher.runs == runs
 
 
-async def test_cors_headers_absent_by_default(bundle_dir: Path) -> None:
-    async with serving(bundle_dir) as (_, client):
+async def test_cors_headers_absent_by_default(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle) as (_, client):
         for response in await _cross_origin(client, "http://evil.example"):
             assert not [h for h in response.headers if h.startswith("access-control-")], response.headers
 
 
-async def test_cors_only_for_configured_origins(bundle_dir: Path) -> None:
+async def test_cors_only_for_configured_origins(tiny_bundle: Path) -> None:
     allowed = "http://ui.example"
-    async with serving(bundle_dir, cors_origins=f"{allowed}, http://other.example") as (_, client):
+    async with serving(tiny_bundle, cors_origins=f"{allowed}, http://other.example") as (_, client):
         for response in await _cross_origin(client, allowed):
             assert response.headers["access-control-allow-origin"] == allowed
             assert "access-control-allow-credentials" not in response.headers
@@ -169,13 +169,13 @@ class OpenSpy:
             self.paths.append(Path(os.fsdecode(file)).resolve())
 
 
-def test_bundle_load_opens_files_inside_the_bundle_only(bundle_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import export.verify  # noqa: F401  (imported before the spy: imports are not bundle reads)
+def test_bundle_load_opens_files_inside_the_bundle_only(tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bundle.verify  # noqa: F401  (imported before the spy: imports are not bundle reads)
 
     spy = OpenSpy(monkeypatch)
-    runtime = load_runtime(Settings(bundle=bundle_dir, intra_op_threads=1))
+    runtime = load_runtime(Settings(bundle=tiny_bundle, intra_op_threads=1))
     monkeypatch.undo()
-    inside = bundle_dir.resolve()
+    inside = tiny_bundle.resolve()
     assert spy.paths, "the spy saw nothing"
     files = {"manifest.json", "tokenizer.json", *(g.file for g in runtime.manifest.graphs)}
     assert {p.name for p in spy.paths} >= files
@@ -183,11 +183,11 @@ def test_bundle_load_opens_files_inside_the_bundle_only(bundle_dir: Path, monkey
 
 
 @pytest.mark.parametrize("target", ["../outside.onnx", "/etc/passwd", "sub/../../outside.onnx", "..\\outside.onnx"])
-def test_manifest_paths_out_of_the_bundle_are_refused(bundle_dir: Path, tmp_path: Path, target: str) -> None:
+def test_manifest_paths_out_of_the_bundle_are_refused(tiny_bundle: Path, tmp_path: Path, target: str) -> None:
     import json
 
     bundle = tmp_path / "bundle"
-    shutil.copytree(bundle_dir, bundle)
+    shutil.copytree(tiny_bundle, bundle)
     shutil.copy(bundle / "fast-fp32.onnx", tmp_path / "outside.onnx")
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["graphs"][0]["file"] = target
@@ -196,9 +196,9 @@ def test_manifest_paths_out_of_the_bundle_are_refused(bundle_dir: Path, tmp_path
         load_runtime(Settings(bundle=bundle))
 
 
-def test_a_graph_symlinked_out_of_the_bundle_is_refused(bundle_dir: Path, tmp_path: Path) -> None:
+def test_a_graph_symlinked_out_of_the_bundle_is_refused(tiny_bundle: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "bundle"
-    shutil.copytree(bundle_dir, bundle)
+    shutil.copytree(tiny_bundle, bundle)
     outside = tmp_path / "outside.onnx"
     (bundle / "fast-fp32.onnx").rename(outside)
     (bundle / "fast-fp32.onnx").symlink_to(outside)

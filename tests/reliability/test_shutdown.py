@@ -45,9 +45,9 @@ async def signal_and_probe(server: Server, at: float) -> tuple[float, list[bool]
 
 
 @pytest.mark.slow
-async def test_sigterm_under_load_drains_admitted_requests_and_exits_zero(bundle_dir: Path, tmp_path: Path) -> None:
+async def test_sigterm_under_load_drains_admitted_requests_and_exits_zero(tiny_bundle: Path, tmp_path: Path) -> None:
     flags = ("--batch-wait-ms", "1500", "--graceful-timeout-s", str(GRACEFUL_S))
-    with running_server(bundle_dir, tmp_path / "server.log", *flags) as server:
+    with running_server(tiny_bundle, tmp_path / "server.log", *flags) as server:
         start = time.perf_counter()
         load = asyncio.create_task(open_loop(server.url, RATE, DURATION_S, mixed_requests((1, 2, 4)), timeout_s=20))
         signalled, probes, drain_s = await signal_and_probe(server, start + SIGNAL_AT_S)

@@ -66,10 +66,12 @@ async def _until_closed(
 
 
 @pytest.mark.slow
-async def test_slow_headers_and_bodies_are_cut_off_while_normal_traffic_flows(bundle_dir: Path, tmp_path: Path) -> None:
+async def test_slow_headers_and_bodies_are_cut_off_while_normal_traffic_flows(
+    tiny_bundle: Path, tmp_path: Path,
+) -> None:
     """~10 s in CI and in full: 16 slow-header and 16 slow-body connections during 6 s of normal open-loop traffic."""
     flags = ("--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DEADLINE_S))
-    with running_server(bundle_dir, tmp_path / "server.log", *flags) as server:
+    with running_server(tiny_bundle, tmp_path / "server.log", *flags) as server:
         host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
         unloaded = await unloaded_p99(server.url, NORMAL, count=120)
         slow = [slow_header(host, port) for _ in range(SLOW_CLIENTS)]

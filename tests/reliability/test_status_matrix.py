@@ -30,7 +30,7 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from tests.reliability.conftest import assert_error, serving
+from tests.helpers.serving import assert_error, serving
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -60,9 +60,9 @@ class Counting:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client(bundle_dir: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient, Counting]]:
+async def client(tiny_bundle: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient, Counting]]:
     overrides = dict(max_inputs=MAX_INPUTS, max_input_chars=MAX_CHARS, payload_limit_bytes=PAYLOAD, truncate=False)
-    async with serving(bundle_dir, **overrides) as (app, http):
+    async with serving(tiny_bundle, **overrides) as (app, http):
         spy = Counting(app.state.engine.runtime.tokenizer)
         app.state.engine.runtime.tokenizer = spy
         yield app, http, spy
@@ -179,8 +179,8 @@ async def test_too_long_with_truncation_on_is_cut(client, route: str) -> None:
         assert response.json()["data"][0]["shape"][-1] == 64
 
 
-async def test_too_long_openai_with_server_truncation_on(bundle_dir: Path) -> None:
-    async with serving(bundle_dir, truncate=True) as (_, http):
+async def test_too_long_openai_with_server_truncation_on(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, truncate=True) as (_, http):
         response = await http.post("/v1/embeddings", json={"input": LONG})
         assert response.status_code == 200, response.text
         assert response.json()["usage"]["prompt_tokens"] == 64

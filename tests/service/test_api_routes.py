@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from tests.helpers.serving import serving
+from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.serving import serving, until
 
 TEXTS = ["a warm and funny film", "the plot makes no sense at all", "dull"]
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def client(bundle_dir):
-    async with serving(bundle_dir) as (_, client):
+async def client(tiny_bundle):
+    async with serving(tiny_bundle) as (_, client):
         yield client
 
 
@@ -159,15 +160,13 @@ async def test_openapi_documents_every_error_status(client):
         assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
 
 
-async def test_concurrent_requests_are_batched(bundle_dir):
-    async with serving(bundle_dir) as (app, client):
+async def test_concurrent_requests_are_batched(tiny_bundle):
+    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
         batcher = app.state.engine.batcher
         runs_before = batcher.runs
-        batcher.pause()
-        tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 5]
-        while batcher.depth < len(tasks):
-            await asyncio.sleep(0.005)
-        batcher.resume()
-        responses = await asyncio.gather(*tasks)
+        async with held(app, client) as plug:
+            tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 5]
+            await until(lambda: batcher.depth == len(tasks))
+        responses = await asyncio.gather(plug, *tasks)
         assert all(r.status_code == 200 for r in responses)
-        assert batcher.runs - runs_before == 1
+        assert batcher.runs - runs_before == 2  # the plug, then all the others as one batch

@@ -1,21 +1,30 @@
-"""Batcher with a fake runner: batching, caps, admission, timeouts, failures, cancellation, drain."""
+"""The batch queue as a plain structure, and the batcher with a fake runner: batching, caps, admission,
+timeouts, failures, cancellation, drain.
+
+Batching is proven without timing: the fake runner holds its first run (a one-input "plug") at a gate, so
+everything submitted meanwhile queues, and the runs after the gate opens show how the queue was cut.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
-from service.batcher import Batcher, BatchLimits
+from service.batcher import Batcher, BatchLimits, BatchQueue
 from service.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
+from tests.helpers.serving import until
 
 
 class FakeRunner:
-    """Records each batch; answers each input with its length; may fail or block."""
+    """Records each batch; answers each input with its length; may fail or block at its gate."""
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
@@ -23,9 +32,12 @@ class FakeRunner:
         self.short = False
         self.gate = threading.Event()
         self.gate.set()
+        self.waiting = 0
 
     def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
+        self.waiting += 1
         self.gate.wait(5)
+        self.waiting -= 1
         self.batches.append([len(s) for s in seqs])
         if self.fail:
             raise RuntimeError("boom: /secret/path")
@@ -55,6 +67,56 @@ async def submit(batcher: Batcher, lengths: list[int], kind: str = "fast"):
         return await batcher.submit(ticket, kind, [seq(n) for n in lengths])
 
 
+@asynccontextmanager
+async def plugged(batcher: Batcher, runner: FakeRunner) -> AsyncIterator[None]:
+    """A one-input plug (length 1) holds the graph thread; inputs submitted inside queue. The plug's own run is
+    removed from runner.batches on exit, so tests see only the batches the queue formed."""
+    runner.gate.clear()
+    plug = asyncio.create_task(submit(batcher, [1]))
+    await until(lambda: runner.waiting == 1)
+    try:
+        yield
+    finally:
+        runner.gate.set()
+        await plug
+        runner.batches.remove([1])
+
+
+# -- the queue on its own: no event loop, no clock -------------------------------------------------------
+@dataclass(eq=False)
+class Item:
+    kind: str
+    length: int
+
+
+def test_queue_takes_oldest_then_nearest_lengths_within_caps() -> None:
+    queue: BatchQueue[Item] = BatchQueue()
+    items = [Item("fast", n) for n in (2, 30, 3, 31, 2, 30)]
+    queue.push(items)
+    batches = []
+    while len(queue):
+        batches.append([i.length for i in queue.next_batch(max_size=4, max_tokens=64)])
+    # oldest first, then nearest lengths: short inputs never pad up to the long ones (budget 64, size 4)
+    assert batches == [[2, 2, 3], [30, 30], [31]]
+
+
+def test_queue_size_and_token_caps_and_kinds() -> None:
+    queue: BatchQueue[Item] = BatchQueue()
+    queue.push([Item("fast", 2) for _ in range(6)] + [Item("fast", 40), Item("fast", 40), Item("attention", 2)])
+    batches = [queue.next_batch(4, 64) for _ in range(5)]
+    assert [[i.length for i in b] for b in batches] == [[2, 2, 2, 2], [2, 2], [40], [40], [2]]
+    assert {i.kind for i in batches[4]} == {"attention"} and len(queue) == 0 and queue.next_batch(4, 64) == []
+
+
+def test_queue_remove_reports_whether_the_item_was_still_waiting() -> None:
+    queue: BatchQueue[Item] = BatchQueue()
+    a, b = Item("fast", 3), Item("fast", 3)
+    queue.push([a, b])
+    assert queue.remove(a) and not queue.remove(a)
+    assert queue.next_batch(4, 64) == [b] and not queue.remove(b)
+
+
+# -- the batcher ----------------------------------------------------------------------------------------
 async def test_results_come_back_in_order(setup):
     batcher, _ = setup
     assert await submit(batcher, [3, 1, 2]) == [("fast", 3), ("fast", 1), ("fast", 2)]
@@ -62,60 +124,47 @@ async def test_results_come_back_in_order(setup):
 
 async def test_concurrent_submits_form_one_batch(setup):
     batcher, runner = setup
-    batcher.pause()
-    tasks = [asyncio.create_task(submit(batcher, [5])) for _ in range(4)]
-    await asyncio.sleep(0.01)
-    batcher.resume()
+    async with plugged(batcher, runner):
+        tasks = [asyncio.create_task(submit(batcher, [5])) for _ in range(4)]
+        await until(lambda: batcher.depth == 4)
     assert await asyncio.gather(*tasks) == [[("fast", 5)]] * 4
     assert runner.batches == [[5, 5, 5, 5]]
 
 
 async def test_size_and_token_caps_hold(setup):
     batcher, runner = setup
-    batcher.pause()
-    small = asyncio.create_task(submit(batcher, [2] * 6))  # size cap 4 -> 2 batches
-    big = asyncio.create_task(submit(batcher, [40, 40]))  # 2 x 40 > 64 tokens -> one each
-    await asyncio.sleep(0.01)
-    batcher.resume()
+    async with plugged(batcher, runner):
+        small = asyncio.create_task(submit(batcher, [2] * 5))  # size cap 4 -> 2 batches
+        big = asyncio.create_task(submit(batcher, [40, 40]))  # 2 x 40 > 64 tokens -> one each
+        await until(lambda: batcher.depth == 7)
     await asyncio.gather(small, big)
     assert all(len(b) <= 4 and max(b) * len(b) <= 64 for b in runner.batches)
-    assert sorted(x for b in runner.batches for x in b) == sorted([2] * 6 + [40, 40])
-
-
-async def test_lengths_are_grouped_to_cut_padding(setup):
-    batcher, runner = setup
-    batcher.pause()
-    tasks = [asyncio.create_task(submit(batcher, [n])) for n in (2, 30, 3, 31, 2, 30)]
-    await asyncio.sleep(0.01)
-    batcher.resume()
-    await asyncio.gather(*tasks)
-    # oldest first, then nearest lengths: short inputs never pad up to the long ones (budget 64, size 4)
-    assert sorted(sorted(b) for b in runner.batches) == [[2, 2, 3], [30, 30], [31]]
+    assert sorted(x for b in runner.batches for x in b) == sorted([2] * 5 + [40, 40])
+    assert len(runner.batches) == 4
 
 
 async def test_different_kinds_never_share_a_batch(setup):
     batcher, runner = setup
-    batcher.pause()
-    a = asyncio.create_task(submit(batcher, [3, 4], "fast"))
-    b = asyncio.create_task(submit(batcher, [3], "attention"))
-    await asyncio.sleep(0.01)
-    batcher.resume()
+    async with plugged(batcher, runner):
+        a = asyncio.create_task(submit(batcher, [3, 4], "fast"))
+        b = asyncio.create_task(submit(batcher, [3], "attention"))
+        await until(lambda: batcher.depth == 3)
     assert await b == [("attention", 3)]
     await a
-    assert len(runner.batches) == 2
+    assert sorted(runner.batches) == [[3], [3, 4]]
 
 
 async def test_full_queue_refuses_whole_request_at_once(setup):
-    batcher, _ = setup
-    batcher.pause()
-    held = asyncio.create_task(submit(batcher, [1] * 6))
-    await asyncio.sleep(0.01)
-    with pytest.raises(Overloaded) as refused:
-        batcher.admit(3)  # 6 + 3 > 8: none of the 3 is admitted
-    assert refused.value.headers()["Retry-After"]
-    assert batcher.in_flight == 6
-    batcher.admit(2).__exit__()  # 8 fits; unused permits come back
-    batcher.resume()
+    batcher, runner = setup
+    async with plugged(batcher, runner):  # the plug holds 1 of the 8 permits
+        held = asyncio.create_task(submit(batcher, [1] * 5))
+        await until(lambda: batcher.depth == 5)
+        with pytest.raises(Overloaded) as refused:
+            batcher.admit(3)  # 6 + 3 > 8: none of the 3 is admitted
+        assert refused.value.headers()["Retry-After"]
+        assert batcher.in_flight == 6
+        batcher.admit(2).__exit__()  # 8 fits; unused permits come back
+        assert batcher.in_flight == 6
     await held
     assert batcher.in_flight == 0
 
@@ -123,24 +172,26 @@ async def test_full_queue_refuses_whole_request_at_once(setup):
 async def test_queue_timeout_fails_and_does_not_run(setup):
     batcher, runner = setup
     batcher.limits.queue_timeout_s = 0.05
-    batcher.pause()
-    with pytest.raises(QueueTimeout):
-        await submit(batcher, [4, 4])
-    batcher.resume()
-    await asyncio.sleep(0.02)
-    assert runner.batches == [] and batcher.in_flight == 0 and batcher.depth == 0
+    async with plugged(batcher, runner):
+        with pytest.raises(QueueTimeout):
+            await submit(batcher, [4, 4])
+        assert batcher.depth == 0
+    await until(lambda: batcher.in_flight == 0)
+    assert runner.batches == [] and batcher.depth == 0
 
 
 async def test_failing_runner_reaches_every_waiter_and_batcher_goes_on(setup):
     batcher, runner = setup
-    runner.fail = True
-    batcher.pause()
+    runner.fail, runner.gate = True, threading.Event()
+    plug = asyncio.create_task(submit(batcher, [1]))
+    await until(lambda: runner.waiting == 1)
     tasks = [asyncio.create_task(submit(batcher, [3])) for _ in range(3)]
-    await asyncio.sleep(0.01)
-    batcher.resume()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    await until(lambda: batcher.depth == 3)
+    runner.gate.set()
+    results = await asyncio.gather(plug, *tasks, return_exceptions=True)
+    assert runner.batches == [[1], [3, 3, 3]]
     assert all(isinstance(r, InferenceFailed) for r in results)
-    assert "secret" not in str(results[0])
+    assert "secret" not in str(results[1])
     assert not batcher.last_ok
     runner.fail = False
     assert await submit(batcher, [2]) == [("fast", 2)]
@@ -156,16 +207,15 @@ async def test_output_count_is_checked(setup):
 
 async def test_cancelled_requests_are_skipped(setup):
     batcher, runner = setup
-    batcher.pause()
-    gone = asyncio.create_task(submit(batcher, [7, 7]))
-    kept = asyncio.create_task(submit(batcher, [3]))
-    await asyncio.sleep(0.01)
-    gone.cancel()
-    await asyncio.sleep(0.01)
-    batcher.resume()
+    async with plugged(batcher, runner):
+        gone = asyncio.create_task(submit(batcher, [7, 7]))
+        kept = asyncio.create_task(submit(batcher, [3]))
+        await until(lambda: batcher.depth == 3)
+        gone.cancel()
+        await until(lambda: batcher.depth == 1)
     assert await kept == [("fast", 3)]
     assert runner.batches == [[3]]
-    assert batcher.in_flight == 0
+    await until(lambda: batcher.in_flight == 0)
 
 
 async def test_stop_drains_admitted_work_and_refuses_new():

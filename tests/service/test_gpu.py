@@ -12,11 +12,11 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def fp16_bundle(tiny_paths, tmp_path_factory):
+def fp16_bundle(tiny_checkpoint, tmp_path_factory):
     from export.bundle import export_bundle
 
     out = tmp_path_factory.mktemp("gpu") / "bundle"
-    export_bundle(tiny_paths[0], out, variants=("fp32", "fp16"))
+    export_bundle(tiny_checkpoint, out, variants=("fp32", "fp16"))
     return out
 
 

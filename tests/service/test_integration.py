@@ -61,21 +61,21 @@ def read_log(proc: subprocess.Popen[bytes]) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(bundle_dir: Path) -> Iterator[str]:
-    proc, url = start(bundle_dir)
+def server(tiny_bundle: Path) -> Iterator[str]:
+    proc, url = start(tiny_bundle)
     yield url
     stop(proc)
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_paths):
+def reference(tiny_checkpoint):
     """Eager PyTorch on the same checkpoint: (embeddings (N, D), attentions per text (L, H, n, n))."""
     import torch
 
     from model.load import load_model
     from model.tokenizer import encode
 
-    loaded = load_model(tiny_paths[0])
+    loaded = load_model(tiny_checkpoint)
     input_ids, attention_mask = encode(loaded.tokenizer, TEXTS, 64)
     with torch.no_grad():
         out = loaded.encoder(input_ids, attention_mask, output_attentions=True)
@@ -140,8 +140,8 @@ def test_openai_client_works_unchanged(server):
     assert len(short.data[0].embedding) == 8
 
 
-async def test_sigterm_finishes_admitted_requests(bundle_dir):
-    proc, url = start(bundle_dir, "--batch-wait-ms", "4000")  # admitted requests sit in the queue at SIGTERM
+async def test_sigterm_finishes_admitted_requests(tiny_bundle):
+    proc, url = start(tiny_bundle, "--batch-wait-ms", "4000")  # admitted requests sit in the queue at SIGTERM
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 2]
         await until(lambda: queue_depth(url) + sum(t.done() for t in tasks) >= len(tasks))  # all admitted
@@ -151,8 +151,8 @@ async def test_sigterm_finishes_admitted_requests(bundle_dir):
     stop(proc)
 
 
-async def test_client_that_disconnects_leaves_the_queue_before_compute(bundle_dir):
-    proc, url = start(bundle_dir, "--batch-wait-ms", "3000")  # the worker holds queued inputs for 3 s
+async def test_client_that_disconnects_leaves_the_queue_before_compute(tiny_bundle):
+    proc, url = start(tiny_bundle, "--batch-wait-ms", "3000")  # the worker holds queued inputs for 3 s
     try:
         before = model_runs(url)
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -185,9 +185,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60)
 
 
-def test_invalid_bundle_stops_startup_with_one_line(bundle_dir, tmp_path):
+def test_invalid_bundle_stops_startup_with_one_line(tiny_bundle, tmp_path):
     bad = tmp_path / "bad"
-    shutil.copytree(bundle_dir, bad)
+    shutil.copytree(tiny_bundle, bad)
     with (bad / "fast-fp32.onnx").open("ab") as fh:
         fh.write(b"\0")
     result = run_cli("--bundle", str(bad), "--port", str(free_port()))
@@ -196,10 +196,10 @@ def test_invalid_bundle_stops_startup_with_one_line(bundle_dir, tmp_path):
     assert "fast-fp32.onnx" in lines[0]
 
 
-def test_explicit_cuda_without_cuda_fails_startup(bundle_dir):
+def test_explicit_cuda_without_cuda_fails_startup(tiny_bundle):
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("CUDA is available here")
-    result = run_cli("--bundle", str(bundle_dir), "--provider", "cuda")
+    result = run_cli("--bundle", str(tiny_bundle), "--provider", "cuda")
     assert result.returncode == 2 and "cuda" in result.stderr

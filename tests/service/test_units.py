@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from export.manifest import Manifest
+from bundle.manifest import Manifest
 from service import postprocess
-from service.bundle import StartupError, choose_attention_variant, choose_provider, choose_variant
 from service.cli import read_settings
+from service.runtime import StartupError, choose_attention_variant, choose_provider, choose_variant
 from service.settings import Settings
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -31,16 +31,16 @@ def test_explicit_cuda_without_cuda_is_refused():
         choose_provider("cuda", [CPU])
 
 
-def manifest_with(bundle_dir: Path, graphs: list[tuple[str, str, list[str]]]) -> Manifest:
-    base = Manifest.read(bundle_dir)
+def manifest_with(tiny_bundle: Path, graphs: list[tuple[str, str, list[str]]]) -> Manifest:
+    base = Manifest.read(tiny_bundle)
     template = base.graphs[0]
     entries = [template.model_copy(update={"kind": k, "variant": v, "providers": p, "file": f"{k}-{v}.onnx"})
                for k, v, p in graphs]
     return base.model_copy(update={"graphs": entries})
 
 
-def test_choose_variant_fastest_that_the_provider_can_run(bundle_dir):
-    every = manifest_with(bundle_dir, [("fast", "fp32", [CUDA, CPU]), ("fast", "fp32-opt", [CUDA, CPU]),
+def test_choose_variant_fastest_that_the_provider_can_run(tiny_bundle):
+    every = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU]), ("fast", "fp32-opt", [CUDA, CPU]),
                                        ("fast", "int8", [CPU]), ("fast", "fp16", [CUDA]),
                                        ("attention", "fp32", [CUDA, CPU])])
     assert choose_variant("auto", "cuda", every) == "fp16"
@@ -48,7 +48,7 @@ def test_choose_variant_fastest_that_the_provider_can_run(bundle_dir):
     assert choose_variant("auto", "cpu", every, allow_int8=False) == "fp32-opt"
     assert choose_variant("fp32", "cpu", every) == "fp32"
     assert choose_attention_variant("int8", "cpu", every) == "fp32"
-    plain = manifest_with(bundle_dir, [("fast", "fp32", [CUDA, CPU])])
+    plain = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU])])
     assert choose_variant("auto", "cpu", plain) == "fp32"
     assert choose_attention_variant("fp32", "cpu", plain) is None
     with pytest.raises(StartupError, match="int8"):
@@ -109,16 +109,22 @@ def test_attention_size_estimate_bounds_the_real_bytes():
         values.size, "base64", "float16")
 
 
-def test_service_never_imports_torch(bundle_dir):
+def test_service_and_bundle_import_neither_torch_nor_model_nor_export(tiny_bundle):
+    """Every module of service/ and bundle/ imported, a bundle loaded and an app built, in a fresh process:
+    torch, model/ and export/ stay out of sys.modules (the Docker image carries neither)."""
     code = (
-        "import sys\n"
+        "import pkgutil, importlib, sys\n"
+        "import bundle, service\n"
+        "for package in (bundle, service):\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
         "from service.app import create_app\n"
-        "from service.cli import main\n"
-        "from service.bundle import load_runtime\n"
+        "from service.runtime import load_runtime\n"
         "from service.settings import Settings\n"
-        f"runtime = load_runtime(Settings(bundle={str(bundle_dir)!r}))\n"
+        f"runtime = load_runtime(Settings(bundle={str(tiny_bundle)!r}))\n"
         "create_app(Settings(bundle='x'), runtime)\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'model', 'export'))\n"
+        "assert not loaded, loaded\n"
     )
     root = Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)

@@ -1,4 +1,4 @@
-"""Bundle loading: verify it, choose the provider and the graph variants, open the sessions.
+"""The runtime: verify the bundle, choose the provider and the graph variants, open the sessions.
 
 The choices are pure functions of what onnxruntime offers and what the manifest lists, so they are
 tested without a GPU. Nothing falls back silently: an explicit `cuda` without CUDA, an explicit variant
@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from export.manifest import GraphEntry, Manifest
-from service.runner import ORT_PROVIDERS, BatchRunner, OrtRunner, Outputs, open_session
+from bundle.manifest import GraphEntry, Manifest
+from bundle.session import ORT_PROVIDERS, open_session
+from service.runner import BatchRunner, OrtRunner, Outputs
 from service.settings import Settings
 from service.tokenize import TextTokenizer
 
@@ -84,7 +85,7 @@ def choose_attention_variant(fast_variant: str, provider: str, manifest: Manifes
 
 
 def verify(bundle_dir: Path) -> Manifest:
-    from export.verify import BundleError, verify_bundle  # the bundle's own checker; imports no torch
+    from bundle.verify import BundleError, verify_bundle  # the bundle's own checker; imports no torch
 
     try:
         return verify_bundle(bundle_dir)

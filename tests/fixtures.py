@@ -1,0 +1,58 @@
+"""Session fixtures shared by every test package (registered in tests/conftest.py via pytest_plugins).
+
+    tiny_checkpoint   a seeded tiny attnserve checkpoint (tests.helpers.tiny; linear head, labels neg/pos)
+    tiny_bundle       its fp32 bundle (fast + attention graphs), name "tiny", version "7": exported once
+    tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
+    tiny_hf_bundle    its fp32 bundle
+    live_server       a real server process on tiny_bundle, for the whole session; its base URL
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.bundle import export_bundle
+
+    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    export_bundle(tiny_checkpoint, out, name="tiny", version="7")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_hf_bert(tmp_path_factory.mktemp("hf") / "tiny-bert")
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_bundle(tiny_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.bundle import export_bundle
+
+    out = tmp_path_factory.mktemp("bundles") / "tiny-bert"
+    export_bundle(tiny_hf_dir, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def live_server(tiny_bundle: Path) -> Iterator[str]:
+    """A real `python -m attnserve serve` on 127.0.0.1 (uvicorn, httptools) on the tiny bundle; its base URL."""
+    proc, url = launch(tiny_bundle)
+    if not wait_ready(proc, url):
+        _, log = stop(proc)
+        pytest.fail(f"server did not become ready:\n{log}")
+    yield url
+    status, log = stop(proc)
+    assert status == 0, log

@@ -1,0 +1,64 @@
+"""Test doubles of the service's runtime, injected with `create_app(settings, runtime=...)` (or
+`serving(bundle, wrap=...)`), so production code carries no test hooks.
+
+    GatedRuntime   the real runtime whose graph runs wait at a gate and may be made to fail
+    held(...)      hold the graph: one "plug" request blocks the only graph thread, so everything sent
+                   meanwhile waits in the queue and runs as shared batches once released
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+from fastapi import FastAPI
+
+from service.runtime import Runtime
+from tests.helpers.serving import until
+
+
+@dataclasses.dataclass
+class GatedRuntime(Runtime):
+    """Delegates to the real sessions; `gate` (a threading.Event) must be set for a run to start, and
+    `fault`, when set, is called before each run and may raise."""
+
+    gate: threading.Event = dataclasses.field(default_factory=threading.Event)
+    waiting: int = 0  # graph runs blocked at the gate right now
+    fault: Callable[[], None] | None = None
+
+    @classmethod
+    def around(cls, runtime: Runtime) -> GatedRuntime:
+        fake = cls(**{f.name: getattr(runtime, f.name) for f in dataclasses.fields(Runtime)})
+        fake.gate.set()
+        return fake
+
+    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
+        self.waiting += 1
+        try:
+            self.gate.wait(60)
+        finally:
+            self.waiting -= 1
+        if self.fault is not None:
+            self.fault()
+        return super().run_batch(kind, sequences)
+
+
+@asynccontextmanager
+async def held(app: FastAPI, client: httpx.AsyncClient) -> AsyncIterator[asyncio.Task[httpx.Response]]:
+    """While inside, graph runs are held: a plug request (one input) occupies the graph thread, and what is
+    submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the queued inputs then
+    form batches as they would under load. Yields the plug's task (its answer is a 200)."""
+    runtime: GatedRuntime = app.state.engine.runtime
+    runtime.gate.clear()
+    plug = asyncio.create_task(client.post("/embed", json={"inputs": "plug"}))
+    try:
+        await until(lambda: runtime.waiting == 1)
+        yield plug
+    finally:
+        runtime.gate.set()
