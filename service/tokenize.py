@@ -1,8 +1,9 @@
 """Tokenisation with the bundle's `tokenizer.json` through Hugging Face `tokenizers` (never by hand).
 
 Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); the engine
-calls this off the event loop. Truncation keeps the special tokens and cuts from the right or the
-left; with truncation off, an input longer than the model's max length is refused, naming the limit.
+calls this on the event loop for small requests and in its executor otherwise. Truncation keeps the
+special tokens and cuts from the right or the left; with truncation off, an input longer than the
+model's max length is refused, naming the limit.
 """
 
 from __future__ import annotations
