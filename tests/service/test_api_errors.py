@@ -39,9 +39,9 @@ async def test_404_405_415_and_422_validation(tiny_bundle):
         missing = assert_error(await client.post("/embed", json={"normalize": True}), 422, "validation_error")
         assert "inputs" in missing["message"]
         assert_error(await client.post("/attention", json={"inputs": "x", "aggregation": "sum"}), 422)
-        assert_error(await client.post("/attention", json={"inputs": "x", "layers": [5]}), 422, "invalid_request")
-        assert_error(await client.post("/embed", json={"inputs": []}), 422, "invalid_request")
-        assert_error(await client.post("/v1/embeddings", json={"input": [[99999]]}), 422, "invalid_request")
+        assert_error(await client.post("/attention", json={"inputs": "x", "layers": [5]}), 422, "out_of_range")
+        assert_error(await client.post("/embed", json={"inputs": []}), 422, "validation_error")
+        assert_error(await client.post("/v1/embeddings", json={"input": [[99999]]}), 422, "out_of_range")
         assert_error(await client.post("/v1/embeddings", json={"input": "x", "dimensions": 999}), 422)
 
 
