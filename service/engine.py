@@ -25,6 +25,7 @@ from service.errors import (
     InputTooLong,
     InvalidRequest,
     NonFiniteOutput,
+    OutOfRange,
     ServiceError,
     TooManyInputs,
     Unsupported,
@@ -97,7 +98,7 @@ class Engine:
         """(N, D') embeddings and the number of prompt tokens."""
         hidden = self.runtime.manifest.hidden_size
         if dimensions is not None and not 1 <= dimensions <= hidden:
-            raise InvalidRequest(f"dimensions must be between 1 and the model's {hidden}")
+            raise OutOfRange(f"dimensions must be between 1 and the model's {hidden}")
         encoded, outputs = await self._run("fast", inputs, truncate, direction)
         vectors = np.stack([o["embeddings"] for o in outputs])  # (N, D)
         return postprocess.embeddings(vectors, normalize, dimensions), sum(e.length for e in encoded)
@@ -195,7 +196,7 @@ class Engine:
         m = self.runtime.manifest
         for name, chosen, size in (("layers", query.layers, m.num_layers), ("heads", query.heads, m.num_heads)):
             if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
-                raise InvalidRequest(f"{name} must be a non-empty list of indices in [0, {size})")
+                raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 
     def _check_attention_size(self, encoded: list[Encoded], query: AttentionQuery) -> None:
         m = self.runtime.manifest

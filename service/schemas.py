@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -19,9 +19,26 @@ def _valid_unicode(text: str) -> str:
     return text
 
 
+def _integral(value: object) -> object:
+    """JSON Schema's `integer` is any number with a zero fractional part, so 2.0 is the integer 2 (the
+    document cannot say otherwise); 2.5, true and "2" stay what they are and fail the strict check."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# JSON types are taken as JSON Schema defines them, so that the document and the server agree: a boolean
+# is not an integer (`[[false]]` is no token-id list), a number or a string is not a boolean
+# (`"normalize": 0`), and a list the server needs an item in says `minItems: 1` instead of failing later.
 Text = Annotated[str, AfterValidator(_valid_unicode)]
-TextInputs = Text | list[Text]
+Texts = Annotated[list[Text], Field(min_length=1)]
+TextInputs = Text | Texts
+Index = Annotated[StrictInt, Field(ge=0), BeforeValidator(_integral)]  # bounds first: they stay in the schema
+Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral)]
+TokenIds = Annotated[list[Index], Field(min_length=1)]
+Indices = Annotated[list[Index], Field(min_length=1)]
 Direction = Literal["Left", "Right", "left", "right"]
+DIMENSIONS = "Keep the first `dimensions` values (at most the model's hidden_size, see GET /info), then renormalise."
 
 
 class _Request(BaseModel):
@@ -29,8 +46,8 @@ class _Request(BaseModel):
 
 
 class Truncation(_Request):
-    truncate: bool | None = Field(None, description="Cut inputs longer than the model's max length; "
-                                  "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
+    truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
+                                        "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
     truncation_direction: Direction = Field("Right", description="Which end of a long input is cut.")
 
 
@@ -38,12 +55,13 @@ class Truncation(_Request):
 class OpenAIEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields like `user`
 
-    input: Text | list[Text] | list[int] | list[list[int]] = Field(
-        description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given).",
+    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "
+        "each id below the model's vocabulary size, see GET /info).",
     )
     model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
-    dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
+    dimensions: Positive | None = Field(None, description=DIMENSIONS)
 
 
 class OpenAIEmbedding(BaseModel):
@@ -67,14 +85,14 @@ class OpenAIEmbeddingResponse(BaseModel):
 # -- text-embeddings-inference ---------------------------------------------------------------------
 class EmbedRequest(Truncation):
     inputs: TextInputs
-    normalize: bool = Field(True, description="L2-normalise the pooled vectors.")
-    dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
+    normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
+    dimensions: Positive | None = Field(None, description=DIMENSIONS)
 
 
 class ClassifyRequest(Truncation):
     inputs: TextInputs
-    top_k: int | None = Field(None, ge=1, description="Return only the k best labels per input (default: all).")
-    raw_scores: bool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
+    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
 
 
 class LabelScore(BaseModel):
@@ -84,7 +102,7 @@ class LabelScore(BaseModel):
 
 class TokenizeRequest(_Request):
     inputs: TextInputs
-    add_special_tokens: bool = True
+    add_special_tokens: StrictBool = True
 
 
 class Token(BaseModel):
@@ -98,8 +116,10 @@ class Token(BaseModel):
 # -- attention -------------------------------------------------------------------------------------
 class AttentionRequest(Truncation):
     inputs: TextInputs
-    layers: list[int] | None = Field(None, description="Layer indices to return (default: all).")
-    heads: list[int] | None = Field(None, description="Head indices to return (default: all).")
+    layers: Indices | None = Field(None, description="Layer indices to return, each below the model's num_layers "
+                                   "(GET /info); default: all.")
+    heads: Indices | None = Field(None, description="Head indices to return, each below the model's num_heads "
+                                  "(GET /info); default: all.")
     aggregation: Literal["none", "mean", "max", "rollout"] = Field(
         "none", description="none: (layers, heads, n, n); mean or max over heads: (layers, n, n); "
         "rollout (Abnar & Zuidema) across the chosen layers: (n, n).",

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.errors import InputTooLong, InvalidRequest
+from service.errors import InputTooLong, InvalidRequest, OutOfRange
 
 Direction = Literal["right", "left"]
 
@@ -62,7 +62,7 @@ class TextTokenizer:
         if not ids:
             raise InvalidRequest(f"input {index} is an empty list of token ids")
         if min(ids) < 0 or max(ids) >= self.vocab_size:
-            raise InvalidRequest(f"input {index} has token ids outside the vocabulary [0, {self.vocab_size})")
+            raise OutOfRange(f"input {index} has token ids outside the vocabulary [0, {self.vocab_size})")
         if len(ids) > self.max_length:
             if not truncate:
                 raise InputTooLong(

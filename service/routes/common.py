@@ -11,15 +11,19 @@ from service.schemas import ErrorResponse
 
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
+    408: "Request body not received within ATTNSERVE_BODY_TIMEOUT_S; the connection is closed",
     413: "Request body over the payload limit",
     415: "Request body is not JSON",
-    422: "Invalid request: validation, too many or too long inputs, response over a cap",
+    422: "Invalid request: not what this document allows (code validation_error), or past a limit it cannot "
+         "state: too many or too long inputs, an index, token id or dimensions past the model's sizes "
+         "(GET /info), a response over a cap (the code names which)",
     429: "Server busy: admission queue full; retry after Retry-After seconds",
     500: "Inference failed, or an internal error",
     503: "Model not loaded or not ready",
     504: "Request waited past the queue timeout and was not run",
 }
-INFERENCE_ERRORS = (401, 413, 415, 422, 429, 500, 503, 504)
+INFERENCE_ERRORS = (401, 408, 413, 415, 422, 429, 500, 503, 504)
+TOKENIZE_ERRORS = (401, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

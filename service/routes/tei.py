@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 
 from service.dependencies import EngineDep, JobDep, require_json
-from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
+from service.routes.common import INFERENCE_ERRORS, TOKENIZE_ERRORS, as_list, errors, json_response
 from service.schemas import ClassifyRequest, EmbedRequest, LabelScore, Token, TokenizeRequest
 
 router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_json)])
@@ -31,7 +31,7 @@ async def classify(body: ClassifyRequest, engine: EngineDep, job: JobDep) -> Res
     return json_response(scores)
 
 
-@router.post("/tokenize", response_model=list[list[Token]], responses=errors(401, 413, 415, 422, 503))
+@router.post("/tokenize", response_model=list[list[Token]], responses=errors(*TOKENIZE_ERRORS))
 async def tokenize(body: TokenizeRequest, engine: EngineDep) -> Response:
     """Per input, its tokens with ids and character offsets (no truncation)."""
     return json_response(await engine.tokenize(as_list(body.inputs), body.add_special_tokens))

@@ -80,7 +80,7 @@ def raw(route: str, value_json: str) -> bytes:
 # name -> (body for the route, content type, expected status, expected code)
 Case = tuple[Callable[[str], bytes], str, int, str]
 CASES: dict[str, Case] = {
-    "empty_list": (lambda r: body(r, []), "application/json", 422, "invalid_request"),
+    "empty_list": (lambda r: body(r, []), "application/json", 422, "validation_error"),
     "too_many_inputs": (lambda r: body(r, ["a"] * (MAX_INPUTS + 1)), "application/json", 422, "too_many_inputs"),
     "non_string_items": (lambda r: body(r, ["a", {"text": "b"}]), "application/json", 422, "validation_error"),
     "float_items": (lambda r: body(r, [1.5, 2.5]), "application/json", 422, "validation_error"),
