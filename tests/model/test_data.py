@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from model.data import DataError, batch_order, from_pairs, load_dataset, pad_batch, split
+from model.training.data import DataError, batch_order, from_pairs, load_dataset, pad_batch, split
 
 
 def write_jsonl(path, rows):

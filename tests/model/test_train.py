@@ -11,14 +11,14 @@ import torch
 
 from model.checkpoint import save_checkpoint
 from model.config import EncoderConfig
-from model.data import from_pairs, pad_batch, tokenize
 from model.encoder import Encoder
-from model.features import FeatureTask, extract_features
 from model.load import load_model
-from model.recipes import with_head
 from model.tokenizer import train_wordpiece
-from model.train import main
-from model.training import Split, TextTask, TrainSettings, fit, linear_schedule
+from model.training.cli import main
+from model.training.data import from_pairs, pad_batch, tokenize
+from model.training.features import FeatureTask, extract_features
+from model.training.loop import Split, TextTask, TrainSettings, fit, linear_schedule
+from model.training.recipes import with_head
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]
 NEGATIVE = ["bad", "awful", "poor", "dull", "boring"]

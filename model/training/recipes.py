@@ -17,12 +17,12 @@ import torch
 from tokenizers import Tokenizer
 
 from model.config import EncoderConfig
-from model.data import Dataset, tokenize
 from model.encoder import Encoder
-from model.features import FeatureTask, extract_features
 from model.load import load_model
 from model.tokenizer import pad_id, train_wordpiece
-from model.training import Split, Task, TextTask
+from model.training.data import Dataset, tokenize
+from model.training.features import FeatureTask, extract_features
+from model.training.loop import Split, Task, TextTask
 
 log = logging.getLogger(__name__)
 

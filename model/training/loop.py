@@ -1,7 +1,7 @@
 """The training loop: AdamW, linear warm-up then linear decay, gradient clipping, evaluation per epoch.
 
 What is trained and how a batch becomes logits is a Task: TextTask runs the whole encoder on token
-ids; model.features.FeatureTask runs only the head on token states cached from a frozen encoder.
+ids; model.training.features.FeatureTask runs only the head on token states cached from a frozen encoder.
 The loop knows neither. Shape letters: B batch, T sequence length, D d_model, C classes.
 """
 
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from model.data import batch_order, pad_batch
-from model.metrics import classification_report
+from model.training.data import batch_order, pad_batch
+from model.training.metrics import classification_report
 
 log = logging.getLogger(__name__)
 
