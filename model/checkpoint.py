@@ -1,14 +1,14 @@
 """Checkpoint directories: config.json, model.safetensors, tokenizer.json, labels.json, metrics.json.
 
-Never pickle: weights go through safetensors, everything else is JSON. Writes are atomic: the
-directory appears complete or not at all.
+Never pickle: weights go through safetensors, everything else is JSON. Writes are atomic
+(bundle.files.staged_directory): the files are written into an empty sibling directory that replaces
+the old checkpoint only once every file is complete, so a crash or an error while writing leaves
+the previous checkpoint as it was.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from bundle.files import staged_directory
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer
@@ -40,16 +41,8 @@ def is_checkpoint(path: Path) -> bool:
 def save_checkpoint(
     out_dir: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None = None,
 ) -> None:
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        _write(tmp, encoder, tokenizer, metrics)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with staged_directory(Path(out_dir)) as staging:
+        _write(staging, encoder, tokenizer, metrics)
 
 
 def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None) -> None:
