@@ -53,8 +53,7 @@ def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dic
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save(str(directory / "tokenizer.json"))
     if config.head != "none":
-        labels = list(config.label_names) or [str(i) for i in range(config.num_labels)]
-        (directory / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+        (directory / "labels.json").write_text(json.dumps(config.labels, indent=2) + "\n")
     if metrics is not None:
         (directory / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 

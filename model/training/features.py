@@ -22,7 +22,8 @@ from tqdm import tqdm
 
 from model.attention import build_mask
 from model.encoder import Encoder, mean_pool
-from model.training.data import batch_order, pad_batch
+from model.tokenizer import pad_batch
+from model.training.data import batch_order
 from model.training.loop import Split, Task
 
 

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from model.training.data import batch_order, pad_batch
+from model.tokenizer import pad_batch
+from model.training.data import batch_order
 from model.training.metrics import classification_report
 
 log = logging.getLogger(__name__)

@@ -49,6 +49,12 @@ def test_config_round_trips_through_dict() -> None:
         EncoderConfig.from_dict({**config.to_dict(), "colour": 1})
 
 
+def test_labels_are_the_label_names_or_class_numbers() -> None:
+    assert tiny_config().labels == []
+    assert tiny_config(head="linear", num_labels=3).labels == ["0", "1", "2"]
+    assert tiny_config(head="pooler", num_labels=2, label_names=("neg", "pos")).labels == ["neg", "pos"]
+
+
 @pytest.mark.parametrize("kind,window", [("full", 0), ("causal", 0), ("window", 2)])
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_padding_inside_a_batch_does_not_change_the_embedding(kind: str, window: int, pooling: str) -> None:

@@ -13,9 +13,9 @@ from model.checkpoint import save_checkpoint
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.load import load_model
-from model.tokenizer import train_wordpiece
+from model.tokenizer import pad_batch, token_ids, train_wordpiece
 from model.training.cli import main
-from model.training.data import from_pairs, pad_batch, tokenize
+from model.training.data import from_pairs
 from model.training.features import FeatureTask, extract_features
 from model.training.loop import Split, TextTask, TrainSettings, fit, linear_schedule
 from model.training.recipes import with_head
@@ -47,7 +47,7 @@ def tiny_config(**changes) -> EncoderConfig:
 def toy():
     data = from_pairs(toy_pairs(32))
     tokenizer = train_wordpiece(data.texts, vocab_size=120, min_frequency=1)
-    return data, tokenizer, tokenize(tokenizer, data.texts, 32)
+    return data, tokenizer, token_ids(tokenizer, data.texts, 32)
 
 
 def test_training_overfits_a_small_slice(toy):
