@@ -66,9 +66,9 @@ class Task:
 
     def batches(self, split: Split, rng: random.Random | None) -> Iterator[Batch]:
         for indices in batch_order(split.lengths, self.batch_size, rng is not None, rng or random.Random()):
-            inputs = self.collate([split.examples[i] for i in indices])
+            inputs, attention_mask = self.collate([split.examples[i] for i in indices])
             labels = torch.tensor([split.labels[i] for i in indices], dtype=torch.long)
-            yield tuple(t.to(self.device) for t in inputs), labels.to(self.device)
+            yield (inputs.to(self.device), attention_mask.to(self.device)), labels.to(self.device)
 
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.train.labels) / self.batch_size)

@@ -1,8 +1,9 @@
-"""Checkpoint directories: a save replaces the old checkpoint whole, and a save that fails half-way
-leaves the old one exactly as it was (and loadable)."""
+"""Checkpoint directories: a round trip gives the same model, a save replaces the old checkpoint whole,
+and a save that fails half-way leaves the old one exactly as it was (and loadable)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from tokenizers import Tokenizer
 
 import model.checkpoint
 from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import encode, train_wordpiece
 from tests.helpers.tiny import SENTENCES, tiny_config
@@ -21,10 +23,10 @@ def tokenizer() -> Tokenizer:
     return train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
 
 
-def seeded_encoder(tokenizer: Tokenizer, seed: int) -> Encoder:
+def seeded_encoder(tokenizer: Tokenizer, seed: int, config: EncoderConfig | None = None) -> Encoder:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return Encoder(tiny_config(vocab_size=tokenizer.get_vocab_size())).eval()
+        return Encoder(config or tiny_config(vocab_size=tokenizer.get_vocab_size())).eval()
 
 
 def logits(encoder: Encoder, tokenizer: Tokenizer) -> torch.Tensor:
@@ -33,6 +35,22 @@ def logits(encoder: Encoder, tokenizer: Tokenizer) -> torch.Tensor:
         out = encoder(input_ids, attention_mask).logits
     assert out is not None
     return out
+
+
+def test_round_trip_gives_the_same_config_labels_metrics_and_outputs(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    config = tiny_config(vocab_size=tokenizer.get_vocab_size()).replace(head="attention", normalize=True)
+    encoder = seeded_encoder(tokenizer, 0, config)
+    save_checkpoint(tmp_path / "ckpt", encoder, tokenizer, {"accuracy": 1.0})
+    loaded = load_checkpoint(tmp_path / "ckpt")
+    assert loaded.encoder.config == config and loaded.kind == "attnserve"
+    assert json.loads((tmp_path / "ckpt" / "labels.json").read_text()) == ["neg", "pos"]
+    assert json.loads((tmp_path / "ckpt" / "metrics.json").read_text()) == {"accuracy": 1.0}
+    assert loaded.tokenizer.to_str() == tokenizer.to_str()
+    input_ids, attention_mask = encode(tokenizer, SENTENCES[:4], 16)
+    with torch.no_grad():
+        ours, theirs = encoder(input_ids, attention_mask), loaded.encoder(input_ids, attention_mask)
+    assert ours.logits is not None and theirs.logits is not None
+    assert torch.equal(ours.logits, theirs.logits) and torch.equal(ours.embedding, theirs.embedding)
 
 
 def contents(directory: Path) -> dict[str, bytes]:
