@@ -9,6 +9,7 @@ the previous checkpoint as it was.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dic
     (directory / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(directory / "model.safetensors", 0o644)  # safetensors 0.8 writes 0o600 (safetensors#782)
     tokenizer.save(str(directory / "tokenizer.json"))
     if config.head != "none":
         (directory / "labels.json").write_text(json.dumps(config.labels, indent=2) + "\n")

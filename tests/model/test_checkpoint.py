@@ -94,6 +94,8 @@ def test_a_successful_save_replaces_the_previous_checkpoint_whole(tmp_path: Path
     assert not (target / "metrics.json").exists()  # replaced, not merged into the old directory
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
     assert target.stat().st_mode & 0o777 == 0o755  # readable by the service's user, not mkdtemp's 0o700
+    unreadable = [p.name for p in target.iterdir() if p.stat().st_mode & 0o044 != 0o044]
+    assert unreadable == []  # model.safetensors included (safetensors 0.8 alone writes it 0o600)
     loaded = logits(load_checkpoint(target).encoder, tokenizer)
     assert torch.equal(loaded, logits(new, tokenizer))
     assert not torch.equal(loaded, logits(old, tokenizer))
