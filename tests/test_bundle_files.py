@@ -26,7 +26,9 @@ def _make(target: Path, text: str) -> None:
 def test_staged_directory_replaces_whole_and_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool,
 ) -> None:
-    if not exchange:
+    if exchange:  # Linux: the exchange must be what replaces the directory, not the fallback
+        monkeypatch.setattr(files, "_rename_aside_then_in", lambda a, b: pytest.fail("fallback used"))
+    else:
         monkeypatch.setattr(files, "_exchange", lambda a, b: False)
     target = tmp_path / "out"
     _make(target, "one")
