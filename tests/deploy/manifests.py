@@ -67,8 +67,9 @@ def probes(objects: tuple[Obj, ...]) -> dict[str, Obj]:
 
 
 def metric_names_in_files() -> set[str]:
-    """Every attnserve_* name written anywhere under deploy/kubernetes, comments included."""
-    text = "\n".join(p.read_text() for p in sorted(KUBERNETES.rglob("*.yaml")))
+    """Every attnserve_* name written anywhere under deploy/kubernetes (comments included) or in its guide."""
+    files = [*sorted(KUBERNETES.rglob("*.yaml")), ROOT / "docs" / "kubernetes.md"]
+    text = "\n".join(p.read_text() for p in files)
     return set(re.findall(r"\battnserve_[a-z0-9_]+", text))
 
 
