@@ -24,6 +24,10 @@ class Metrics(BatchObserver):
             "attnserve_request_duration_seconds", "HTTP request duration", ["route"], buckets=_SECONDS, registry=r,
         )
         self.depth = Gauge("attnserve_queue_depth", "Inputs waiting in the batch queue", registry=r)
+        self.inputs_in_flight = Gauge(
+            "attnserve_inputs_in_flight", "Inputs admitted whose graph run has not finished (tokenising, queued "
+            "or running); at most max_queue: the load signal to autoscale on", registry=r,
+        )
         self.batch_size = Histogram("attnserve_batch_size", "Inputs per graph run", buckets=_SIZES, registry=r)
         self.batch_tokens = Histogram(
             "attnserve_batch_tokens", "Real tokens per graph run", buckets=_TOKENS, registry=r,
@@ -53,6 +57,9 @@ class Metrics(BatchObserver):
 
     def queue_depth(self, depth: int) -> None:
         self.depth.set(depth)
+
+    def in_flight(self, inputs: int) -> None:
+        self.inputs_in_flight.set(inputs)
 
     def queue_wait(self, seconds: float) -> None:
         self.queue_seconds.observe(seconds)

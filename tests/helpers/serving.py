@@ -1,5 +1,6 @@
 """In-process serving for tests: an app with its lifespan running, driven by httpx, optionally around an
-injected test double of the runtime (tests.helpers.fakes); the one-error-shape assertion; `until`."""
+injected test double of the runtime (tests.helpers.fakes); the same app behind a real uvicorn server on
+127.0.0.1 in the test's event loop; the one-error-shape assertion; `until`."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI
 
 from service.app import create_app
+from service.deadlines import with_header_timeout
 from service.runtime import Runtime, load_runtime
 from service.settings import Settings
+from tests.helpers.process import free_port
 
 
 @asynccontextmanager
@@ -31,6 +35,31 @@ async def serving(
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield app, client
+
+
+@asynccontextmanager
+async def uvicorn_here(
+    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+) -> AsyncIterator[tuple[FastAPI, str]]:
+    """create_app served by uvicorn.Server on 127.0.0.1 in this event loop, as `attnserve serve` serves it
+    (real sockets, httptools), around `wrap(runtime)` as in `serving`; yields (app, base url)."""
+    settings = Settings(bundle=bundle, **{"intra_op_threads": 1, **overrides})
+    runtime = load_runtime(settings)
+    app = create_app(settings, wrap(runtime) if wrap is not None else runtime)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on",
+                            http=with_header_timeout(settings.header_timeout_s))
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and not task.done(), "uvicorn did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
