@@ -59,8 +59,8 @@ async def test_sigterm_under_load_answers_every_admitted_request_and_exits_zero(
         started = time.monotonic()
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             burst, stream, probes, status = await signal_under_load(server, client)
-        drain_s, log = time.monotonic() - started, server.log()
-    report = f"exit {status} after {drain_s:.1f} s; stream {stream.summary()}; probes refused {probes}"
+        elapsed_s, log = time.monotonic() - started, server.log()
+    report = f"exit {status}, {elapsed_s:.1f} s after the burst; stream {stream.summary()}; probes refused {probes}"
     assert [r.status_code for r in burst] == [200] * len(BURST), report
     assert [len(r.json()) for r in burst] == [len(b["inputs"]) for b in BURST], report
     assert stream.answered == stream.sent and set(stream.by_status()) <= {200, 503, TRANSPORT_ERROR}, report
