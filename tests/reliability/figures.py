@@ -44,13 +44,13 @@ class Figure:
         return _OPS[self.op](self.value, self.limit)
 
     def row(self) -> str:
-        value, limit = f"{_number(self.value)} {self.unit}", f"{self.op} {self.limit:,.4g} {self.unit}"
+        value, limit = f"{_number(self.value)} {self.unit}", f"{self.op} {_number(self.limit, '')} {self.unit}"
         return f"  {self.name:<44} {value:>14} {limit:>16}   {'met' if self.met else 'MISSED'}"
 
 
-def _number(x: float) -> str:
-    """Counts in full (10,125), measurements to four significant digits (107.1, 0.1201)."""
-    return f"{x:,.0f}" if x.is_integer() and abs(x) < 1e12 else f"{x:#,.4g}"
+def _number(x: float, alternate: str = "#") -> str:
+    """Counts in full (10,125), measurements to four significant digits (107.1, 2.000; limits 0.8, not 0.8000)."""
+    return f"{x:,.0f}" if x.is_integer() and abs(x) < 1e12 else f"{x:{alternate},.4g}"
 
 
 @dataclass
