@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers.process import ROOT
+from bench.procs import ROOT
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 OVERLAYS = ("cpu", "gpu", "keda")

@@ -19,7 +19,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import running
 from tests.helpers.serving import until, uvicorn_here
 
 SIGNAL = "attnserve_inputs_in_flight"
@@ -82,12 +82,11 @@ async def watch(client: httpx.AsyncClient, scrapes: list[dict[str, float]], stop
         await asyncio.sleep(0.02)  # pacing, not synchronisation: leave the two cores to the flood
 
 
-async def test_gauge_rises_under_real_overload_and_returns_to_zero(tiny_bundle: Path) -> None:
-    proc, url = launch(tiny_bundle, "--max-queue", str(MAX_QUEUE), "--max-batch-size", "8")
-    try:
-        assert wait_ready(proc, url), "server did not become ready"
+async def test_gauge_rises_under_real_overload_and_returns_to_zero(tiny_bundle: Path, tmp_path: Path) -> None:
+    flags = ("--max-queue", str(MAX_QUEUE), "--max-batch-size", "8")
+    with running(tiny_bundle, tmp_path / "server.log", *flags) as server:
         limits = httpx.Limits(max_connections=CLIENTS + 1)
-        async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:
             statuses: Counter[int] = Counter()
             scrapes: list[dict[str, float]] = []
             done = asyncio.Event()
@@ -102,6 +101,4 @@ async def test_gauge_rises_under_real_overload_and_returns_to_zero(tiny_bundle: 
             assert all(s[DEPTH] <= s[SIGNAL] <= MAX_QUEUE for s in scrapes), scrapes
             after = await scrape(client)
             assert (after[DEPTH], after[SIGNAL]) == (0, 0)
-    finally:
-        status, log = stop(proc)
-    assert status == 0, log
+    assert server.proc.returncode == 0, server.log()

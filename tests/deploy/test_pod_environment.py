@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.deploy.manifests import container, env, render
-from tests.helpers.process import free_port, terminate, wait_ready
+from tests.helpers.process import Server, free_port, terminate, wait_ready
 
 
 def pod_command(bundle: Path, port: int) -> list[str]:
@@ -35,12 +35,12 @@ def test_the_pods_configuration_serves_and_writes_nothing_outside_tmp(tiny_bundl
     with log.open("wb") as out:
         proc = subprocess.Popen(pod_command(tiny_bundle, port), cwd=work, env=variables, stdout=out,
                                 stderr=subprocess.STDOUT)
+        server = Server("pod", proc, port, log)
         try:
-            url = f"http://127.0.0.1:{port}"
-            assert wait_ready(proc, url), log.read_text()
-            answer = httpx.post(f"{url}/embed", json={"inputs": ["one", "two"]}, timeout=30)
+            assert wait_ready(server, 60), log.read_text()
+            answer = httpx.post(f"{server.url}/embed", json={"inputs": ["one", "two"]}, timeout=30)
             assert answer.status_code == 200 and len(answer.json()) == 2
         finally:
-            status = terminate(proc)
+            status = terminate(server)
     assert status == 0, log.read_text()
     assert (list(home.iterdir()), list(work.iterdir())) == ([], []), log.read_text()
