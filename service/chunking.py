@@ -19,7 +19,7 @@ Shape letters: K windows of one input, D hidden (or C labels).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,9 +92,12 @@ def regroup(outputs: Sequence[Any], windows: Sequence[Sequence[Window]]) -> list
     return grouped
 
 
-def span(window: Window) -> dict[str, int]:
-    """The JSON fields that place a window in its input."""
-    return {"start": window.start, "stop": window.stop, "tokens": window.tokens}
+def answers(windows: Sequence[Window], values: Iterable[Any], key: str) -> list[dict[str, Any]]:
+    """One input's windows as answers: each window's span and content tokens, and its value under `key`."""
+    return [
+        {"start": w.start, "stop": w.stop, "tokens": w.tokens, key: value}
+        for w, value in zip(windows, values, strict=True)
+    ]
 
 
 def _check_overlap(tokenizer: TextTokenizer, overlap: int, size: int, text: bool) -> None:
