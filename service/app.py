@@ -25,7 +25,9 @@ from service.runtime import Runtime, load_runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
-ADMITTED_PATHS = frozenset({"/embed", "/classify", "/attention", "/v1/embeddings"})  # routes that use the batcher
+ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
+    "/embed", "/classify", "/attention", "/v1/embeddings", "/predict", "/similarity", "/embed_all", "/",
+})
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
@@ -85,6 +87,7 @@ def start_engine(settings: Settings, runtime: Runtime, metrics: Metrics) -> tupl
     batcher.start()
     engine_limits = EngineLimits(
         settings.max_inputs, settings.max_input_chars, settings.truncate, settings.attention_cap_bytes,
+        settings.max_chunked_input_chars, settings.max_windows_per_input, settings.embed_all_cap_bytes,
     )
     return Engine(runtime, batcher, engine_limits, cpu, metrics), [graphs, cpu]
 

@@ -8,6 +8,7 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     │   ├── InputTooLong         422   an input exceeds max characters or max tokens (truncate=false)
     │   ├── TooManyInputs        422   more inputs than ATTNSERVE_MAX_INPUTS
     │   ├── AttentionTooLarge    422   the /attention response would exceed ATTNSERVE_ATTENTION_CAP_BYTES
+    │   ├── ResponseTooLarge     422   the /embed_all response would exceed ATTNSERVE_EMBED_ALL_CAP_BYTES
     │   ├── OutOfRange           422   a value past a size of the loaded model (layer, head, token id, dimensions)
     │   └── Unsupported          422   the bundle cannot do it (no labels, no attention graph)
     ├── Unauthorized             401 authentication_error    missing or wrong bearer key
@@ -63,6 +64,10 @@ class TooManyInputs(InvalidRequest):
 
 class AttentionTooLarge(InvalidRequest):
     code = "attention_too_large"
+
+
+class ResponseTooLarge(InvalidRequest):
+    code = "response_too_large"
 
 
 class OutOfRange(InvalidRequest):

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
+
+ScoreFunction = Literal["softmax", "sigmoid", "none"]
 
 JSON_BYTES_PER_FLOAT = 16  # upper bound for one float32 written by orjson, with its separator
 
@@ -29,6 +32,17 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (N, C)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * logits))  # 1 / (1 + e^-x), without overflow for large |x|
+
+
+def scores(logits: np.ndarray, function: ScoreFunction) -> np.ndarray:
+    """(N, C) logits -> scores: softmax over labels, sigmoid per label, or the logits themselves."""
+    if function == "softmax":
+        return softmax(logits)
+    return sigmoid(logits) if function == "sigmoid" else logits
 
 
 def top_labels(scores: np.ndarray, labels: Sequence[str], top_k: int | None) -> list[list[dict[str, object]]]:

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, open_session
-from service.runner import BatchRunner, OrtRunner, Outputs
+from service.runner import TOKENS, BatchRunner, OrtRunner, Outputs
 from service.settings import Settings
 from service.tokenize import TextTokenizer
 
@@ -119,6 +119,9 @@ def _open(settings: Settings, manifest: Manifest, provider: str) -> Runtime:
     for kind, runner in runners.items():
         _smoke_run(runner, probe, manifest.graph(kind, variants[kind]))
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == r.providers[0] for r in runners.values()) else "cpu"
+    fast = manifest.graph("fast", variants["fast"])
+    if fast is not None and "token_embeddings" in {o.name for o in fast.outputs}:  # /embed_all: same session
+        runners[TOKENS] = runners["fast"].with_outputs(["token_embeddings"])
     return Runtime(manifest, tokenizer, dict(runners), ran_on, variants)
 
 

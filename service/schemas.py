@@ -39,6 +39,14 @@ TokenIds = Annotated[list[Index], Field(min_length=1)]
 Indices = Annotated[list[Index], Field(min_length=1)]
 Direction = Literal["Left", "Right", "left", "right"]
 DIMENSIONS = "Keep the first `dimensions` values (at most the model's hidden_size, see GET /info), then renormalise."
+CHUNKING = (
+    "Instead of truncating, cut each input into windows of the model's max length less its special tokens "
+    "(GET /info), each sharing `chunk_overlap` tokens with the next and run as one input. mean: one answer per input, "
+    "the mean of its windows' pooled vectors (or logits) weighted by their content tokens, taken before "
+    "normalisation (or softmax); windows: every window's answer with its span in the input. Default: truncate."
+)
+CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
+                 "length less its special tokens), else 422.")
 
 
 class _Request(BaseModel):
@@ -49,6 +57,22 @@ class Truncation(_Request):
     truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
                                         "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
     truncation_direction: Direction = Field("Right", description="Which end of a long input is cut.")
+
+
+class Chunked(_Request):
+    chunking: Literal["mean", "windows"] | None = Field(None, description=CHUNKING)
+    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+
+
+class WindowSpan(BaseModel):
+    start: int = Field(description="Offset of the window's first content character in the input (for token-id "
+                       "inputs: the position of its first token).")
+    stop: int = Field(description="Offset just past the window's last content character (or token).")
+    tokens: int = Field(description="Content tokens in the window (special tokens excluded): its weight in the mean.")
+
+
+class EmbeddingWindow(WindowSpan):
+    embedding: list[float]
 
 
 # -- OpenAI ----------------------------------------------------------------------------------------
@@ -62,12 +86,22 @@ class OpenAIEmbeddingRequest(BaseModel):
     model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
+    chunking: Literal["mean", "windows"] | None = Field(
+        None, description=CHUNKING + " With windows, `data` lists every window of every input in order."
+    )
+    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
 
 
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
+
+
+class OpenAIWindowEmbedding(OpenAIEmbedding, WindowSpan):
+    """With chunking=windows: `index` is the position in `data`, `input_index` the input the window is from."""
+
+    input_index: int
 
 
 class Usage(BaseModel):
@@ -77,19 +111,19 @@ class Usage(BaseModel):
 
 class OpenAIEmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: list[OpenAIEmbedding]
+    data: list[OpenAIEmbedding | OpenAIWindowEmbedding]
     model: str
     usage: Usage
 
 
 # -- text-embeddings-inference ---------------------------------------------------------------------
-class EmbedRequest(Truncation):
+class EmbedRequest(Truncation, Chunked):
     inputs: TextInputs
     normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
 
 
-class ClassifyRequest(Truncation):
+class ClassifyRequest(Truncation, Chunked):
     inputs: TextInputs
     top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
     raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
@@ -98,6 +132,52 @@ class ClassifyRequest(Truncation):
 class LabelScore(BaseModel):
     label: str
     score: float
+
+
+class ClassificationWindow(WindowSpan):
+    scores: list[LabelScore]
+
+
+One = Annotated[list[Text], Field(min_length=1, max_length=1)]  # TEI's single-text form; pairs are not served
+
+
+class PredictParameters(_Request):
+    """The Hugging Face Inference API's text-classification parameters (what `InferenceClient` sends)."""
+
+    top_k: Positive | None = Field(None, description="Return only the k best labels.")
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        None, description="Scores from the logits; when given it overrides raw_scores.",
+    )
+
+
+class PredictRequest(Truncation):
+    inputs: Text | One | Annotated[list[One], Field(min_length=1)] = Field(
+        description="A text (or [text]): answered with one list of labels; or a batch [[text], ...]: one list per "
+        "input. Sentence pairs ([a, b]) are refused: the bundles' graphs take no token type ids.",
+    )
+    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    parameters: PredictParameters | None = None
+
+
+class SimilarityInput(_Request):
+    source_sentence: Text = Field(description="The text the others are compared with.")
+    sentences: Texts = Field(description="Texts compared with source_sentence.")
+
+
+class SimilarityRequest(_Request):
+    inputs: SimilarityInput
+    parameters: Truncation | None = None
+
+
+class EmbedAllRequest(Truncation):
+    inputs: TextInputs
+
+
+class DecodeRequest(_Request):
+    ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="A list of token ids, or a list of them; each id below the model's vocabulary size (GET /info).",
+    )
+    skip_special_tokens: StrictBool = True
 
 
 class TokenizeRequest(_Request):

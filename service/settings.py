@@ -40,6 +40,15 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(
         20_000, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422).",
     )
+    max_chunked_input_chars: int = Field(
+        100_000, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
+        "before tokenising, 422): about 25,000 English word pieces. A JSON body carries up to 6 bytes per "
+        "character (\\uXXXX escapes), so keep payload_limit_bytes above 6 x this for one such input.",
+    )
+    max_windows_per_input: int = Field(
+        512, ge=1, description="Most windows one chunked input may make (about tokens / (window - overlap)); more "
+        "is refused with 422 before any work. Each window takes one admission permit and runs as one input.",
+    )
     truncate: bool = Field(
         True, description="Default truncation: true cuts inputs to the model's max length; false refuses them (422). "
         "Requests may override it.",
@@ -62,6 +71,10 @@ class Settings(BaseSettings):
     attention_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "
         "requests are refused with 422.",
+    )
+    embed_all_cap_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest /embed_all response (one vector per token; estimated before "
+        "computing); bigger requests are refused with 422.",
     )
     payload_limit_bytes: int = Field(
         2 * 1024 * 1024, ge=1, description="Largest request body; bigger bodies are refused with 413 while reading.",

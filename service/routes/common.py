@@ -8,6 +8,7 @@ import orjson
 from fastapi import Response
 
 from service.schemas import ErrorResponse
+from service.tokenize import Direction
 
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
@@ -39,3 +40,13 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 def as_list(inputs: str | list[Any]) -> list[Any]:
     return [inputs] if isinstance(inputs, str) else inputs
+
+
+def direction(body: Any) -> Direction:
+    """The request's truncation_direction (Left/Right in either case) as the engine spells it."""
+    return body.truncation_direction.lower()  # type: ignore[no-any-return]
+
+
+def pooled_overlap(body: Any) -> int | None:
+    """The chunk overlap when the request asks for pooled chunking ("mean"); None to truncate."""
+    return body.chunk_overlap if body.chunking == "mean" else None

@@ -16,6 +16,7 @@ router = APIRouter(tags=["operations"])
 LIMITS = (
     "max_inputs", "max_input_chars", "truncate", "max_batch_tokens", "max_batch_size", "max_queue",
     "queue_timeout_s", "attention_cap_bytes", "payload_limit_bytes",
+    "max_chunked_input_chars", "max_windows_per_input", "embed_all_cap_bytes",
 )
 
 

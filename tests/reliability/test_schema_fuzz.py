@@ -11,7 +11,8 @@ undeclared methods get 405 with `Allow`. So the document says exactly what the s
 One exception, and only one: data the schema allows may pass a limit the document cannot state, because
 it depends on the loaded bundle or on settings (a layer index at or past num_layers, a token id past the
 vocabulary, `dimensions` past hidden_size, more inputs than ATTNSERVE_MAX_INPUTS, an input too long,
-an /attention answer over its cap). Such a request is refused with 422 and one of the error codes in
+a chunk overlap past the model's window, a chunked input of too many windows, an /attention or /embed_all
+answer over its cap). Such a request is refused with 422 and one of the error codes in
 `LIMIT_CODES`, each of which names its limit; any other refusal of valid data fails.
 
 Budget: the coverage phase sends every case it derives from the document (about 400 over the ten
@@ -49,7 +50,8 @@ CONFIG = SchemathesisConfig.from_dict({
     "generation": {"mode": "all"},
     "phases": {"examples": {"enabled": True}, "coverage": {"enabled": True}, "fuzzing": {"enabled": True}},
 })
-LIMIT_CODES = frozenset({"too_many_inputs", "input_too_long", "attention_too_large", "out_of_range"})
+LIMIT_CODES = frozenset({"too_many_inputs", "input_too_long", "attention_too_large", "response_too_large",
+                         "out_of_range"})
 
 
 def error_body_shape(ctx: Any, response: Any, case: Any) -> bool | None:

@@ -27,8 +27,10 @@ DOCS = ["/openapi.json", "/docs", "/redoc"]  # not operations in the document, p
 SERVICE = Path(__file__).resolve().parents[2] / "service"
 
 
-def body(path: str) -> dict[str, str]:
-    return {"input": "a"} if path == "/v1/embeddings" else {"inputs": "a"}
+def body(path: str) -> dict[str, object]:
+    shaped = {"/v1/embeddings": {"input": "a"}, "/decode": {"ids": [5]},
+              "/similarity": {"inputs": {"source_sentence": "a", "sentences": ["b"]}}}
+    return shaped.get(path, {"inputs": "a"})
 
 
 def operations() -> list[tuple[str, str]]:
