@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import signal
 import sys
 
@@ -71,9 +72,15 @@ def serve(settings: Settings) -> int:
         uvicorn.run(
             create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
-            timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
+            timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
         )
     return 0
+
+
+def drain_seconds(settings: Settings) -> int:
+    """uvicorn takes whole seconds; round up, so a drain is never shorter than asked (0.5 s must not become 0,
+    which uvicorn reads as "no drain" and which fails every admitted request)."""
+    return math.ceil(settings.graceful_timeout_s)
 
 
 class _Stopped(Exception):

@@ -146,3 +146,9 @@ def test_service_readme_documents_every_setting():
     readme = (Path(__file__).resolve().parents[2] / "service" / "README.md").read_text()
     for name in Settings.model_fields:
         assert f"`ATTNSERVE_{name.upper()}`" in readme, name
+
+
+def test_graceful_drain_is_never_rounded_down_to_none():
+    from service.cli import drain_seconds
+
+    assert [drain_seconds(Settings(bundle="b", graceful_timeout_s=s)) for s in (0.5, 1.0, 8.2)] == [1, 1, 9]
