@@ -30,7 +30,7 @@ export class Heatmap {
     this.base = renderBase(view, this.layout);
     const { row, col } = this.selected;
     const m = view.tokens.length;
-    this.selected = { row: Math.min(row, m - 1), col: Math.min(col, m - 1) };
+    this.selected = { row: Math.max(0, Math.min(row, m - 1)), col: Math.max(0, Math.min(col, m - 1)) };
     this.describe();
     this.redraw();
   }
@@ -58,7 +58,7 @@ export class Heatmap {
     const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1],
       PageUp: [-10, 0], PageDown: [10, 0], Home: [0, -Infinity], End: [0, Infinity] };
     const move = moves[event.key];
-    if (!move || !this.view) return;
+    if (!move || !this.view || this.view.tokens.length === 0) return;
     event.preventDefault();
     const last = this.view.tokens.length - 1;
     const clamp = (v) => Math.max(0, Math.min(last, v));
@@ -84,6 +84,10 @@ export class Heatmap {
   updateReadout() {
     const { row, col } = this.selected;
     const { tokens, indices, values } = this.view;
+    if (tokens.length === 0) {
+      this.readout.textContent = `${this.title}: no tokens left to show (all are special tokens)`;
+      return;
+    }
     const value = values[row * tokens.length + col];
     const query = tokens[row];
     const key = tokens[col];
@@ -147,6 +151,7 @@ function drawAxisLabels(ctx, tokens, layout) {
 }
 
 function drawSelection(ctx, layout, selected, m) {
+  if (m === 0) return;
   const { left, top, cell, side } = layout;
   ctx.strokeStyle = "rgba(255, 255, 255, 0.55)";
   ctx.lineWidth = 1;
@@ -155,7 +160,7 @@ function drawSelection(ctx, layout, selected, m) {
   ctx.strokeStyle = "#e07b00";
   ctx.lineWidth = 2;
   ctx.strokeRect(left + selected.col * cell - 1, top + selected.row * cell - 1, cell + 2, cell + 2);
-  if (m > 0) markAxis(ctx, layout, selected);
+  markAxis(ctx, layout, selected);
 }
 
 function markAxis(ctx, layout, selected) {

@@ -1,7 +1,8 @@
 // Lines for one map (the "head view"): the tokens twice, queries on the left and keys on the right, a line
 // from each query to each key it attends to, its opacity the attention (relative to the map's maximum).
-// Pointing at a token, or moving with the arrow keys (Left/Right change side), shows only its lines.
-// Lines are stroked in 24 opacity buckets (one path each), so 256 x 256 lines stay a handful of strokes.
+// At rest each query shows its 8 strongest lines; pointing at a token, or moving with the arrow keys
+// (Left/Right change side), shows all of that token's lines over the others, faded.
+// Lines are stroked one by one (one path of many crossing lines is far slower to stroke), in 24 opacities.
 
 import { formatValue } from "./colormap.js";
 import { tokenLabel } from "./matrix.js";
@@ -11,6 +12,7 @@ const ROW = 16;
 const TOP = 8;
 const SPAN = 170; // horizontal distance the lines cross
 const BUCKETS = 24;
+const TOP_K = 8; // lines drawn per query at rest: its strongest ones (software canvases stroke ~10 lines/ms)
 const LINE = "31, 78, 140"; // the accent blue
 const FOCUS = "224, 123, 0"; // the focus orange
 
@@ -30,8 +32,8 @@ export class Lines {
     this.view = view;
     this.title = title;
     this.layout = layoutFor(view.tokens);
-    this.plain = renderBase(view, this.layout, 1);
-    this.faded = renderBase(view, this.layout, 0.12);
+    this.plain = renderBase(view, this.layout);
+    this.faded = fadedCopy(this.plain, view, this.layout);
     const { width, height } = this.layout;
     Object.assign(this.canvas.dataset, { left: this.layout.column, right: this.layout.column + SPAN, top: TOP, row: ROW });
     this.canvas.style.width = `${width}px`;
@@ -51,7 +53,7 @@ export class Lines {
   }
 
   onKey(event) {
-    if (!this.view) return;
+    if (!this.view || this.view.tokens.length === 0) return;
     const focus = this.focus || { side: "query", index: 0 };
     const last = this.view.tokens.length - 1;
     const next = {
@@ -82,6 +84,10 @@ export class Lines {
   }
 
   updateReadout() {
+    if (this.view.tokens.length === 0) {
+      this.readout.textContent = `${this.title}: no tokens left to show (all are special tokens)`;
+      return;
+    }
     if (!this.focus) {
       this.readout.textContent = `${this.title}: point at a token, or use the arrow keys, to see its lines`;
       delete this.readout.dataset.token;
@@ -117,8 +123,48 @@ function layoutFor(tokens) {
 
 const rowY = (i) => TOP + (i + 0.5) * ROW;
 
-function renderBase(view, layout, strength) {
+function renderBase(view, layout) {
   const { width, height, dpr, column } = layout;
+  const canvas = blankCanvas(width, height, dpr);
+  const ctx = canvas.getContext("2d");
+  drawTokens(ctx, view.tokens, column);
+  const buckets = Array.from({ length: BUCKETS }, () => []);
+  const scale = view.max > 0 ? (BUCKETS - 1) / view.max : 0;
+  const m = view.tokens.length;
+  for (let i = 0; i < m; i++) {
+    for (const j of strongest(view.values.subarray(i * m, (i + 1) * m), TOP_K)) {
+      const bucket = Math.round(view.values[i * m + j] * scale);
+      if (bucket > 0) buckets[bucket].push(i, j);
+    }
+  }
+  ctx.lineWidth = 1.5;
+  buckets.forEach((pairs, bucket) => {
+    ctx.strokeStyle = `rgba(${LINE}, ${bucket / (BUCKETS - 1)})`;
+    for (let p = 0; p < pairs.length; p += 2) {
+      ctx.beginPath();
+      ctx.moveTo(column, rowY(pairs[p]));
+      ctx.lineTo(column + SPAN, rowY(pairs[p + 1]));
+      ctx.stroke();
+    }
+  });
+  return canvas;
+}
+
+// The same drawing with the lines faded (the backdrop while one token's lines are shown); tokens stay dark.
+function fadedCopy(plain, view, layout) {
+  const { width, height, dpr, column } = layout;
+  const canvas = blankCanvas(width, height, dpr);
+  const ctx = canvas.getContext("2d");
+  ctx.globalAlpha = 0.15;
+  ctx.setTransform(1, 0, 0, 1, 0, 0);
+  ctx.drawImage(plain, 0, 0);
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.globalAlpha = 1;
+  drawTokens(ctx, view.tokens, column);
+  return canvas;
+}
+
+function blankCanvas(width, height, dpr) {
   const canvas = document.createElement("canvas");
   canvas.width = Math.round(width * dpr);
   canvas.height = Math.round(height * dpr);
@@ -126,29 +172,19 @@ function renderBase(view, layout, strength) {
   ctx.scale(dpr, dpr);
   ctx.fillStyle = "#ffffff";
   ctx.fillRect(0, 0, width, height);
-  drawTokens(ctx, view.tokens, column, "#1a1a1a");
-  const m = view.tokens.length;
-  const paths = Array.from({ length: BUCKETS }, () => new Path2D());
-  const scale = view.max > 0 ? (BUCKETS - 1) / view.max : 0;
-  for (let i = 0; i < m; i++) {
-    for (let j = 0; j < m; j++) {
-      const bucket = Math.round(view.values[i * m + j] * scale);
-      if (bucket <= 0) continue;
-      paths[bucket].moveTo(column, rowY(i));
-      paths[bucket].lineTo(column + SPAN, rowY(j));
-    }
-  }
-  ctx.lineWidth = 2;
-  paths.forEach((path, bucket) => {
-    ctx.strokeStyle = `rgba(${LINE}, ${(strength * bucket) / (BUCKETS - 1)})`;
-    ctx.stroke(path);
-  });
-  return canvas;
+  return ctx.canvas;
 }
 
-function drawTokens(ctx, tokens, column, colour) {
+// Indices of the k largest values of a row (all of them when the row is short).
+function strongest(row, k) {
+  const order = Array.from(row.keys());
+  if (row.length <= k) return order;
+  return order.sort((a, b) => row[b] - row[a]).slice(0, k);
+}
+
+function drawTokens(ctx, tokens, column) {
   ctx.font = FONT;
-  ctx.fillStyle = colour;
+  ctx.fillStyle = "#1a1a1a";
   ctx.textBaseline = "middle";
   tokens.forEach((token, i) => {
     ctx.textAlign = "right";

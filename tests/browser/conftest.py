@@ -3,7 +3,7 @@
 The browser is /usr/bin/chromium (Debian's `chromium`, which `make install` installs with apt), never one that
 Playwright downloads. Where it is missing these tests fail rather than skip: CI's `make install` provides it.
 
-    browser   a headless Chromium for the session (no background networking, a fresh temporary profile)
+    browser   a headless Chromium for a test module (no background networking, a fresh temporary profile)
     watched   a new page in a fresh context (empty session storage) whose requests, console messages and
               page errors are recorded; any request not to 127.0.0.1 is recorded and aborted
 """
@@ -28,8 +28,10 @@ FLAGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Module-scoped, not session: Playwright's sync API keeps an event loop running in this thread while it
+    is open, and the async tests of later modules need the thread's loop free."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: `make install` installs Debian's chromium (apt-get install chromium)")
     with sync_playwright() as playwright:  # launch() gives the browser a fresh temporary profile of its own
