@@ -64,7 +64,11 @@ def shown_value(readout: dict[str, str]) -> float:
 
 def test_heatmap_shows_the_value_attention_returns(watched: Watched, live_server: str) -> None:
     watched.open(live_server)
-    watched.run(TEXT)
+    text_box = watched.page.locator("#text-a")
+    text_box.fill("")
+    text_box.press_sequentially(TEXT)  # typed key by key
+    text_box.press("Control+Enter")
+    watched.wait_for("heatmap", "layer 0 · head 0", TEXT)
     watched.page.select_option("#layer", "1")
     watched.page.select_option("#head", "1")
     watched.wait_for("heatmap", "layer 1 · head 1", TEXT)
