@@ -8,14 +8,17 @@ A screenshot of each view is written to build/screenshots/.
 from __future__ import annotations
 
 import base64
+import http.server
 import json
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from playwright.sync_api import Locator
+from playwright.sync_api import Locator, Route
 
 from tests.browser.watch import Watched
 from tests.helpers.process import launch, stop, wait_ready
@@ -46,11 +49,15 @@ def number(node: Locator, name: str) -> float:
 
 
 def hover_cell(watched: Watched, query: int, key: int) -> None:
+    """Scroll the cell into view (the figure scrolls inside the page) and put the pointer on its centre."""
     canvas = watched.page.locator(".panel canvas").first
+    left, top, cell = (number(canvas, name) for name in ("left", "top", "cell"))
+    x, y = left + (key + 0.5) * cell, top + (query + 0.5) * cell  # within the canvas
+    canvas.evaluate("(c, [x, y]) => { const f = c.parentElement; f.scrollTop = y - f.clientHeight / 2;"
+                    " f.scrollLeft = x - f.clientWidth / 2; f.scrollIntoView({block: 'nearest'}); }", [x, y])
     box = canvas.bounding_box()
     assert box is not None
-    left, top, cell = (number(canvas, name) for name in ("left", "top", "cell"))
-    watched.page.mouse.move(box["x"] + left + (key + 0.5) * cell, box["y"] + top + (query + 0.5) * cell)
+    watched.page.mouse.move(box["x"] + x, box["y"] + y)
 
 
 def wait_for_message(watched: Watched, words: str) -> None:
@@ -238,6 +245,90 @@ def test_float16_decoding_matches_numpy(watched: Watched, live_server: str) -> N
     watched.page.fill("#text-a", TEXT)
     watched.page.click("#run")
     watched.wait_for(panel_text=TEXT)
+    watched.assert_clean()
+
+
+class FullLengthModel(http.server.ThreadingHTTPServer):
+    """Answers /attention as a MiniLM-shaped model would at its full length (6 layers x 12 heads, 256 tokens):
+    seeded random rows that sum to 1, sliced like the server slices. A plain HTTP server on 127.0.0.1 that the
+    page's /attention requests are sent on to (12 MB answers through Playwright's fulfil take many seconds).
+    The tiny bundle's graphs stop at 64 tokens; this checks the page's side at the default model's size."""
+
+    layers, heads, n = 6, 12, 256
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Answer)
+        weights = np.random.default_rng(0).random((self.layers, self.heads, self.n, self.n), dtype=np.float32) ** 8
+        self.maps = (weights / weights.sum(axis=-1, keepdims=True)).astype(np.float16)  # (L, H, n, n)
+        special = {0, self.n - 1}
+        self.tokens = [{"id": i, "text": "[CLS]" if i == 0 else "[SEP]" if i == self.n - 1 else f"w{i}",
+                        "start": 0, "stop": 0, "special": i in special} for i in range(self.n)]
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def answer(self, body: dict[str, Any]) -> bytes:
+        assert body["encoding"] == "base64" and body["dtype"] == "float16" and body.get("aggregation", "none") == "none"
+        chosen = self.maps[body.get("layers", slice(None))][:, body.get("heads", slice(None))]  # (l, h, n, n)
+        item = {"tokens": self.tokens, "shape": list(chosen.shape),
+                "attention": base64.b64encode(np.ascontiguousarray(chosen, "<f2").tobytes()).decode()}
+        return json.dumps({"model": "full-length", "aggregation": "none", "encoding": "base64", "dtype": "float16",
+                           "data": [item] * len(body["inputs"])}).encode()
+
+    def info(self, route: Route) -> None:
+        route.fulfill(json={"model": "full-length", "num_layers": self.layers, "num_heads": self.heads,
+                            "max_length": self.n, "labels": ["neg", "pos"], "limits": {"max_input_chars": 20000}})
+
+    def attention(self, route: Route) -> None:
+        route.continue_(url=f"http://127.0.0.1:{self.server_address[1]}/attention")
+
+
+class _Answer(http.server.BaseHTTPRequestHandler):
+    server: FullLengthModel
+
+    def do_POST(self) -> None:  # noqa: N802  (the stdlib's name)
+        body = self.server.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def full_length_model() -> Iterator[FullLengthModel]:
+    model = FullLengthModel()
+    yield model
+    model.shutdown()
+    model.server_close()
+
+
+def test_maps_at_the_default_models_full_length_draw_in_every_view(
+    watched: Watched, live_server: str, full_length_model: FullLengthModel,
+) -> None:
+    model = full_length_model
+    watched.page.route("**/info", model.info)
+    watched.page.route("**/attention", model.attention)
+    watched.open(live_server)
+    watched.run(TEXT)
+    watched.page.select_option("#layer", "5")
+    watched.page.select_option("#head", "11")
+    watched.wait_for("heatmap", "layer 5 · head 11", TEXT)
+    hover_cell(watched, 200, 100)
+    shown = watched.readout()
+    assert (shown["query"], shown["key"]) == ("200", "100")
+    assert float(shown["value"]) == float(model.maps[5, 11, 200, 100])
+    watched.page.click("#tab-grid")
+    watched.wait_for("grid", panel_text=TEXT)
+    grid = watched.page.locator(".panel canvas").first
+    assert (grid.get_attribute("data-layers"), grid.get_attribute("data-heads")) == ("6", "12")
+    watched.page.click("#tab-lines")
+    watched.wait_for("lines", "layer 5 · head 11", TEXT)
+    watched.page.locator(".panel canvas").first.focus()
+    watched.page.keyboard.press("ArrowDown")
+    row = model.maps[5, 11, 0].astype(np.float32)
+    assert float(watched.readout()["value"]) == float(row.max())
     watched.assert_clean()
 
 
