@@ -101,7 +101,7 @@ async function render() {
   $("views").dataset.state = "loading";
   const answer = await fetchAttention(attentionBody(settings, texts), facts);
   if (mine !== generation) return;
-  const panels = makePanels($("views"), texts, answer.items);
+  const panels = makePanels($("views"), texts, answer.items, settings.hideSpecial);
   shown = { answer, drawings: draw(settings, facts, answer, panels, openInHeatmap) };
   Object.assign($("views").dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts) });
 }

@@ -38,13 +38,13 @@ export function mapTitle(settings, facts) {
 }
 
 // Empties `container` and adds one panel per text: a heading, a note, a scrolling figure, a read-out.
-export function makePanels(container, texts, items) {
+export function makePanels(container, texts, items, hideSpecial) {
   container.replaceChildren();
   return texts.map((text, i) => {
     const panel = element("div", "panel");
     panel.dataset.text = text;
     const heading = element("h2", "", texts.length > 1 ? `Text ${i + 1}` : "Text");
-    const note = element("p", "note", tokenNote(text, items[i].tokens));
+    const note = element("p", "note", tokenNote(text, items[i].tokens, hideSpecial));
     const figure = element("div", "figure");
     const readout = element("div", "readout");
     readout.setAttribute("aria-live", "polite");
@@ -54,10 +54,12 @@ export function makePanels(container, texts, items) {
   });
 }
 
-function tokenNote(text, tokens) {
-  const last = tokens.filter((t) => !t.special).at(-1);
+function tokenNote(text, tokens, hideSpecial) {
+  const plain = tokens.filter((t) => !t.special);
+  const shown = hideSpecial ? ` (${plain.length} shown: special tokens hidden)` : "";
+  const last = plain.at(-1);
   const cut = last && last.stop < text.trimEnd().length ? `; cut at character ${last.stop} (the model's max length)` : "";
-  return `${tokens.length} tokens${cut}`;
+  return `${tokens.length} tokens${shown}${cut}`;
 }
 
 function element(tag, className, text) {
