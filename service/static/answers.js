@@ -16,6 +16,7 @@ export function showAnswers(container, texts, answers) {
     const box = document.createElement("div");
     box.className = "answer";
     box.dataset.label = scores[0].label;
+    box.dataset.text = texts[i];
     const heading = document.createElement("h2");
     heading.textContent = `${texts.length > 1 ? `Text ${i + 1}` : "Text"}: ${scores[0].label}`;
     box.append(heading, ...scores.map(scoreRow));

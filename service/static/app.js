@@ -13,6 +13,7 @@ const facts = { model: null, modelCount: 0, numLayers: 0, numHeads: 0, maxLength
 let texts = []; // the texts last run
 let shown = { answer: null, drawings: [] }; // what the views show now
 let generation = 0; // each render's number: answers to an older one are dropped
+let runs = 0; // each run's number: the labels of an older run are dropped too
 
 function showMessage(text) {
   $("message").textContent = text;
@@ -82,16 +83,18 @@ async function run() {
     return;
   }
   texts = chosen;
+  const mine = ++runs;
   showMessage("");
   $("run").disabled = true;
   try {
-    const [answers] = await Promise.all([classify(texts, facts), render()]);
-    showAnswers($("answers"), texts, answers);
+    const [answers] = await Promise.all([classify(chosen, facts), render()]);
+    if (mine === runs) showAnswers($("answers"), chosen, answers);
   } catch (error) {
+    if (mine !== runs) return;
     $("answers").replaceChildren();
     fail(error);
   } finally {
-    $("run").disabled = false;
+    if (mine === runs) $("run").disabled = false;
   }
 }
 

@@ -97,7 +97,7 @@ def test_heatmap_shows_the_value_attention_returns(watched: Watched, live_server
     assert abs(shown_value(moved) - maps[0, 0, 5, 4]) <= TOLERANCE
 
     top_label = httpx.post(f"{live_server}/classify", json={"inputs": TEXT}).json()[0][0]["label"]
-    assert watched.page.get_attribute(".answer", "data-label") == top_label
+    assert watched.answer_label(TEXT) == top_label
     watched.shot("heatmap")
     watched.assert_clean()
 
@@ -185,6 +185,8 @@ def test_lines_view_highlights_a_tokens_lines(watched: Watched, live_server: str
 def test_two_texts_side_by_side(watched: Watched, live_server: str) -> None:
     watched.open(live_server)
     watched.run(TEXT, OTHER)
+    labels = httpx.post(f"{live_server}/classify", json={"inputs": [TEXT, OTHER]}).json()
+    assert (watched.answer_label(TEXT), watched.answer_label(OTHER)) == (labels[0][0]["label"], labels[1][0]["label"])
     assert watched.page.locator(".panel").count() == 2 and watched.page.locator(".answer").count() == 2
     tokens, _ = attention(live_server, OTHER)
     assert watched.page.get_attribute(".panel >> nth=1 >> canvas", "data-tokens") == str(len(tokens))

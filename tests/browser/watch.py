@@ -64,6 +64,12 @@ class Watched:
         selector += f" .panel[data-text={json.dumps(panel_text, ensure_ascii=False)}]" if panel_text else ""
         self.page.wait_for_selector(selector, timeout=WAIT_MS)
 
+    def answer_label(self, text: str) -> str | None:
+        """The best label the page shows for a text (once /classify's answer for it is in)."""
+        selector = f".answer[data-text={json.dumps(text, ensure_ascii=False)}]"
+        self.page.wait_for_selector(selector, timeout=WAIT_MS)
+        return self.page.get_attribute(selector, "data-label")
+
     def readout(self, panel: int = 0) -> dict[str, str]:
         """The read-out's text and data-* attributes of a panel (what the page shows)."""
         node = self.page.locator(".panel .readout").nth(panel)
