@@ -102,7 +102,13 @@ async function render() {
   if (texts.length === 0) return;
   const mine = ++generation;
   $("views").dataset.state = "loading";
-  const answer = await fetchAttention(attentionBody(settings, texts), facts);
+  let answer;
+  try {
+    answer = await fetchAttention(attentionBody(settings, texts), facts);
+  } catch (error) {
+    if (mine === generation) throw error;
+    return; // a newer render is under way: its outcome is the one to show
+  }
   if (mine !== generation) return;
   const panels = makePanels($("views"), texts, answer.items, settings.hideSpecial);
   shown = { answer, drawings: draw(settings, facts, answer, panels, openInHeatmap) };
