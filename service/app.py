@@ -20,7 +20,7 @@ from service.engine import Engine, EngineLimits
 from service.errors import InvalidRequest, ServiceError, error_body, for_status
 from service.metrics import Metrics
 from service.middleware import EdgeMiddleware
-from service.routes import attention, openai, ops, tei
+from service.routes import attention, explore, openai, ops, tei
 from service.runtime import Runtime, load_runtime
 from service.settings import Settings
 
@@ -36,7 +36,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     metrics = Metrics()
     app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtime, metrics))
     app.state.settings, app.state.metrics, app.state.engine = settings, metrics, None
-    for module in (openai, tei, attention, ops):
+    for module in (openai, tei, attention, ops, explore):
         app.include_router(module.router)
     for exc_type in (ServiceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)

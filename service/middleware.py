@@ -14,6 +14,9 @@ The body is read here, counting bytes as they arrive, so the payload limit holds
 Content-Length is present, absent (chunked) or wrong, and within a deadline (408 and the connection
 closed past it); the route then reads the buffered body. The deadline on the request head is the
 protocol's (`service.deadlines`).
+
+Open paths (no key): /health, /ready, /metrics, and /explore with its files (exactly the files in
+service/static/, nothing else under /explore/).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from service.errors import (
@@ -50,7 +54,13 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+# The attention explorer's page and files (served by service/routes/explore.py). They hold no data, so they are
+# open like the probes; the page asks for the key and sends it on its calls to the API.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+EXPLORE_PATHS = frozenset({
+    "/explore", "/explore/", *(f"/explore/{f.name}" for f in STATIC_DIR.iterdir() if f.is_file()),
+})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", *EXPLORE_PATHS})
 
 
 class EdgeMiddleware:

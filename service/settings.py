@@ -90,8 +90,8 @@ class Settings(BaseSettings):
         "Bounds the slowest upload: payload_limit_bytes / body_timeout_s bytes per second.",
     )
     api_key: SecretStr | None = Field(
-        None, description="When set, every route except /health, /ready and /metrics needs "
-        "`Authorization: Bearer <key>` (401 otherwise).",
+        None, description="When set, every route except /health, /ready, /metrics and the explorer's page and "
+        "files (/explore) needs `Authorization: Bearer <key>` (401 otherwise).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
