@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import Locator, Route
 
 from tests.browser.watch import Watched
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import running
 
 TEXT = "the acting is wooden but the soundtrack is wonderful"
 OTHER = "a delightful comedy with a great cast"
@@ -338,14 +338,13 @@ KEY = "explorer-test-key-0123"
 
 
 @pytest.fixture(scope="module")
-def guarded_server(tiny_bundle: Path) -> Any:
+def guarded_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A server that needs a key, takes at most 400 characters per text and caps /attention answers at 8 kB
     (the example text's map fits; a 64-token one does not)."""
-    proc, url = launch(tiny_bundle, "--api-key", KEY, "--max-input-chars", "400", "--attention-cap-bytes", "8000")
-    if not wait_ready(proc, url):
-        pytest.fail(f"server did not become ready:\n{stop(proc)[1]}")
-    yield url
-    assert stop(proc)[0] == 0
+    flags = ("--api-key", KEY, "--max-input-chars", "400", "--attention-cap-bytes", "8000")
+    with running(tiny_bundle, tmp_path_factory.mktemp("guarded") / "server.log", *flags) as server:
+        yield server.url
+    assert server.proc.returncode == 0, server.log()
 
 
 def test_key_and_errors_appear_on_the_page(watched: Watched, guarded_server: str) -> None:
