@@ -1,13 +1,14 @@
 """The app factory: `create_app(settings)` wires routes, middleware, the one exception handler and the
-lifespan (load and verify the bundle, start the batcher, warm up; on shutdown drain admitted work)."""
+lifespan (load and verify the bundles, start one batcher per model, warm up; on shutdown drain admitted
+work)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -15,25 +16,26 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnserve import __version__
-from service.batcher import Batcher, BatchLimits
-from service.engine import Engine, EngineLimits
 from service.errors import InvalidRequest, ServiceError, error_body, for_status
 from service.metrics import Metrics
-from service.middleware import EdgeMiddleware
+from service.middleware import EdgeMiddleware, Scope
+from service.models import Models, load_runtimes, start_models
 from service.routes import attention, openai, ops, tei
-from service.runtime import Runtime, load_runtime
+from service.runtime import Runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({"/embed", "/classify", "/attention", "/v1/embeddings"})  # routes that use the batcher
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
-    """The ASGI app. `runtime` may be given (the CLI loads it first, tests inject fakes); else the
-    lifespan loads the bundle named by `settings`."""
+def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None = None) -> FastAPI:
+    """The ASGI app. The runtimes may be given, one per bundle of `settings` (the CLI loads them first,
+    tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtime, metrics))
-    app.state.settings, app.state.metrics, app.state.engine = settings, metrics, None
+    runtimes = [runtime] if isinstance(runtime, Runtime) else runtime
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtimes, metrics))
+    # models: every served model; engine: the default one (the first bundle's), where unnamed requests go
+    app.state.settings, app.state.metrics, app.state.models, app.state.engine = settings, metrics, None, None
     for module in (openai, tei, attention, ops):
         app.include_router(module.router)
     for exc_type in (ServiceError, StarletteHTTPException, RequestValidationError):
@@ -46,47 +48,38 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key, busy=lambda: _busy(app), admitted_paths=ADMITTED_PATHS,
-                       body_timeout_s=settings.body_timeout_s)
+                       api_key=api_key, busy=lambda scope: _busy(app, scope), body_timeout_s=settings.body_timeout_s)
     return app
 
 
-def _busy(app: FastAPI) -> bool:
-    engine: Engine | None = app.state.engine
-    return engine is not None and engine.batcher.full
+def _busy(app: FastAPI, scope: Scope) -> bool:
+    """Refuse before reading the body: a batched route whose model (named in the query, or any model when
+    only the body can name it) has no free permit."""
+    models: Models | None = app.state.models
+    if models is None or scope["path"] not in ADMITTED_PATHS:
+        return False
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model")
+    return models.busy(query[-1] if query else None)
 
 
-def _lifespan(settings: Settings, runtime: Runtime | None, metrics: Metrics) -> Any:
+def _lifespan(settings: Settings, runtimes: Sequence[Runtime] | None, metrics: Metrics) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine, executors = start_engine(settings, runtime or load_runtime(settings), metrics)
-        app.state.engine = engine
+        models, executors = start_models(settings, runtimes or load_runtimes(settings), metrics)
+        app.state.models, app.state.engine = models, models.default
         try:
-            await engine.warm_up()
-            log.info("ready: provider %s, variants %s", engine.runtime.provider, engine.runtime.variants)
+            for engine in models:
+                await engine.warm_up()
+                log.info("ready: %s on %s, variants %s", engine.name, engine.runtime.provider, engine.runtime.variants)
             yield
         finally:
-            await engine.batcher.stop()  # admitted work is finished first
-            app.state.engine = None
+            for engine in models:
+                await engine.batcher.stop()  # admitted work is finished first
+            app.state.models = app.state.engine = None
             for executor in executors:
                 executor.shutdown(wait=True)
 
     return lifespan
-
-
-def start_engine(settings: Settings, runtime: Runtime, metrics: Metrics) -> tuple[Engine, list[ThreadPoolExecutor]]:
-    graphs = ThreadPoolExecutor(1, thread_name_prefix="attnserve-graph")  # one graph run at a time
-    cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
-    limits = BatchLimits(
-        settings.max_batch_tokens, settings.max_batch_size, settings.max_queue, settings.queue_timeout_s,
-        settings.batch_wait_ms / 1000,
-    )
-    batcher = Batcher(runtime.run_batch, limits, graphs, metrics)
-    batcher.start()
-    engine_limits = EngineLimits(
-        settings.max_inputs, settings.max_input_chars, settings.truncate, settings.attention_cap_bytes,
-    )
-    return Engine(runtime, batcher, engine_limits, cpu, metrics), [graphs, cpu]
 
 
 def to_service_error(exc: Exception) -> ServiceError:

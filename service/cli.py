@@ -12,6 +12,7 @@ import contextlib
 import logging
 import signal
 import sys
+import typing
 
 from pydantic import ValidationError
 
@@ -28,6 +29,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help_ = f"{field.description} [env {env}]"
         if field.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif typing.get_origin(field.annotation) is list:  # repeatable; each value may hold comma-separated items
+            parser.add_argument(flag, dest=name, action="append", default=None, metavar=name.upper(), help=help_)
         else:
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
     return parser
@@ -57,10 +60,12 @@ def serve(settings: Settings) -> int:
 
     from service.app import create_app
     from service.deadlines import with_header_timeout
-    from service.runtime import StartupError, load_runtime
+    from service.models import load_runtimes, served_names
+    from service.runtime import StartupError
 
     try:
-        runtime = load_runtime(settings)
+        runtimes = load_runtimes(settings)
+        served_names(settings, runtimes)
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
@@ -69,7 +74,7 @@ def serve(settings: Settings) -> int:
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
         uvicorn.run(
-            create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
+            create_app(settings, runtimes), host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
             timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
         )

@@ -59,8 +59,9 @@ class AttentionQuery:
 class Engine:
     def __init__(
         self, runtime: Runtime, batcher: Batcher, limits: EngineLimits, executor: Executor,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, name: str | None = None,
     ) -> None:
+        self.name = name or runtime.manifest.name  # the served name: requests route by it
         self.runtime, self.batcher, self.limits = runtime, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
         self.warm = False

@@ -11,6 +11,7 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     │   └── Unsupported          422   the bundle cannot do it (no labels, no attention graph)
     ├── Unauthorized             401 authentication_error    missing or wrong bearer key
     ├── NotFound                 404 not_found_error         (from routing)
+    │   └── ModelNotFound        404   no served model has the requested name (the message lists them)
     ├── MethodNotAllowed         405 invalid_request_error   (from routing)
     ├── RequestTimeout           408 invalid_request_error   head or body not received within its deadline
     ├── PayloadTooLarge          413 invalid_request_error   body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
@@ -77,6 +78,10 @@ class Unauthorized(ServiceError):
 
 class NotFound(ServiceError):
     status, type, code = 404, "not_found_error", "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
 
 
 class MethodNotAllowed(ServiceError):

@@ -94,9 +94,10 @@ def verify(bundle_dir: Path) -> Manifest:
 
 
 def load_runtime(settings: Settings) -> Runtime:
+    """The runtime of `settings.bundle_dir`, the first bundle (`service.models.load_runtimes` loads them all)."""
     import onnxruntime as ort
 
-    manifest = verify(settings.bundle)
+    manifest = verify(settings.bundle_dir)
     provider = choose_provider(settings.provider, ort.get_available_providers())
     runtime = _open(settings, manifest, provider)
     if provider == "cuda" and runtime.provider != "cuda":
@@ -114,7 +115,7 @@ def _open(settings: Settings, manifest: Manifest, provider: str) -> Runtime:
     if attention is not None:
         variants["attention"] = attention
     runners = {kind: _runner(settings, manifest, kind, variant, provider) for kind, variant in variants.items()}
-    tokenizer = _tokenizer(settings.bundle, manifest)
+    tokenizer = _tokenizer(settings.bundle_dir, manifest)
     probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
     for kind, runner in runners.items():
         _smoke_run(runner, probe, manifest.graph(kind, variants[kind]))
@@ -145,7 +146,7 @@ def _runner(settings: Settings, manifest: Manifest, kind: str, variant: str, pro
     outputs = ["attentions"] if kind == "attention" else ["embeddings"] + (["logits"] if manifest.labels else [])
     pad_id = int(manifest.model_config_.get("pad_token_id", 0))
     try:
-        session = open_session(settings.bundle / entry.file, provider, settings.intra_op_threads,
+        session = open_session(settings.bundle_dir / entry.file, provider, settings.intra_op_threads,
                                settings.intra_op_spinning)
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error

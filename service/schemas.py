@@ -27,6 +27,9 @@ Direction = Literal["Left", "Right", "left", "right"]
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted. Or the `model` query.")
+
 
 class Truncation(_Request):
     truncate: bool | None = Field(None, description="Cut inputs longer than the model's max length; "
@@ -41,7 +44,8 @@ class OpenAIEmbeddingRequest(BaseModel):
     input: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given).",
     )
-    model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
     dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
 
@@ -62,6 +66,18 @@ class OpenAIEmbeddingResponse(BaseModel):
     data: list[OpenAIEmbedding]
     model: str
     usage: Usage
+
+
+class OpenAIModel(BaseModel):
+    id: str = Field(description="The served name; send it as `model`.")
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
 
 
 # -- text-embeddings-inference ---------------------------------------------------------------------

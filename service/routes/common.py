@@ -12,6 +12,7 @@ from service.schemas import ErrorResponse
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
     413: "Request body over the payload limit",
+    404: "No served model has the requested name (the message lists the served names)",
     415: "Request body is not JSON",
     422: "Invalid request: validation, too many or too long inputs, response over a cap",
     429: "Server busy: admission queue full; retry after Retry-After seconds",
@@ -19,7 +20,7 @@ _DESCRIPTIONS = {
     503: "Model not loaded or not ready",
     504: "Request waited past the queue timeout and was not run",
 }
-INFERENCE_ERRORS = (401, 413, 415, 422, 429, 500, 503, 504)
+INFERENCE_ERRORS = (401, 404, 413, 415, 422, 429, 500, 503, 504)
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:

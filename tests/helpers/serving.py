@@ -14,19 +14,21 @@ import httpx
 from fastapi import FastAPI
 
 from service.app import create_app
-from service.runtime import Runtime, load_runtime
+from service.models import load_runtimes
+from service.runtime import Runtime
 from service.settings import Settings
 
 
 @asynccontextmanager
 async def serving(
-    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+    bundle: Path | str | list[Path | str], wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app with its lifespan running and an httpx client talking to it in process. `wrap` receives the
-    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes)."""
+    """An app with its lifespan running and an httpx client talking to it in process. `bundle`: one or
+    several (`Path`, or "NAME=DIR"). `wrap` receives each runtime loaded from them and returns what the
+    app serves (a fake from tests.helpers.fakes)."""
     settings = Settings(bundle=bundle, **overrides)
-    runtime = wrap(load_runtime(settings)) if wrap is not None else None
-    app = create_app(settings, runtime)
+    runtimes = [wrap(runtime) for runtime in load_runtimes(settings)] if wrap is not None else None
+    app = create_app(settings, runtimes)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:

@@ -19,7 +19,7 @@ CAPACITY = QUEUED + 1  # the plug holds one permit while it runs
 
 async def queue_gauge(client: httpx.AsyncClient) -> float:
     text = (await client.get("/metrics")).text
-    return float(re.search(r"^attnserve_queue_depth (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    return float(re.search(r'^attnserve_queue_depth\{model="tiny"\} (\S+)$', text, re.M).group(1))  # type: ignore[union-attr]
 
 
 async def test_held_capacity_admits_eight_of_ten_and_leaks_nothing(tiny_bundle: Path) -> None:

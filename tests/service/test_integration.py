@@ -86,7 +86,7 @@ def reference(tiny_checkpoint):
 
 def model_runs(url: str) -> float:
     text = httpx.get(f"{url}/metrics").text
-    match = re.search(r'attnserve_model_runs_total\{kind="fast",outcome="ok"\} ([0-9.e+]+)', text)
+    match = re.search(r'attnserve_model_runs_total\{kind="fast",model="tiny",outcome="ok"\} ([0-9.e+]+)', text)
     return float(match.group(1)) if match else 0.0
 
 
@@ -175,7 +175,7 @@ async def until(condition, timeout_s: float = 10) -> None:
 
 
 def queue_depth(url: str) -> float:
-    match = re.search(r"^attnserve_queue_depth ([0-9.e+]+)$", httpx.get(f"{url}/metrics").text, re.M)
+    match = re.search(r'^attnserve_queue_depth\{model="tiny"\} ([0-9.e+]+)$', httpx.get(f"{url}/metrics").text, re.M)
     return float(match.group(1)) if match else 0.0
 
 
