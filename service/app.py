@@ -5,6 +5,7 @@ work)."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,16 +17,17 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnserve import __version__
-from service.errors import InvalidRequest, ServiceError, error_body, for_status
+from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
 from service.metrics import Metrics
 from service.middleware import EdgeMiddleware, Scope
 from service.models import Models, load_runtimes, start_models
-from service.routes import attention, openai, ops, tei
+from service.routes import attention, openai, ops, tei, v2
 from service.runtime import Runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({"/embed", "/classify", "/attention", "/v1/embeddings"})  # routes that use the batcher
+V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 
 
 def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None = None) -> FastAPI:
@@ -36,7 +38,7 @@ def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None =
     app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtimes, metrics))
     # models: every served model; engine: the default one (the first bundle's), where unnamed requests go
     app.state.settings, app.state.metrics, app.state.models, app.state.engine = settings, metrics, None, None
-    for module in (openai, tei, attention, ops):
+    for module in (openai, tei, attention, ops, v2):
         app.include_router(module.router)
     for exc_type in (ServiceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
@@ -53,11 +55,14 @@ def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None =
 
 
 def _busy(app: FastAPI, scope: Scope) -> bool:
-    """Refuse before reading the body: a batched route whose model (named in the query, or any model when
+    """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
     only the body can name it) has no free permit."""
     models: Models | None = app.state.models
-    if models is None or scope["path"] not in ADMITTED_PATHS:
+    path, infer = scope["path"], V2_INFER.match(scope["path"])
+    if models is None or not (path in ADMITTED_PATHS or infer):
         return False
+    if infer:
+        return models.busy(infer.group(1))
     query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model")
     return models.busy(query[-1] if query else None)
 
@@ -93,12 +98,13 @@ def to_service_error(exc: Exception) -> ServiceError:
 
 
 async def handle_error(request: Request, exc: Exception) -> Response:
-    """The one exception handler: any handled error -> its status and the one JSON body."""
+    """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
     error = to_service_error(exc)
     headers = dict(error.headers())
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    return Response(error_body(error), status_code=error.status, headers=headers, media_type="application/json")
+    body = error_body_for(request.scope["path"], error)
+    return Response(body, status_code=error.status, headers=headers, media_type="application/json")
 
 
 def _describe(exc: RequestValidationError) -> str:

@@ -114,8 +114,17 @@ class Engine:
         logits = np.stack([o["logits"] for o in outputs])  # (N, C)
         return postprocess.top_labels(logits if raw_scores else postprocess.softmax(logits), labels, top_k)
 
+    async def outputs(
+        self, inputs: Inputs, *, truncate: bool | None, direction: Direction,
+    ) -> tuple[dict[str, np.ndarray], list[int]]:
+        """The fast graph's outputs, stacked and not post-processed: embeddings (N, D) pooled but not
+        normalised, logits (N, C) when the bundle has labels; and each input's token count."""
+        encoded, outputs = await self._run("fast", inputs, truncate, direction)
+        stacked = {name: np.stack([o[name] for o in outputs]) for name in outputs[0]}  # (N, D), (N, C)
+        return stacked, [e.length for e in encoded]
+
     async def attention(
-        self, inputs: Sequence[str], query: AttentionQuery, *, truncate: bool | None, direction: Direction,
+        self, inputs: Inputs, query: AttentionQuery, *, truncate: bool | None, direction: Direction,
     ) -> list[dict[str, Any]]:
         if "attention" not in self.runtime.runners:
             raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")

@@ -9,7 +9,7 @@ the open paths pass without it.
 Under overload, requests to the admitted (batched) routes are refused with 429 here, before their body
 is read or parsed, while `busy(scope)` says their batcher has no free permit: refusing must cost far less
 than serving, or open-loop overload starves the event loop before admission can act. The engine's
-admission stays exact.
+admission stays exact. Error bodies follow the path (`errors.error_body_for`).
 
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
 Content-Length is present, absent (chunked) or wrong, and within a deadline (408 and the connection
@@ -35,7 +35,7 @@ from service.errors import (
     RequestTimeout,
     ServiceError,
     Unauthorized,
-    error_body,
+    error_body_for,
 )
 from service.metrics import Metrics
 
@@ -51,7 +51,7 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/v2/health/live", "/v2/health/ready"})
 
 
 class EdgeMiddleware:
@@ -69,7 +69,7 @@ class EdgeMiddleware:
             return
         started, request_id = time.perf_counter(), _request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        response = _Response(send, request_id)
+        response = _Response(send, request_id, scope["path"])
         try:
             if self._authorized(scope):
                 await self._handle(scope, receive, response)
@@ -127,8 +127,8 @@ class _Disconnected(Exception):
 class _Response:
     """Wraps `send`: adds X-Request-ID, remembers the status."""
 
-    def __init__(self, send: Send, request_id: str) -> None:
-        self._send, self.request_id = send, request_id
+    def __init__(self, send: Send, request_id: str, path: str) -> None:
+        self._send, self.request_id, self.path = send, request_id, path
         self.started, self.status = False, 500
 
     async def send(self, message: Message) -> None:
@@ -138,7 +138,7 @@ class _Response:
         await self._send(message)
 
     async def error(self, error: ServiceError) -> None:
-        body = error_body(error)
+        body = error_body_for(self.path, error)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
         if isinstance(error, PayloadTooLarge | RequestTimeout):

@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 from fastapi import Response
+from pydantic import BaseModel
 
 from service.schemas import ErrorResponse
 
@@ -23,9 +24,9 @@ _DESCRIPTIONS = {
 INFERENCE_ERRORS = (401, 404, 413, 415, 422, 429, 500, 503, 504)
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status with the one error model."""
-    return {status: {"model": ErrorResponse, "description": _DESCRIPTIONS[status]} for status in statuses}
+def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own)."""
+    return {status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses}
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:
