@@ -16,13 +16,15 @@ from service.batcher import Batcher, BatchLimits
 from service.engine import Engine, EngineLimits
 from service.errors import ModelNotFound, NotReady
 from service.metrics import Metrics
-from service.runtime import Runtime, StartupError, load_runtime
+from service.runtime import Opened, Runtime, StartupError, load_runtime
 from service.settings import MODEL_NAME, Settings
 
 
 def load_runtimes(settings: Settings) -> list[Runtime]:
-    """Every bundle of `settings`, verified and opened, in order."""
-    return [load_runtime(settings.for_bundle(bundle)) for bundle in settings.bundle]
+    """Every bundle of `settings`, verified and opened, in order. Graphs and tokenizers with the same sha256
+    (two bundles of one model) are opened once and shared."""
+    opened: Opened = {}
+    return [load_runtime(settings.for_bundle(bundle), opened) for bundle in settings.bundle]
 
 
 def served_names(settings: Settings, runtimes: Sequence[Runtime]) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 
 from service.cli import read_settings
 from service.errors import ModelNotFound
-from service.models import Models, served_names
+from service.models import Models, load_runtimes, served_names
 from service.runtime import Runtime, StartupError
 from service.settings import ServedBundle, Settings
 from tests.helpers.fakes import GatedRuntime, held
@@ -74,6 +75,16 @@ def test_served_names_are_given_or_the_manifests_and_unique(tmp_path):
     with pytest.raises(StartupError, match="cannot be used in a URL"):
         served_names(same, [runtime_named("org/model"), runtime_named("tiny")])
     assert served_names(Settings(bundle=tmp_path), [runtime_named("org/model")]) == ["org/model"]  # alone: fine
+
+
+def test_bundles_of_one_model_share_sessions_and_tokenizer(tiny_bundle, tiny_hf_bundle, tmp_path):
+    """Graphs and tokenizers are opened once per sha256: a copy of a bundle costs no second set of weights."""
+    copy = shutil.copytree(tiny_bundle, tmp_path / "copy")
+    first, second, other = load_runtimes(Settings(bundle=[tiny_bundle, f"copy={copy}", f"bert={tiny_hf_bundle}"]))
+    for kind in ("fast", "attention"):
+        assert first.runners[kind].session is second.runners[kind].session  # type: ignore[attr-defined]
+        assert first.runners[kind].session is not other.runners[kind].session  # type: ignore[attr-defined]
+    assert first.tokenizer is second.tokenizer
 
 
 def engine_stub(name: str, full: bool = False) -> Any:
