@@ -22,7 +22,7 @@ log = logging.getLogger("attnserve")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve a bundle over HTTP with onnxruntime.")
+    parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         env = f"ATTNSERVE_{name.upper()}"

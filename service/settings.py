@@ -64,7 +64,8 @@ class Settings(BaseSettings):
     )
     max_batch_size: int = Field(64, ge=1, description="Most inputs in one batch, whatever their length.")
     max_queue: int = Field(
-        2048, ge=1, description="Most inputs admitted (queued or running) at once; beyond it requests get 429 at once.",
+        2048, ge=1, description="Most inputs admitted (queued or running) at once, per served model; beyond it "
+        "requests get 429 at once.",
     )
     queue_timeout_s: float = Field(
         30.0, gt=0, description="Seconds an input may wait in the queue; past it the request gets 504 and is not run.",
@@ -91,7 +92,7 @@ class Settings(BaseSettings):
         "Bounds the slowest upload: payload_limit_bytes / body_timeout_s bytes per second.",
     )
     api_key: SecretStr | None = Field(
-        None, description="When set, every route except /health, /ready and /metrics needs "
+        None, description="When set, every route except /health, /ready, /metrics and /v2/health/* needs "
         "`Authorization: Bearer <key>` (401 otherwise).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
