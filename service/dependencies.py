@@ -18,7 +18,7 @@ from fastapi import Depends, Query, Request
 
 from service.engine import Engine
 from service.errors import ClientGone, InvalidRequest, NotReady, UnsupportedMediaType
-from service.models import Models
+from service.models import Models, quoted
 
 T = TypeVar("T")
 Job = Callable[[Awaitable[T]], Awaitable[T]]
@@ -38,7 +38,7 @@ async def model_picker(request: Request, models: Annotated[Models, Depends(get_m
     def pick(*names: str | None) -> Engine:
         given = {name for name in names if name is not None}
         if len(given) > 1:
-            raise InvalidRequest(f"the request names two models: {', '.join(sorted(given))}")
+            raise InvalidRequest(f"the request names two models: {', '.join(quoted(n) for n in sorted(given))}")
         engine = models.resolve(given.pop() if given else None)
         request.state.model = engine.name
         return engine

@@ -67,7 +67,7 @@ class Models:
             return self.default
         engine = self._engines.get(name)
         if engine is None:
-            raise ModelNotFound(f"no model named {name!r} is served; served models: {', '.join(self._engines)}")
+            raise ModelNotFound(f"no model named {quoted(name)} is served; served models: {', '.join(self._engines)}")
         return engine
 
     async def check_ready(self) -> None:
@@ -90,6 +90,11 @@ async def ensure_ready(engine: Engine) -> None:
     if not await engine.check_ready():
         state = "warming up" if not engine.warm else "the last inference failed"
         raise NotReady(f"model {engine.name}: {state}")
+
+
+def quoted(name: str, most: int = 64) -> str:
+    """A requested name for an error message, cut short: error bodies echo little of what was sent."""
+    return repr(name if len(name) <= most else name[:most] + "...")
 
 
 def start_models(

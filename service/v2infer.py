@@ -24,6 +24,7 @@ from attnserve import __version__
 from service import postprocess
 from service.engine import AttentionQuery, Engine, Inputs
 from service.errors import InvalidRequest, ModelNotFound
+from service.models import quoted
 from service.v2codec import Output
 from service.v2schemas import InferParameters, InferRequest, index_list
 
@@ -39,7 +40,7 @@ def server_metadata() -> dict[str, object]:
 def check_version(engine: Engine, version: str | None) -> None:
     served = engine.runtime.manifest.version
     if version is not None and version != served:
-        raise ModelNotFound(f"model {engine.name} has no version {version!r}; the served version is {served!r}")
+        raise ModelNotFound(f"model {engine.name} has no version {quoted(version)}; the served version is {served!r}")
 
 
 def model_metadata(engine: Engine) -> dict[str, object]:

@@ -150,6 +150,8 @@ async def test_unknown_or_two_names_are_refused(two):
         assert_error(await client.post(route, json={"inputs": "a", "model": "gpt"}), 404, "model_not_found")
     both = await client.post("/embed", json={"inputs": "a", "model": "tiny"}, params={"model": "bert"})
     assert "two models" in assert_error(both, 422)["message"]
+    long = assert_error(await client.post("/embed", json={"inputs": "a", "model": "m" * 5000}), 404)
+    assert len(long["message"]) < 200  # the name is cut short, not echoed whole
 
 
 async def test_info_ready_and_metrics_cover_every_model(two):
