@@ -13,6 +13,7 @@ import logging
 import math
 import signal
 import sys
+import typing
 
 from pydantic import ValidationError
 
@@ -22,13 +23,15 @@ log = logging.getLogger("attnserve")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve a bundle over HTTP with onnxruntime.")
+    parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         env = f"ATTNSERVE_{name.upper()}"
         help_ = f"{field.description} [env {env}]"
         if field.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif typing.get_origin(field.annotation) is list:  # repeatable; each value may hold comma-separated items
+            parser.add_argument(flag, dest=name, action="append", default=None, metavar=name.upper(), help=help_)
         else:
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
     return parser
@@ -58,10 +61,12 @@ def serve(settings: Settings) -> int:
 
     from service.app import create_app
     from service.deadlines import with_header_timeout
-    from service.runtime import StartupError, load_runtime
+    from service.models import load_runtimes, served_names
+    from service.runtime import StartupError
 
     try:
-        runtime = load_runtime(settings)
+        runtimes = load_runtimes(settings)
+        served_names(settings, runtimes)
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
@@ -70,7 +75,7 @@ def serve(settings: Settings) -> int:
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
         uvicorn.run(
-            create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
+            create_app(settings, runtimes), host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
             timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
         )

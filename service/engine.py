@@ -69,8 +69,9 @@ class AttentionQuery:
 class Engine:
     def __init__(
         self, runtime: Runtime, batcher: Batcher, limits: EngineLimits, executor: Executor,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, name: str | None = None,
     ) -> None:
+        self.name = name or runtime.manifest.name  # the served name: requests route by it
         self.runtime, self.batcher, self.limits = runtime, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
         self.warm = False
@@ -177,8 +178,17 @@ class Engine:
             outputs = await self._submit(ticket, TOKENS, [e.ids for e in encoded])
         return [o["token_embeddings"] for o in outputs]
 
+    async def outputs(
+        self, inputs: Inputs, *, truncate: bool | None, direction: Direction,
+    ) -> tuple[dict[str, np.ndarray], list[int]]:
+        """The fast graph's outputs, stacked and not post-processed: embeddings (N, D) pooled but not
+        normalised, logits (N, C) when the bundle has labels; and each input's token count."""
+        encoded, outputs = await self._run("fast", inputs, truncate, direction)
+        stacked = {name: np.stack([o[name] for o in outputs]) for name in outputs[0]}  # (N, D), (N, C)
+        return stacked, [e.length for e in encoded]
+
     async def attention(
-        self, inputs: Sequence[str], query: AttentionQuery, *, truncate: bool | None, direction: Direction,
+        self, inputs: Inputs, query: AttentionQuery, *, truncate: bool | None, direction: Direction,
     ) -> list[dict[str, Any]]:
         if "attention" not in self.runtime.runners:
             raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")

@@ -1,7 +1,9 @@
 """Domain errors of the service, one status table, one JSON error body.
 
 The engine, batcher and runner raise these; `service.app` turns any exception into
-`{"error": {"message", "type", "code"}}` through `error_parts` and nothing else.
+`{"error": {"message", "type", "code"}}` through `error_body_for` and nothing else. The one exception is
+the Open Inference Protocol's routes (/v2...), whose clients read that protocol's `{"error": message}`
+(same statuses, same message).
 
     ServiceError                 500 server_error            (base; never raised bare)
     ├── InvalidRequest           422 invalid_request_error   bad or unusable input
@@ -13,6 +15,7 @@ The engine, batcher and runner raise these; `service.app` turns any exception in
     │   └── Unsupported          422   the bundle cannot do it (no labels, no attention graph)
     ├── Unauthorized             401 authentication_error    missing or wrong bearer key
     ├── NotFound                 404 not_found_error         (from routing)
+    │   └── ModelNotFound        404   no served model has the requested name (the message lists them)
     ├── MethodNotAllowed         405 invalid_request_error   (from routing)
     ├── RequestTimeout           408 invalid_request_error   head or body not received within its deadline
     ├── PayloadTooLarge          413 invalid_request_error   body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
@@ -91,6 +94,10 @@ class NotFound(ServiceError):
     status, type, code = 404, "not_found_error", "not_found"
 
 
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
 class MethodNotAllowed(ServiceError):
     status, type, code = 405, "invalid_request_error", "method_not_allowed"
 
@@ -139,6 +146,7 @@ class ClientGone(ServiceError):
 
 
 GENERIC_500 = "internal server error"
+V2_PREFIX = "/v2"  # the Open Inference Protocol's routes
 _BY_STATUS: dict[int, type[ServiceError]] = {
     401: Unauthorized, 404: NotFound, 405: MethodNotAllowed, 408: RequestTimeout, 413: PayloadTooLarge,
     415: UnsupportedMediaType, 429: Overloaded, 503: NotReady, 504: QueueTimeout,
@@ -160,3 +168,11 @@ def for_status(status: int, message: str) -> ServiceError:
 def error_body(error: ServiceError) -> bytes:
     """The one JSON error shape."""
     return orjson.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}})
+
+
+def error_body_for(path: str, error: ServiceError) -> bytes:
+    """The body for an error on `path`: the Open Inference Protocol's `{"error": message}` on its routes
+    (/v2 and below), the one JSON error shape everywhere else."""
+    if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
+        return orjson.dumps({"error": error.message})
+    return error_body(error)

@@ -95,8 +95,9 @@ def aggregated_shape(layers: int, heads: int, n: int, how: str) -> tuple[int, ..
 
 
 def encode_array(values: np.ndarray, encoding: str, dtype: str) -> object:
-    """float: the array itself (orjson writes nested lists); base64: little-endian bytes of dtype."""
-    if encoding == "float":
+    """float: the array itself (orjson writes nested lists); binary: the float32 array itself (the v2 codec
+    writes its raw bytes); base64: little-endian bytes of dtype."""
+    if encoding in ("float", "binary"):
         return np.ascontiguousarray(values, dtype=np.float32)
     return _base64(values, "<f2" if dtype == "float16" else "<f4")
 
@@ -105,6 +106,8 @@ def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
     """Bytes that `count` values take in the response."""
     if encoding == "float":
         return count * JSON_BYTES_PER_FLOAT
+    if encoding == "binary":
+        return count * 4  # float32
     width = 2 if dtype == "float16" else 4
     return (count * width + 2) // 3 * 4
 

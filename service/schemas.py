@@ -52,6 +52,9 @@ CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted. Or the `model` query.")
+
 
 class Truncation(_Request):
     truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
@@ -83,7 +86,8 @@ class OpenAIEmbeddingRequest(BaseModel):
         description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "
         "each id below the model's vocabulary size, see GET /info).",
     )
-    model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
     chunking: Literal["mean", "windows"] | None = Field(
@@ -114,6 +118,18 @@ class OpenAIEmbeddingResponse(BaseModel):
     data: list[OpenAIEmbedding | OpenAIWindowEmbedding]
     model: str
     usage: Usage
+
+
+class OpenAIModel(BaseModel):
+    id: str = Field(description="The served name; send it as `model`.")
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
 
 
 # -- text-embeddings-inference ---------------------------------------------------------------------

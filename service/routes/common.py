@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 from fastapi import Response
+from pydantic import BaseModel
 
 from service.schemas import ErrorResponse
 from service.tokenize import Direction
@@ -14,6 +15,7 @@ _DESCRIPTIONS = {
     401: "Missing or wrong API key",
     408: "Request body not received within ATTNSERVE_BODY_TIMEOUT_S; the connection is closed",
     413: "Request body over the payload limit",
+    404: "No served model has the requested name (the message lists the served names)",
     415: "Request body is not JSON",
     422: "Invalid request: not what this document allows (code validation_error), or past a limit it cannot "
          "state: too many or too long inputs, an index, token id or dimensions past the model's sizes "
@@ -23,13 +25,13 @@ _DESCRIPTIONS = {
     503: "Model not loaded or not ready",
     504: "Request waited past the queue timeout and was not run",
 }
-INFERENCE_ERRORS = (401, 408, 413, 415, 422, 429, 500, 503, 504)
-TOKENIZE_ERRORS = (401, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
+INFERENCE_ERRORS = (401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
+TOKENIZE_ERRORS = (401, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status with the one error model."""
-    return {status: {"model": ErrorResponse, "description": _DESCRIPTIONS[status]} for status in statuses}
+def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own)."""
+    return {status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses}
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:

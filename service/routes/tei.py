@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from service.dependencies import EngineDep, JobDep, require_json
+from service.dependencies import JobDep, ModelQuery, PickDep, require_json
 from service.engine import Engine
 from service.postprocess import ScoreFunction
 from service.routes.common import (
@@ -40,17 +40,19 @@ Embeddings = list[list[float]] | list[list[EmbeddingWindow]]
 
 
 @router.post("/embed", response_model=Embeddings, responses=errors(*INFERENCE_ERRORS))
-async def embed(body: EmbedRequest, engine: EngineDep, job: JobDep) -> Response:
+async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """One embedding per input (pooled; L2-normalised unless normalize=false); with chunking=windows, per
     input its windows, each with its span and embedding."""
+    engine = pick(body.model, model)
     return json_response(await job(_embed(engine, body)))
 
 
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
              responses=errors(*INFERENCE_ERRORS))
-async def classify(body: ClassifyRequest, engine: EngineDep, job: JobDep) -> Response:
+async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, labels with scores (softmax, or raw logits), best first; with chunking=windows, per input
     its windows, each with its span and scores."""
+    engine = pick(body.model, model)
     function: ScoreFunction = "none" if body.raw_scores else "softmax"
     if body.chunking == "windows":
         work = engine.classify_windows(as_list(body.inputs), overlap=body.chunk_overlap, top_k=body.top_k,
@@ -62,9 +64,10 @@ async def classify(body: ClassifyRequest, engine: EngineDep, job: JobDep) -> Res
 
 
 @router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS))
-async def predict(body: PredictRequest, engine: EngineDep, job: JobDep) -> Response:
+async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """TEI's classification: a text gets one list of labels and scores, best first; a batch [[text], ...] one
     list per input. `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
+    engine = pick(body.model, model)
     texts, single = _predict_texts(body.inputs)
     parameters = body.parameters
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
@@ -76,38 +79,45 @@ async def predict(body: PredictRequest, engine: EngineDep, job: JobDep) -> Respo
 
 
 @router.post("/similarity", response_model=list[float], responses=errors(*INFERENCE_ERRORS))
-async def similarity(body: SimilarityRequest, engine: EngineDep, job: JobDep) -> Response:
+async def similarity(body: SimilarityRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Cosine similarity of each of `inputs.sentences` with `inputs.source_sentence`, in order."""
+    engine = pick(body.model, model)
     return json_response(await job(_similarity(engine, body)))
 
 
 @router.post("/embed_all", response_model=list[list[list[float]]], responses=errors(*INFERENCE_ERRORS))
-async def embed_all(body: EmbedAllRequest, engine: EngineDep, job: JobDep) -> Response:
+async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, one vector per token (the encoder's last hidden states, special tokens included); refused
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
+    engine = pick(body.model, model)
     return json_response(await job(engine.embed_all(
         as_list(body.inputs), truncate=body.truncate, direction=direction(body),
     )))
 
 
 @router.post("/tokenize", response_model=list[list[Token]], responses=errors(*TOKENIZE_ERRORS))
-async def tokenize(body: TokenizeRequest, engine: EngineDep) -> Response:
+async def tokenize(body: TokenizeRequest, pick: PickDep, model: ModelQuery = None) -> Response:
     """Per input, its tokens with ids and character offsets (no truncation)."""
+    engine = pick(body.model, model)
     return json_response(await engine.tokenize(as_list(body.inputs), body.add_special_tokens))
 
 
 @router.post("/decode", response_model=list[str], responses=errors(*TOKENIZE_ERRORS))
-async def decode(body: DecodeRequest, engine: EngineDep) -> Response:
+async def decode(body: DecodeRequest, pick: PickDep, model: ModelQuery = None) -> Response:
     """Per list of token ids, its text (special tokens left out unless skip_special_tokens=false)."""
+    engine = pick(body.model, model)
     sequences = [body.ids] if isinstance(body.ids[0], int) else body.ids
     return json_response(await engine.decode(sequences, body.skip_special_tokens))  # type: ignore[arg-type]
 
 
 @router.post("/", response_model=Embeddings | list[float], responses=errors(*INFERENCE_ERRORS),
              summary="Embed, or compare sentences (TEI's root)")
-async def root(body: EmbedRequest | SimilarityRequest, engine: EngineDep, job: JobDep) -> Response:
+async def root(
+    body: EmbedRequest | SimilarityRequest, pick: PickDep, job: JobDep, model: ModelQuery = None,
+) -> Response:
     """`{"inputs": text or texts, ...}` is answered as /embed; `{"inputs": {"source_sentence", "sentences"}}`
     as /similarity."""
+    engine = pick(body.model, model)
     if isinstance(body, SimilarityRequest):
         return json_response(await job(_similarity(engine, body)))
     return json_response(await job(_embed(engine, body)))

@@ -17,20 +17,22 @@ from fastapi import FastAPI
 
 from service.app import create_app
 from service.deadlines import with_header_timeout
-from service.runtime import Runtime, load_runtime
+from service.models import load_runtimes
+from service.runtime import Runtime
 from service.settings import Settings
 from tests.helpers.process import free_port
 
 
 @asynccontextmanager
 async def serving(
-    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+    bundle: Path | str | list[Path | str], wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app with its lifespan running and an httpx client talking to it in process. `wrap` receives the
-    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes)."""
+    """An app with its lifespan running and an httpx client talking to it in process. `bundle`: one or
+    several (`Path`, or "NAME=DIR"). `wrap` receives each runtime loaded from them and returns what the
+    app serves (a fake from tests.helpers.fakes)."""
     settings = Settings(bundle=bundle, **overrides)
-    runtime = wrap(load_runtime(settings)) if wrap is not None else None
-    app = create_app(settings, runtime)
+    runtimes = [wrap(runtime) for runtime in load_runtimes(settings)] if wrap is not None else None
+    app = create_app(settings, runtimes)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
@@ -44,8 +46,8 @@ async def uvicorn_here(
     """create_app served by uvicorn.Server on 127.0.0.1 in this event loop, as `attnserve serve` serves it
     (real sockets, httptools), around `wrap(runtime)` as in `serving`; yields (app, base url)."""
     settings = Settings(bundle=bundle, **{"intra_op_threads": 1, **overrides})
-    runtime = load_runtime(settings)
-    app = create_app(settings, wrap(runtime) if wrap is not None else runtime)
+    runtimes = load_runtimes(settings)
+    app = create_app(settings, [wrap(runtime) for runtime in runtimes] if wrap is not None else runtimes)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on",
                             http=with_header_timeout(settings.header_timeout_s))

@@ -206,5 +206,7 @@ async def test_tokenize_returns_every_token_of_a_long_input(client) -> None:
 
 async def test_every_inputs_route_is_in_the_matrix(client) -> None:
     app, _, _ = client
-    posts = {path for path, operations in app.openapi()["paths"].items() if "post" in operations}
+    paths = app.openapi()["paths"].items()
+    # /v2 takes tensors, not an inputs field: its matrix of bad requests is tests/service/test_v2.py's
+    posts = {path for path, operations in paths if "post" in operations and not path.startswith("/v2")}
     assert posts == set(FIELD) | SHAPED_OTHERWISE, "a new route takes inputs: add it to FIELD"

@@ -63,7 +63,7 @@ def test_settings_from_environment_and_validation(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNSERVE_CORS_ORIGINS", "http://a.example, http://b.example")
     monkeypatch.setenv("ATTNSERVE_API_KEY", "zz-secret-zz")
     settings = Settings()
-    assert settings.max_batch_size == 8 and settings.bundle == tmp_path
+    assert settings.max_batch_size == 8 and settings.bundle_dir == tmp_path
     assert settings.cors_origins == ["http://a.example", "http://b.example"]
     assert "zz-secret-zz" not in repr(settings)
     with pytest.raises(ValidationError):
