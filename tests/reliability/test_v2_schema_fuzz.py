@@ -26,7 +26,7 @@ from schemathesis.python import asgi
 
 from service.app import create_app
 from service.settings import Settings
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import running
 from tests.reliability import FULL
 
 ONE_MODEL_EXAMPLES = 300 if FULL else 100
@@ -76,13 +76,11 @@ def two_models(tiny_bundle: Path, tiny_hf_bundle: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def two_models_live(tiny_bundle: Path, tiny_hf_bundle: Path) -> Iterator[str]:
-    proc, url = launch(tiny_bundle, "--bundle", f"bert={tiny_hf_bundle}", "--max-inputs", "32")
-    if not wait_ready(proc, url):
-        pytest.fail(f"server did not become ready:\n{stop(proc)[1]}")
-    yield url
-    status, log = stop(proc)
-    assert status == 0, log
+def two_models_live(tiny_bundle: Path, tiny_hf_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("two_models_live") / "server.log"
+    with running(tiny_bundle, log, "--bundle", f"bert={tiny_hf_bundle}", "--max-inputs", "32") as server:
+        yield server.url
+    assert server.proc.returncode == 0, server.log()
 
 
 @schema.parametrize()

@@ -27,7 +27,7 @@ from service.models import Models, load_runtimes, served_names
 from service.runtime import Runtime, StartupError
 from service.settings import ServedBundle, Settings
 from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import launch_server, running, stop
 from tests.helpers.serving import assert_error, serving, until
 
 
@@ -236,20 +236,17 @@ async def test_graph_runs_of_all_models_never_overlap(tiny_bundle, tiny_hf_bundl
     assert RUNNING["most"] == 1
 
 
-async def test_two_real_bundles_over_http(tiny_bundle, tiny_hf_bundle):
+async def test_two_real_bundles_over_http(tiny_bundle, tiny_hf_bundle, tmp_path):
     """The real server, the flag repeated; the same bundle twice under its manifest's name stops start-up."""
-    proc, url = launch(tiny_bundle, "--bundle", f"bert={tiny_hf_bundle}")
-    try:
-        assert wait_ready(proc, url), stop(proc)[1]
+    with running(tiny_bundle, tmp_path / "two.log", "--bundle", f"bert={tiny_hf_bundle}") as server:
+        url = server.url
         assert [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]] == ["tiny", "bert"]
         one = httpx.post(f"{url}/embed", json={"inputs": "a dog", "model": "bert"})
         assert one.status_code == 200 and len(one.json()[0]) == 32
         unknown = httpx.post(f"{url}/embed", json={"inputs": "a dog", "model": "nope"})
         assert unknown.status_code == 404 and "tiny, bert" in unknown.json()["error"]["message"]
-    finally:
-        status, log = stop(proc)
-    assert status == 0, log
-    proc, _ = launch(tiny_bundle, "--bundle", str(tiny_bundle))
-    proc.wait(timeout=60)
-    status, log = stop(proc)
+    assert server.proc.returncode == 0, server.log()
+    twice = launch_server(tiny_bundle, tmp_path / "twice.log", "--bundle", str(tiny_bundle))
+    twice.proc.wait(timeout=60)
+    status, log = stop(twice)
     assert status == 2 and "two bundles are named 'tiny'" in log, log

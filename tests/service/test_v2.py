@@ -21,7 +21,7 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import running
 from tests.helpers.serving import serving, until
 
 TEXTS = ["a cat sat on the mat", "dogs"]
@@ -310,13 +310,11 @@ async def test_admission_and_deadlines_hold_on_v2(tiny_bundle):
 
 # -- the official client against a real server --------------------------------------------------------
 @pytest.fixture(scope="module")
-def two_live(tiny_bundle: Path, tiny_hf_bundle: Path) -> Any:
-    proc, url = launch(tiny_bundle, "--bundle", f"bert={tiny_hf_bundle}")
-    if not wait_ready(proc, url):
-        pytest.fail(f"server did not become ready:\n{stop(proc)[1]}")
-    yield url
-    status, log = stop(proc)
-    assert status == 0, log
+def two_live(tiny_bundle: Path, tiny_hf_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    log = tmp_path_factory.mktemp("two_live") / "server.log"
+    with running(tiny_bundle, log, "--bundle", f"bert={tiny_hf_bundle}") as server:
+        yield server.url
+    assert server.proc.returncode == 0, server.log()
 
 
 def test_tritonclient_health_metadata_and_errors(two_live):
