@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from attnserve import __version__
 from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
@@ -105,8 +106,20 @@ async def handle_error(request: Request, exc: Exception) -> Response:
     headers = dict(error.headers())
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
+    if error.status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+        headers["Allow"] = ", ".join(_allowed_methods(request))
     body = error_body_for(request.scope["path"], error)
     return Response(body, status_code=error.status, headers=headers, media_type="application/json")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app answers on this request's path."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        declared = getattr(route, "methods", None)
+        if declared and isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(declared)
+    return sorted(methods)
 
 
 def _describe(exc: RequestValidationError) -> str:
