@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
+from starlette.routing import Match
 
 from attnserve import __version__
 from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
@@ -112,14 +112,15 @@ async def handle_error(request: Request, exc: Exception) -> Response:
     return Response(body, status_code=error.status, headers=headers, media_type="application/json")
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method some route of the app answers on this request's path."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        declared = getattr(route, "methods", None)
-        if declared and isinstance(route, BaseRoute) and route.matches(request.scope)[0] != Match.NONE:
-            methods |= set(declared)
-    return sorted(methods)
+    """Every method some route of the app fully matches on this request's path (asked of the router itself,
+    so included routers count)."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
 def _describe(exc: RequestValidationError) -> str:
