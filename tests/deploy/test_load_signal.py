@@ -27,11 +27,16 @@ DEPTH = "attnserve_queue_depth"
 
 
 async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
-    """The unlabelled samples of one /metrics answer, by name (one snapshot: the route runs on the loop)."""
+    """One /metrics answer's samples labelled by model only, summed over the models, by name (one snapshot:
+    the route runs on the loop)."""
     response = await client.get("/metrics")
     assert response.status_code == 200
-    families = text_string_to_metric_families(response.text)
-    return {s.name: s.value for family in families for s in family.samples if not s.labels}
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            if set(s.labels) == {"model"}:
+                totals[s.name] = totals.get(s.name, 0.0) + s.value
+    return totals
 
 
 # -- exact counts, graph held ---------------------------------------------------------------------------

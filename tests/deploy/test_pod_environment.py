@@ -18,9 +18,11 @@ from tests.helpers.process import Server, free_port, terminate, wait_ready
 
 
 def pod_command(bundle: Path, port: int) -> list[str]:
+    """The pod's args, its bundle path (the image's /bundle) swapped for `bundle`, on loopback."""
     args = container(render("cpu"))["args"]
-    return [sys.executable, "-m", "attnserve", "serve", *args, "--bundle", str(bundle), "--host", "127.0.0.1",
-            "--port", str(port)]
+    at = args.index("--bundle")
+    args = [*args[:at], "--bundle", str(bundle), *args[at + 2:]]
+    return [sys.executable, "-m", "attnserve", "serve", *args, "--host", "127.0.0.1", "--port", str(port)]
 
 
 def test_the_pods_configuration_serves_and_writes_nothing_outside_tmp(tiny_bundle: Path, tmp_path: Path) -> None:
