@@ -45,15 +45,16 @@ class Summary:
     rows: int
     written: int
     rejected: int
-    tokens: int
+    tokens: int  # -1: not counted (a Ray run without --token-count)
     seconds: float
     parts: int
     out: str
 
     def line(self) -> str:
         rate = self.rows / self.seconds if self.seconds > 0 else 0.0
+        tokens = f"{self.tokens:,} tokens" if self.tokens >= 0 else "tokens not counted"
         return (f"{self.rows:,} rows ({self.written:,} written, {self.rejected:,} rejected) in {self.parts} parts, "
-                f"{self.tokens:,} tokens, {self.seconds:.1f} s, {rate:,.0f} rows/s -> {self.out}")
+                f"{tokens}, {self.seconds:.1f} s, {rate:,.0f} rows/s -> {self.out}")
 
 
 def open_runtime(settings: Settings, output: Output) -> Runtime:

@@ -115,7 +115,9 @@ def clear(out: Path) -> None:
 
 
 def _ours(path: Path) -> bool:
-    return _is_part(path) or path.name in (STATE, REJECTS) or path.name.startswith((".part-", f".{STATE}."))
+    """Parts (ours, or a Ray run's differently named files), the state, the rejects, temporary files."""
+    name = path.name
+    return name.endswith(".parquet") or name in (STATE, REJECTS) or name.startswith((".part-", f".{STATE}."))
 
 
 def _is_part(path: Path) -> bool:
