@@ -138,21 +138,20 @@ def _reading(path: Path) -> Iterator[None]:
 
 def _read_parquet(path: Path, columns: Columns, chunk_rows: int, skip: int) -> Iterator[tuple[list, list]]:
     file = _parquet(path, columns)
-    groups, skipped = [], 0
-    for index in range(file.metadata.num_row_groups):  # whole row groups before `skip` are not read
-        rows = file.metadata.row_group(index).num_rows
-        if skipped + rows <= skip:
-            skipped += rows
-        else:
-            groups.append(index)
+    groups, skipped = list(range(file.metadata.num_row_groups)), 0
+    while groups and skipped + file.metadata.row_group(groups[0]).num_rows <= skip:  # not read at all
+        skipped += file.metadata.row_group(groups.pop(0)).num_rows
     wanted = [c for c in (columns.id, columns.text) if c is not None]
     batches = file.iter_batches(batch_size=chunk_rows, row_groups=groups, columns=wanted) if groups else []
     yield from _sliced(((_ids(b, columns), b.column(columns.text).to_pylist()) for b in batches), skip - skipped)
 
 
 def _read_csv(path: Path, columns: Columns, chunk_rows: int, skip: int) -> Iterator[tuple[list, list]]:
-    batches = _csv(path, columns, 1 << 20)
-    yield from _sliced(((_ids(b, columns), b.column(columns.text).to_pylist()) for b in batches), skip)
+    batches = _csv(path, columns, 1 << 20)  # blocks of bytes: any number of rows
+    chunks = _sliced(((_ids(b, columns), b.column(columns.text).to_pylist()) for b in batches), skip)
+    for ids, texts in chunks:
+        for start in range(0, len(texts), chunk_rows):
+            yield ids[start:start + chunk_rows], texts[start:start + chunk_rows]
 
 
 def _read_lines(path: Path, columns: Columns, chunk_rows: int, skip: int, parse) -> Iterator[tuple[list, list]]:
