@@ -84,12 +84,15 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
     total = None if any(s.rows is None for s in sources) else sum(s.rows or 0 for s in sources)
     stream.write(_header(runtime, total, len(sources), state))
     progress = Progress(stream, total, min(skip, total) if total is not None else skip)
+    pa.array([0])  # pyarrow imports pandas (where installed) at its first list conversion: start-up, paid here
     try:
         if not state.done:
             chunks = inputs.read(sources, job.columns, min(READ_ROWS, job.part_rows), skip)
+            started = time.perf_counter()  # a part's seconds: reading, embedding and writing it, start-up aside
             for index, part in enumerate(in_parts(chunks, job.part_rows), start=len(state.parts)):
-                state.parts.append(run_part(runtime, job, index, part, settings, progress))
+                state.parts.append(run_part(runtime, job, index, part, settings, progress, started))
                 state.save(job.out)
+                started = time.perf_counter()
             state.done = True
             state.save(job.out)
     finally:
@@ -97,9 +100,8 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
     return summary(state, job.out)
 
 
-def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings,
-             progress: Progress) -> parts.PartRecord:
-    started = time.perf_counter()
+def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings, progress: Progress,
+             started: float) -> parts.PartRecord:
     good, rejects = rows.split(part)
     progress.advance(len(rejects))
     values = rows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)

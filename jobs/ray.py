@@ -133,7 +133,7 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
     items = [{"index": i, "path": str(s.path.resolve()), "format": s.format, "rows": s.rows, "first_row": first}
              for i, (s, first) in enumerate(zip(sources, _first_rows(sources), strict=True))]
     good = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
-        read_file, batch_size=1, batch_format="pyarrow",
+        read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
         fn_kwargs={"columns": job.columns, "out": str(job.out.resolve())})
     resources = actor_resources(provider, options, ray.cluster_resources())
     embedded = good.map_batches(

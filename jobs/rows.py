@@ -109,8 +109,7 @@ def tokenize(runtime: Runtime, texts: list[str]) -> list[np.ndarray]:
     """Token ids per text, truncated to the model's max length from the right, as the service's default."""
     sequences: list[np.ndarray] = []
     for start in range(0, len(texts), TOKENIZE_ROWS):
-        encoded = runtime.tokenizer.encode(texts[start:start + TOKENIZE_ROWS], truncate=True)
-        sequences.extend(e.ids for e in encoded)
+        sequences.extend(runtime.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS]))
     return sequences
 
 

@@ -123,3 +123,14 @@ def test_in_parts_cuts_the_row_stream_at_multiples_of_the_part_size() -> None:
     chunks = [Chunk(0, [0, 1, 2], ["a", "b", "c"]), Chunk(3, [3], ["d"]), Chunk(4, [4, 5, 6, 7, 8], list("efghi"))]
     parts = list(in_parts(iter(chunks), 4))
     assert [(p.start, p.ids) for p in parts] == [(0, [0, 1, 2, 3]), (4, [4, 5, 6, 7]), (8, [8])]
+
+
+def test_the_jobs_token_ids_are_the_services(tiny_bundle: Path) -> None:
+    """TextTokenizer.encode_ids (ids only, for the job) cuts exactly as encode(truncate=True) (the service)."""
+    from service.runtime import load_runtime
+
+    tokenizer = load_runtime(Settings(bundle=tiny_bundle, intra_op_threads=1)).tokenizer
+    docs = texts(40) + [" ".join(texts(40))]  # the last one is over the tiny model's 64 tokens
+    ids = tokenizer.encode_ids(docs)
+    assert max(len(i) for i in ids) == tokenizer.max_length
+    assert all(np.array_equal(a, e.ids) for a, e in zip(ids, tokenizer.encode(docs, truncate=True), strict=True))
