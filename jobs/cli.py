@@ -31,7 +31,8 @@ class Stopped(BaseException):
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0].split(": ", 1)[1])
     parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
-                        help="JSONL, CSV, Parquet or plain-text files (one document a line), read in this order")
+                        help="JSONL, CSV, Parquet or plain-text files (one document a line), read in this order; "
+                             "a directory stands for its files, by name")
     parser.add_argument("--out", type=Path, required=True, help="output directory of Parquet parts")
     parser.add_argument("--format", choices=sorted(set(FORMATS.values())),
                         help="input format (default: from each file's extension)")

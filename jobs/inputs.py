@@ -70,10 +70,22 @@ def format_of(path: Path, forced: str | None) -> str:
     return found
 
 
+def expand(paths: list[Path], forced: str | None) -> list[Path]:
+    """A directory stands for its files of a known format (or all its files with --format), sorted by name."""
+    files = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+            files += [p for p in found if forced or p.suffix.lower() in FORMATS]
+        else:
+            files.append(path)
+    return files
+
+
 def plan(paths: list[Path], forced: str | None, columns: Columns) -> list[Source]:
     """Every input with its format and row count (Parquet metadata, a cheap pass otherwise; None for a pipe)."""
     sources = []
-    for path in paths:
+    for path in expand(paths, forced):
         fmt = format_of(path, forced)
         if fmt == "text" and columns.id is not None:
             raise InputError(f"{path}: plain text has no columns; the row number is its id (drop --id-column)")

@@ -90,3 +90,9 @@ def test_csv_ids_and_texts_are_read_as_strings(tmp_path: Path) -> None:
     path.write_text("id,text\n1,123\n2,\n")
     ids, values = _all(inputs.plan([path], None, Columns("text", "id")), Columns("text", "id"))
     assert ids == ["1", "2"] and values == ["123", ""]
+
+
+def test_a_directory_stands_for_its_known_files_in_name_order(tmp_path: Path) -> None:
+    for name in ("b.txt", "a.txt", "notes.md", "_hidden.txt"):
+        (tmp_path / name).write_text("x\n")
+    assert [s.path.name for s in inputs.plan([tmp_path], None, Columns())] == ["a.txt", "b.txt"]
