@@ -21,6 +21,11 @@ from service.settings import Settings
 
 ENGINE_SETTINGS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue",
                    "intra_op_threads")
+JOB_HELP = {  # where the job's use of a setting differs from the server's
+    "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
+                 "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
+                 "sort per batch.",
+}
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -54,7 +59,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def _engine_flags(group: argparse._ArgumentGroup) -> None:
     for name in ENGINE_SETTINGS:
         field = Settings.model_fields[name]
-        flag, help_ = "--" + name.replace("_", "-"), f"{field.description} [env ATTNSERVE_{name.upper()}]"
+        help_ = f"{JOB_HELP.get(name, field.description)} [env ATTNSERVE_{name.upper()}]"
+        flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
             group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:

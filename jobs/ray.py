@@ -59,7 +59,8 @@ def pool_arguments(version: str, actors: int, strategy: Callable[..., Any]) -> d
 
 
 def actor_resources(provider: str, options: RayOptions, cluster: dict[str, float]) -> dict[str, Any]:
-    """num_cpus, num_gpus and the pool size: one GPU per actor with cuda; one CPU kept for the read tasks."""
+    """num_cpus, num_gpus and the pool size: one GPU per actor with provider cuda (asked for explicitly: the
+    driver cannot tell what `auto` finds on the workers); one CPU kept for the read tasks."""
     gpus = 1 if provider == "cuda" else 0
     if options.actors is not None:
         actors = options.actors
@@ -105,8 +106,8 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
     if any(s.rows is None for s in sources):
         raise JobError("--ray reads regular files only (a pipe cannot be planned or read by several workers)")
-    runtime = open_runtime(settings, job.output)  # the driver checks the bundle and resolves the variant once
-    args = {"runner": "ray", **_args(job, sources, runtime.variants["fast"])}
+    _check_bundle(settings, job.output)  # the actors choose the variant: the driver may have no GPU
+    args = {"runner": "ray", **_args(job, sources, settings)}
     state = _prepare(job.out, args, job.overwrite)
     if state.done:
         return _summary(job.out, state.parts[0].seconds, job.output)
@@ -114,7 +115,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     if not started:
         ray.init(address=options.address, include_dashboard=False if options.address == "local" else None)
     try:
-        seconds = _execute(job, settings, options, sources, runtime.provider)
+        seconds = _execute(job, settings, options, sources)
     finally:
         if not started:
             ray.shutdown()
@@ -125,7 +126,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     return summary
 
 
-def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source], provider: str) -> float:
+def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source]) -> float:
     import ray
     import ray.data
 
@@ -135,7 +136,7 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
     good = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
         fn_kwargs={"columns": job.columns, "out": str(job.out.resolve())})
-    resources = actor_resources(provider, options, ray.cluster_resources())
+    resources = actor_resources(settings.provider, options, ray.cluster_resources())
     embedded = good.map_batches(
         Embedder, batch_size=options.batch_rows, batch_format="pyarrow",
         fn_constructor_kwargs={"engine": {k: getattr(settings, k) for k in ENGINE_FIELDS}, "output": job.output,
@@ -168,10 +169,22 @@ def _prepare(out: Path, args: dict[str, Any], overwrite: bool) -> parts.JobState
     return state
 
 
-def _args(job: Job, sources: list[inputs.Source], variant: str) -> dict[str, Any]:
+def _check_bundle(settings: Settings, output: Output) -> None:
+    """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts."""
+    from service.runtime import StartupError, verify
+
+    try:
+        manifest = verify(settings.bundle)
+    except StartupError as error:
+        raise JobError(f"cannot load the bundle: {error}") from None
+    if output.classify and not manifest.labels:
+        raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+
+
+def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[str, Any]:
     return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
             "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
-            "variant": variant}
+            "bundle": str(settings.bundle.resolve()), "provider": settings.provider, "variant": settings.variant}
 
 
 def _summary(out: Path, seconds: float, output: Output) -> Summary:
