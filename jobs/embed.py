@@ -49,6 +49,7 @@ class Summary:
     seconds: float
     parts: int
     out: str
+    cpu_seconds: float = 0.0  # the local job's CPU time for the parts (all threads); 0 for a Ray run
 
     def line(self) -> str:
         rate = self.rows / self.seconds if self.seconds > 0 else 0.0
@@ -88,11 +89,11 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
     try:
         if not state.done:
             chunks = inputs.read(sources, job.columns, min(READ_ROWS, job.part_rows), skip)
-            started = time.perf_counter()  # a part's seconds: reading, embedding and writing it, start-up aside
+            started = _clocks()  # a part's seconds: reading, embedding and writing it, start-up aside
             for index, part in enumerate(in_parts(chunks, job.part_rows), start=len(state.parts)):
                 state.parts.append(run_part(runtime, job, index, part, settings, progress, started))
                 state.save(job.out)
-                started = time.perf_counter()
+                started = _clocks()
             state.done = True
             state.save(job.out)
     finally:
@@ -101,14 +102,19 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
 
 
 def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings, progress: Progress,
-             started: float) -> parts.PartRecord:
+             started: tuple[float, float]) -> parts.PartRecord:
     good, rejects = rows.split(part)
     progress.advance(len(rejects))
     values = rows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)
     table = rows.table([part.ids[i] for i in good], values, list(runtime.manifest.labels), output_schema(runtime, job))
     parts.write_part(job.out, index, table, rejects)
-    return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()),
-                            round(time.perf_counter() - started, 3))
+    wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
+    return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
+                            round(cpu, 3))
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
 
 
 def _header(runtime: Runtime, total: int | None, files: int, state: parts.JobState) -> str:
@@ -121,7 +127,7 @@ def _header(runtime: Runtime, total: int | None, files: int, state: parts.JobSta
 
 def summary(state: parts.JobState, out: Path) -> Summary:
     t = state.totals()
-    return Summary(t.rows, t.written, t.rejected, t.tokens, t.seconds, len(state.parts), str(out))
+    return Summary(t.rows, t.written, t.rejected, t.tokens, t.seconds, len(state.parts), str(out), t.cpu_seconds)
 
 
 def in_parts(chunks: Iterator[Chunk], size: int) -> Iterator[Chunk]:

@@ -41,7 +41,8 @@ class PartRecord:
     written: int
     rejected: int
     tokens: int
-    seconds: float
+    seconds: float  # wall clock: reading, embedding and writing the part
+    cpu_seconds: float = 0.0  # this process's CPU time (all threads) for the same
 
 
 @dataclass
