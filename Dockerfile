@@ -17,8 +17,10 @@ ENV DEBIAN_FRONTEND=noninteractive \
     ATTNSERVE_BUNDLE=/bundle \
     ATTNSERVE_HOST=0.0.0.0 \
     ATTNSERVE_PORT=8000 \
-    ATTNSERVE_GRACEFUL_TIMEOUT_S=8
+    ATTNSERVE_GRACEFUL_TIMEOUT_S=8 \
+    ORT_DISABLE_TELEMETRY=1
 # docker stop waits 10 s before SIGKILL: the drain (8 s) ends inside it. Raise both together.
+# ORT_DISABLE_TELEMETRY: onnxruntime otherwise writes a device id under $HOME/.cache at every start.
 
 # The OS packages follow the base image's release (its security updates included); the Python
 # dependencies are pinned in deploy/requirements-*.txt.

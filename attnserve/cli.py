@@ -9,7 +9,7 @@ import importlib
 import sys
 
 COMMANDS = {
-    "train": ("model.train", "train (or fine-tune) an encoder and write a checkpoint directory"),
+    "train": ("model.training.cli", "train (or fine-tune) an encoder and write a checkpoint directory"),
     "export": ("export.cli", "export a checkpoint or BERT directory to a verified ONNX bundle"),
     "serve": ("service.cli", "serve a bundle over HTTP with onnxruntime"),
     "embed": ("jobs.cli", "embed a corpus (JSONL, CSV, Parquet, text) into Parquet, on one machine or Ray"),

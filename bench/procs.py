@@ -1,7 +1,15 @@
-"""Server subprocesses for the bench: start on a free loopback port, wait for /ready, inspect, stop.
+"""Server subprocesses, for the bench and for the tests: start on a free loopback port, wait for /ready,
+inspect, stop with one SIGTERM.
 
-Process facts come from /proc (Linux): VmRSS of the server and its children, and whether any
-libtorch is mapped into it.
+Stopping sends SIGTERM once (the graceful drain an orchestrator asks for), waits, and sends SIGKILL only
+past a timeout. Never a second SIGTERM: uvicorn takes a second signal as "force quit", and one that
+arrives while the interpreter is finalising (its handlers already reset) kills the process with -15.
+
+Logs go to a file, not a pipe: nobody reads a pipe while the server runs, and a full pipe (64 KiB of
+access log) would block the server's next write, and so the server.
+
+Process facts come from /proc (Linux): VmRSS of the server and its children, threads, open file
+descriptors, and whether any libtorch is mapped into it.
 """
 
 from __future__ import annotations
@@ -12,12 +20,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parents[1]  # the repository: `python -m bench.naive_server` runs from here
 
 
 def free_port() -> int:
@@ -33,52 +43,75 @@ class Server:
     port: int
     log_path: Path
     peak_rss_kb: int = field(default=0)
+    signalled: bool = field(default=False)  # SIGTERM sent: never send another
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def sample_rss(self) -> int:
         self.peak_rss_kb = max(self.peak_rss_kb, tree_rss_kb(self.proc.pid))
         return self.peak_rss_kb
 
 
-def start(name: str, argv: list[str], env: dict[str, str], log_dir: Path, ready_s: float = 180.0) -> Server:
-    """Launch `argv` (its "{port}" replaced by a free loopback port) and wait for GET /ready."""
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without ATTNSERVE_* variables (so only flags and `extra` configure the server)."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}, **extra}
+
+
+def launch(name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> Server:
+    """Start `argv` (its "{port}" replaced by a free loopback port) from the repository root, its stdout and
+    stderr in `log_path`, with `env` (default: this environment). Does not wait."""
     port = free_port()
-    log_path = log_dir / f"{name}.log"
     argv = [a.replace("{port}", str(port)) for a in argv]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
-    server = Server(name, proc, port, log_path)
-    _wait_ready(server, ready_s)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ if env is None else env),
+                                stdout=log, stderr=subprocess.STDOUT)
+    return Server(name, proc, port, log_path)
+
+
+def wait_ready(server: Server, timeout_s: float = 180.0) -> bool:
+    """True once GET /ready answers 200; False when the process exits or `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and server.proc.poll() is None:
+        try:
+            if httpx.get(server.url + "/ready", timeout=2.0).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def start(name: str, argv: list[str], env: Mapping[str, str], log_dir: Path, ready_s: float = 180.0) -> Server:
+    """launch() with this environment plus `env`, and wait for /ready; RuntimeError (process stopped) if
+    it exits or is not ready within `ready_s`."""
+    server = launch(name, argv, log_dir / f"{name}.log", {**os.environ, **env})
+    if not wait_ready(server, ready_s):
+        status = terminate(server)
+        raise RuntimeError(f"{name} not ready after {ready_s:.0f} s (exit status {status}); see {server.log_path}")
     return server
 
 
-def _wait_ready(server: Server, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.proc.poll() is not None:
-            raise RuntimeError(f"{server.name} exited with {server.proc.returncode}; see {server.log_path}")
-        try:
-            if httpx.get(server.url + "/ready", timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    stop(server)
-    raise RuntimeError(f"{server.name} not ready after {timeout_s:.0f} s; see {server.log_path}")
-
-
-def stop(server: Server, timeout_s: float = 30.0) -> int | None:
-    """SIGTERM, then SIGKILL if it has not exited within timeout_s. Returns the exit code."""
-    if server.proc.poll() is None:
+def sigterm(server: Server) -> None:
+    """Ask for the graceful drain: SIGTERM, once per server, and only while it runs."""
+    if not server.signalled and server.proc.poll() is None:
         server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
+        server.signalled = True
+
+
+def terminate(server: Server, timeout_s: float = 30.0) -> int:
+    """SIGTERM (unless already sent), wait up to `timeout_s`, SIGKILL past it; returns the exit status
+    (negative: the signal that ended it, so -9 means it had to be killed)."""
+    sigterm(server)
+    try:
+        server.proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
     return server.proc.returncode
 
 
@@ -99,12 +132,25 @@ def tree_rss_kb(pid: int) -> int:
 
 def _rss_kb(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        return _status(pid)["VmRSS"]
+    except (OSError, KeyError):
+        return 0
+
+
+def _status(pid: int) -> dict[str, int]:
+    """The numeric fields of /proc/<pid>/status (kB for memory fields)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if value.split() and value.split()[0].isdigit():
+            fields[key] = int(value.split()[0])
+    return fields
+
+
+def proc_stats(pid: int) -> dict[str, int]:
+    """Resident memory (kB), threads and open file descriptors of one process (not its children)."""
+    status, fds = _status(pid), len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    return {"rss_kb": status["VmRSS"], "threads": status["Threads"], "fds": fds}
 
 
 def torch_mapped(pid: int) -> bool:
@@ -119,8 +165,10 @@ def torch_mapped(pid: int) -> bool:
     return False
 
 
-def service_argv(bundle: Path) -> list[str]:
-    return [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", HOST, "--port", "{port}"]
+def service_argv(bundle: Path, *flags: str) -> list[str]:
+    """The Dockerfile's entry command, on loopback, with a "{port}" placeholder for launch()."""
+    return [sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle), "--host", HOST, "--port", "{port}",
+            *flags]
 
 
 def naive_argv(bundle: Path, variant: str) -> list[str]:

@@ -83,7 +83,7 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
                     torch_mapped=procs.torch_mapped(server.proc.pid))
     finally:
         for kind, server in servers.items():
-            print(f"  {kind} stopped with exit code {procs.stop(server)}; log {server.log_path}", flush=True)
+            print(f"  {kind} stopped with exit code {procs.terminate(server)}; log {server.log_path}", flush=True)
 
 
 def _served_graphs(server: procs.Server) -> dict[str, str]:

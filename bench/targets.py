@@ -1,4 +1,4 @@
-"""Ratios of each served figure to the engine and to naive, and the pass/miss targets of the issue."""
+"""Ratios of each served figure to the engine and to naive, and the pass/miss targets (docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -4,13 +4,18 @@
     staged_directory    build a directory next to its target and swap it in only when complete
     write_text_atomic   replace one file's content all at once
 
-A directory is never deleted before its replacement is in place: the old one is renamed aside, the
-new one renamed in, then the old one removed. A crash at any point leaves either the old directory
-or the new one at the target path (plus a hidden leftover beside it), never neither.
+A directory is never deleted before its replacement is in place. On Linux the complete new directory
+and the old one trade places in one `renameat2(RENAME_EXCHANGE)` call, so the target path always
+holds one whole directory, the old or the new, whatever moment a crash comes; the old one is then
+removed. Elsewhere (or on a filesystem without the exchange) the old directory is renamed aside and
+the new one renamed in: a crash between those two renames leaves the old directory beside the target
+under a hidden `.NAME.old-*` name, and a failed second rename puts it back.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
 import shutil
@@ -45,12 +50,45 @@ def staged_directory(target: Path) -> Iterator[Path]:
 def _swap_in(staging: Path, target: Path) -> None:
     if not target.exists():
         staging.rename(target)
-        return
+    elif _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # the old directory now sits at the staging path
+    else:
+        _rename_aside_then_in(staging, target)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths with Linux's renameat2(RENAME_EXCHANGE); False where that is unavailable."""
+    rename = getattr(_libc(), "renameat2", None)
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # kernel or filesystem without the exchange
+        return False
+    raise OSError(error, os.strerror(error), str(b))
+
+
+def _rename_aside_then_in(staging: Path, target: Path) -> None:
     old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
     old.rmdir()  # only its unique name is wanted
     target.rename(old)
-    staging.rename(target)
+    try:
+        staging.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def write_text_atomic(path: Path, text: str) -> None:

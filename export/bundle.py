@@ -85,7 +85,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     return Manifest(
         name=name, version=version, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
-        model_config=config.to_dict(), labels=labels(config), pooling=config.pooling,  # type: ignore[arg-type]
+        model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type]
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,
@@ -152,12 +152,6 @@ def bundle_max_length(model: LoadedModel) -> int:
     """The longest input the model is meant to see: its config's serving length (sentence-transformers'
     max_seq_length travels in the config, also through training), else the position limit."""
     return model.encoder.config.serving_length
-
-
-def labels(config: EncoderConfig) -> list[str]:
-    if config.head == "none":
-        return []
-    return list(config.label_names) or [str(i) for i in range(config.num_labels)]
 
 
 def source_sha256(path: Path) -> str:

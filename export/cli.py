@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, prog: str = "attnserve export") -> int:
 
 def _errors() -> tuple[type[BaseException], ...]:
     from bundle.verify import BundleError
-    from model.assets import AssetMissing
+    from model.training.assets import AssetMissing
 
     errors: list[type[BaseException]] = [BundleError, AssetMissing, FileNotFoundError, ValueError, OSError]
     if "export.bundle" in sys.modules:  # imported by _export: torch is loaded anyway then

@@ -2,12 +2,10 @@
 
 Shape letters: B batch, T sequence, D hidden, C labels, L layers, H heads.
 
-The dynamo exporter (torch.onnx.export(dynamo=True)) is used: it keeps batch and sequence truly
-symbolic (Dim objects, checked by torch.export) and emits a compact graph (Gelu, LayerNormalization)
-that matches eager PyTorch to float rounding. An early trial reported the TorchScript exporter
-(dynamo=False) off by up to 4.0 on a tiny encoder; that did not reproduce with dynamic_axes set
-(max abs diff 6e-8 at (B, T) = (2, 8), (3, 5), (1, 12), with the old masked_fill mask and the
-additive one), so it was most likely a graph traced at one length and run at another.
+The dynamo exporter (torch.onnx.export(dynamo=True)) is used: batch and sequence are Dim objects
+that torch.export checks, so the graph cannot silently specialise to the example's length (a trace
+can: shapes that Python computes with become constants), and it emits a compact graph (Gelu,
+LayerNormalization) that matches eager PyTorch to float rounding.
 
 The exporter's own graph optimiser (onnxscript, optimize=True) is switched off: it merges the mask's
 two Unsqueeze ops into one, and onnxruntime's BERT Attention fusion (export.variants.optimize) only

@@ -79,7 +79,7 @@ def evaluation_texts(count: int = 300) -> list[str]:
     The last `count` Rotten Tomatoes snippets in file order (the tail the default model's training
     split leaves mostly unseen) when the data wheel is installed; else the parity texts.
     """
-    from model.assets import AssetMissing, rotten_tomatoes
+    from model.training.assets import AssetMissing, rotten_tomatoes
 
     try:
         rows = rotten_tomatoes()

@@ -1,8 +1,8 @@
 """Derived graphs: fp32-opt (transformer optimiser), int8 (dynamic quantisation), fp16 (CUDA).
 
 Each function reads an fp32 graph and writes a new file; parity is checked by the caller
-(export.parity), never here. Choices below were measured on MiniLM, batch 32 x 128 tokens, on a
-2-core AVX-512 VNNI CPU: see docs/export.md.
+(export.parity), never here. The choices below rest on measurements of MiniLM, batch 32 x 128
+tokens, on a 2-core AVX-512 VNNI CPU: see docs/export.md.
 """
 
 from __future__ import annotations

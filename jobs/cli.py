@@ -22,6 +22,7 @@ from service.settings import Settings
 ENGINE_SETTINGS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue",
                    "intra_op_threads")
 JOB_HELP = {  # where the job's use of a setting differs from the server's
+    "bundle": "Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`; one bundle.",
     "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
                  "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
                  "sort per batch.",
@@ -86,6 +87,9 @@ def main(argv: list[str], prog: str = "attnserve embed") -> int:
         for err in error.errors():
             name = ".".join(str(p) for p in err["loc"])
             print(f"{prog}: --{name.replace('_', '-')} (ATTNSERVE_{name.upper()}): {err['msg']}", file=sys.stderr)
+        return 2
+    if len(settings.bundle) != 1:
+        print(f"{prog}: --bundle: the job embeds with one bundle, {len(settings.bundle)} were given", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _stop)
     try:

@@ -37,7 +37,7 @@ from jobs.embed import Job, Summary, batching, open_runtime
 from jobs.rows import JobError, Output
 from service.settings import Settings
 
-ENGINE_FIELDS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue")
+ENGINE_FIELDS = ("provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue")
 
 
 @dataclass(frozen=True)
@@ -137,10 +137,11 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
         read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
         fn_kwargs={"columns": job.columns, "out": str(job.out.resolve())})
     resources = actor_resources(settings.provider, options, ray.cluster_resources())
+    engine = {"bundle": settings.bundle_dir, **{name: getattr(settings, name) for name in ENGINE_FIELDS}}
     embedded = good.map_batches(
         Embedder, batch_size=options.batch_rows, batch_format="pyarrow",
-        fn_constructor_kwargs={"engine": {k: getattr(settings, k) for k in ENGINE_FIELDS}, "output": job.output,
-                               "has_id_column": job.columns.id is not None, "threads": options.cpus_per_actor},
+        fn_constructor_kwargs={"engine": engine, "output": job.output, "has_id_column": job.columns.id is not None,
+                               "threads": options.cpus_per_actor},
         num_cpus=resources["num_cpus"], num_gpus=resources["num_gpus"] or None,
         **pool_arguments(ray.__version__, resources["actors"], ray.data.ActorPoolStrategy))
     embedded.write_parquet(str(job.out.resolve()))
@@ -174,7 +175,7 @@ def _check_bundle(settings: Settings, output: Output) -> None:
     from service.runtime import StartupError, verify
 
     try:
-        manifest = verify(settings.bundle)
+        manifest = verify(settings.bundle_dir)
     except StartupError as error:
         raise JobError(f"cannot load the bundle: {error}") from None
     if output.classify and not manifest.labels:
@@ -184,7 +185,7 @@ def _check_bundle(settings: Settings, output: Output) -> None:
 def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[str, Any]:
     return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
             "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
-            "bundle": str(settings.bundle.resolve()), "provider": settings.provider, "variant": settings.variant}
+            "bundle": str(settings.bundle_dir.resolve()), "provider": settings.provider, "variant": settings.variant}
 
 
 def _summary(out: Path, seconds: float, output: Output) -> Summary:

@@ -1,14 +1,15 @@
 """Checkpoint directories: config.json, model.safetensors, tokenizer.json, labels.json, metrics.json.
 
-Never pickle: weights go through safetensors, everything else is JSON. Writes are atomic: the
-directory appears complete or not at all.
+Never pickle: weights go through safetensors, everything else is JSON. Writes are atomic
+(bundle.files.staged_directory): the files are written into an empty sibling directory that replaces
+the old checkpoint only once every file is complete, so a crash or an error while writing leaves
+the previous checkpoint as it was.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from bundle.files import staged_directory
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer
@@ -40,16 +42,8 @@ def is_checkpoint(path: Path) -> bool:
 def save_checkpoint(
     out_dir: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None = None,
 ) -> None:
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        _write(tmp, encoder, tokenizer, metrics)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with staged_directory(Path(out_dir)) as staging:
+        _write(staging, encoder, tokenizer, metrics)
 
 
 def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dict[str, Any] | None) -> None:
@@ -58,10 +52,10 @@ def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dic
     (directory / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     state = {k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(directory / "model.safetensors", 0o644)  # safetensors 0.8 writes 0o600 (safetensors#782)
     tokenizer.save(str(directory / "tokenizer.json"))
     if config.head != "none":
-        labels = list(config.label_names) or [str(i) for i in range(config.num_labels)]
-        (directory / "labels.json").write_text(json.dumps(labels, indent=2) + "\n")
+        (directory / "labels.json").write_text(json.dumps(config.labels, indent=2) + "\n")
     if metrics is not None:
         (directory / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
 

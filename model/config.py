@@ -62,6 +62,13 @@ class EncoderConfig:
         return self.max_seq_length or self.max_length
 
     @property
+    def labels(self) -> list[str]:
+        """Class names in logit order: label_names, or "0" .. "C-1" when none were given; [] without a head."""
+        if self.head == "none":
+            return []
+        return list(self.label_names) or [str(i) for i in range(self.num_labels)]
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+import bundle.feeds
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -47,12 +49,26 @@ def pad_id(tokenizer: Tokenizer) -> int:
     return 0
 
 
+def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
+    """A copy of `tokenizer` that truncates to max_length and never pads; the caller's own stays as it was."""
+    tok = Tokenizer.from_str(tokenizer.to_str())
+    tok.no_padding()
+    tok.enable_truncation(max_length)
+    return tok
+
+
+def token_ids(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, with special tokens, truncated to max_length, unpadded."""
+    return [e.ids for e in truncating(tokenizer, max_length).encode_batch(list(texts))]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Id lists -> (input_ids, attention_mask), both (B, T) int64, right-padded: bundle.feeds.pad, the
+    graphs' input contract, as tensors."""
+    feeds = bundle.feeds.pad(sequences, pad)
+    return torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])  # (B, T), (B, T)
+
+
 def encode(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Texts -> (input_ids, attention_mask), both (B, T) int64, right-padded, truncated to max_length."""
-    tok = Tokenizer.from_str(tokenizer.to_str())  # a copy: padding/truncation settings stay local
-    tok.enable_truncation(max_length)
-    tok.enable_padding(pad_id=pad_id(tok), pad_token=tok.id_to_token(pad_id(tok)) or "[PAD]")
-    batch = tok.encode_batch(list(texts))
-    ids = torch.tensor([e.ids for e in batch], dtype=torch.long)
-    mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.long)
-    return ids, mask
+    return pad_batch(token_ids(tokenizer, texts, max_length), pad_id(tokenizer))

@@ -1,13 +1,15 @@
 """The app factory: `create_app(settings)` wires routes, middleware, the one exception handler and the
-lifespan (load and verify the bundle, start the batcher, warm up; on shutdown drain admitted work)."""
+lifespan (load and verify the bundles, start one batcher per model, warm up; on shutdown drain admitted
+work)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+import re
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -15,26 +17,30 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnserve import __version__
-from service.batcher import Batcher, BatchLimits
-from service.engine import Engine, EngineLimits
-from service.errors import InvalidRequest, ServiceError, error_body, for_status
+from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
 from service.metrics import Metrics
-from service.middleware import EdgeMiddleware
-from service.routes import attention, openai, ops, tei
-from service.runtime import Runtime, load_runtime
+from service.middleware import EdgeMiddleware, Scope
+from service.models import Models, load_runtimes, start_models
+from service.routes import attention, explore, openai, ops, tei, v2
+from service.runtime import Runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
-ADMITTED_PATHS = frozenset({"/embed", "/classify", "/attention", "/v1/embeddings"})  # routes that use the batcher
+ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
+    "/embed", "/classify", "/attention", "/v1/embeddings", "/predict", "/similarity", "/embed_all", "/",
+})
+V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 
 
-def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
-    """The ASGI app. `runtime` may be given (the CLI loads it first, tests inject fakes); else the
-    lifespan loads the bundle named by `settings`."""
+def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None = None) -> FastAPI:
+    """The ASGI app. The runtimes may be given, one per bundle of `settings` (the CLI loads them first,
+    tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtime, metrics))
-    app.state.settings, app.state.metrics, app.state.engine = settings, metrics, None
-    for module in (openai, tei, attention, ops):
+    runtimes = [runtime] if isinstance(runtime, Runtime) else runtime
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtimes, metrics))
+    # models: every served model; engine: the default one (the first bundle's), where unnamed requests go
+    app.state.settings, app.state.metrics, app.state.models, app.state.engine = settings, metrics, None, None
+    for module in (openai, tei, attention, ops, v2, explore):
         app.include_router(module.router)
     for exc_type in (ServiceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
@@ -46,47 +52,41 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key, busy=lambda: _busy(app), admitted_paths=ADMITTED_PATHS,
-                       body_timeout_s=settings.body_timeout_s)
+                       api_key=api_key, busy=lambda scope: _busy(app, scope), body_timeout_s=settings.body_timeout_s)
     return app
 
 
-def _busy(app: FastAPI) -> bool:
-    engine: Engine | None = app.state.engine
-    return engine is not None and engine.batcher.full
+def _busy(app: FastAPI, scope: Scope) -> bool:
+    """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
+    only the body can name it) has no free permit."""
+    models: Models | None = app.state.models
+    path, infer = scope["path"], V2_INFER.match(scope["path"])
+    if models is None or not (path in ADMITTED_PATHS or infer):
+        return False
+    if infer:
+        return models.busy(infer.group(1))
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model")
+    return models.busy(query[-1] if query else None)
 
 
-def _lifespan(settings: Settings, runtime: Runtime | None, metrics: Metrics) -> Any:
+def _lifespan(settings: Settings, runtimes: Sequence[Runtime] | None, metrics: Metrics) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine, executors = start_engine(settings, runtime or load_runtime(settings), metrics)
-        app.state.engine = engine
+        models, executors = start_models(settings, runtimes or load_runtimes(settings), metrics)
+        app.state.models, app.state.engine = models, models.default
         try:
-            await engine.warm_up()
-            log.info("ready: provider %s, variants %s", engine.runtime.provider, engine.runtime.variants)
+            for engine in models:
+                await engine.warm_up()
+                log.info("ready: %s on %s, variants %s", engine.name, engine.runtime.provider, engine.runtime.variants)
             yield
         finally:
-            await engine.batcher.stop()  # admitted work is finished first
-            app.state.engine = None
+            for engine in models:
+                await engine.batcher.stop()  # admitted work is finished first
+            app.state.models = app.state.engine = None
             for executor in executors:
                 executor.shutdown(wait=True)
 
     return lifespan
-
-
-def start_engine(settings: Settings, runtime: Runtime, metrics: Metrics) -> tuple[Engine, list[ThreadPoolExecutor]]:
-    graphs = ThreadPoolExecutor(1, thread_name_prefix="attnserve-graph")  # one graph run at a time
-    cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
-    limits = BatchLimits(
-        settings.max_batch_tokens, settings.max_batch_size, settings.max_queue, settings.queue_timeout_s,
-        settings.batch_wait_ms / 1000,
-    )
-    batcher = Batcher(runtime.run_batch, limits, graphs, metrics)
-    batcher.start()
-    engine_limits = EngineLimits(
-        settings.max_inputs, settings.max_input_chars, settings.truncate, settings.attention_cap_bytes,
-    )
-    return Engine(runtime, batcher, engine_limits, cpu, metrics), [graphs, cpu]
 
 
 def to_service_error(exc: Exception) -> ServiceError:
@@ -100,12 +100,13 @@ def to_service_error(exc: Exception) -> ServiceError:
 
 
 async def handle_error(request: Request, exc: Exception) -> Response:
-    """The one exception handler: any handled error -> its status and the one JSON body."""
+    """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
     error = to_service_error(exc)
     headers = dict(error.headers())
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    return Response(error_body(error), status_code=error.status, headers=headers, media_type="application/json")
+    body = error_body_for(request.scope["path"], error)
+    return Response(body, status_code=error.status, headers=headers, media_type="application/json")
 
 
 def _describe(exc: RequestValidationError) -> str:

@@ -33,6 +33,7 @@ class BatchObserver:
 
     def tokenized(self, seconds: float) -> None: ...
     def queue_depth(self, depth: int) -> None: ...
+    def in_flight(self, inputs: int) -> None: ...  # admitted inputs (queued, tokenising or running) after a change
     def queue_wait(self, seconds: float) -> None: ...
     def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None: ...
     def inference(self, kind: str, seconds: float, ok: bool) -> None: ...
@@ -175,6 +176,7 @@ class Batcher:
         if self._permits_used + n > self.limits.max_queue:
             raise Overloaded(f"server busy: {self._permits_used} inputs admitted, limit {self.limits.max_queue}")
         self._permits_used += n
+        self._observer.in_flight(self._permits_used)
         return Ticket(self, n)
 
     async def submit(self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray]) -> list[Any]:
@@ -215,6 +217,7 @@ class Batcher:
 
     def _release(self, n: int) -> None:
         self._permits_used -= n
+        self._observer.in_flight(self._permits_used)
 
     # -- the worker --------------------------------------------------------------------------------
     async def _loop(self) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import signal
 import sys
+import typing
 
 from pydantic import ValidationError
 
@@ -21,13 +23,15 @@ log = logging.getLogger("attnserve")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve a bundle over HTTP with onnxruntime.")
+    parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         env = f"ATTNSERVE_{name.upper()}"
         help_ = f"{field.description} [env {env}]"
         if field.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        elif typing.get_origin(field.annotation) is list:  # repeatable; each value may hold comma-separated items
+            parser.add_argument(flag, dest=name, action="append", default=None, metavar=name.upper(), help=help_)
         else:
             parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
     return parser
@@ -57,10 +61,12 @@ def serve(settings: Settings) -> int:
 
     from service.app import create_app
     from service.deadlines import with_header_timeout
-    from service.runtime import StartupError, load_runtime
+    from service.models import load_runtimes, served_names
+    from service.runtime import StartupError
 
     try:
-        runtime = load_runtime(settings)
+        runtimes = load_runtimes(settings)
+        served_names(settings, runtimes)
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
@@ -69,11 +75,17 @@ def serve(settings: Settings) -> int:
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
         uvicorn.run(
-            create_app(settings, runtime), host=settings.host, port=settings.port, log_config=None,
+            create_app(settings, runtimes), host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
-            timeout_graceful_shutdown=int(settings.graceful_timeout_s), server_header=False,
+            timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
         )
     return 0
+
+
+def drain_seconds(settings: Settings) -> int:
+    """uvicorn takes whole seconds; round up, so a drain is never shorter than asked (0.5 s must not become 0,
+    which uvicorn reads as "no drain" and which fails every admitted request)."""
+    return math.ceil(settings.graceful_timeout_s)
 
 
 class _Stopped(Exception):

@@ -1,4 +1,5 @@
-"""FastAPI dependencies: the engine, the JSON content type, and disconnect watching.
+"""FastAPI dependencies: the served models and the request's model, the JSON content type, and disconnect
+watching.
 
 All of them are `async def`: none blocks, and FastAPI runs a plain `def` dependency in its thread pool
 (a round trip through AnyIO worker threads per dependency per request, measured at ~20% of the event
@@ -13,20 +14,36 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from service.engine import Engine
-from service.errors import ClientGone, NotReady, UnsupportedMediaType
+from service.errors import ClientGone, InvalidRequest, NotReady, UnsupportedMediaType
+from service.models import Models, quoted
 
 T = TypeVar("T")
 Job = Callable[[Awaitable[T]], Awaitable[T]]
 
 
-async def get_engine(request: Request) -> Engine:
-    engine: Engine | None = request.app.state.engine
-    if engine is None:
+async def get_models(request: Request) -> Models:
+    models: Models | None = request.app.state.models
+    if models is None:
         raise NotReady("the model is not loaded yet")
-    return engine
+    return models
+
+
+async def model_picker(request: Request, models: Annotated[Models, Depends(get_models)]) -> Callable[..., Engine]:
+    """`pick(*names)`: the engine of the model the request names (in its body, query or path; None where a
+    place names none), recorded for the request metrics' `model` label. Two different names: 422."""
+
+    def pick(*names: str | None) -> Engine:
+        given = {name for name in names if name is not None}
+        if len(given) > 1:
+            raise InvalidRequest(f"the request names two models: {', '.join(quoted(n) for n in sorted(given))}")
+        engine = models.resolve(given.pop() if given else None)
+        request.state.model = engine.name
+        return engine
+
+    return pick
 
 
 async def require_json(request: Request) -> None:
@@ -60,5 +77,10 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-EngineDep = Annotated[Engine, Depends(get_engine)]
+ModelsDep = Annotated[Models, Depends(get_models)]
+PickDep = Annotated[Callable[..., Engine], Depends(model_picker)]
+ModelQuery = Annotated[str | None, Query(
+    description="The served model to use (GET /v1/models lists them); default: the first. With one model "
+    "served, any name is accepted. May also be given as the body's `model`.",
+)]
 JobDep = Annotated[Callable[[Awaitable[Any]], Awaitable[Any]], Depends(job_runner)]

@@ -1,8 +1,11 @@
-"""The operations the routes expose: embed, classify, attention, tokenize. Plain asyncio + numpy.
+"""The operations the routes expose: embed, classify, similarity, per-token embeddings, attention,
+tokenize, decode. Plain asyncio + numpy.
 
 Each request is checked (count, characters), admitted to the batcher as one permit per input (or
 refused at once), tokenised in one batch (on the event loop when small: a hand-off to the executor
 costs more than encoding a few short texts; off the loop otherwise), queued, and post-processed.
+A chunked request (`overlap` given) is tokenised first, since its windows are only known then; each
+window then takes one permit and runs as its own item (`service.chunking`).
 Errors are domain errors from `service.errors`; nothing here knows about HTTP.
 """
 
@@ -18,22 +21,26 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from service import postprocess
+from service import chunking, postprocess
 from service.batcher import Batcher, BatchObserver, Ticket
 from service.errors import (
     AttentionTooLarge,
     InputTooLong,
     InvalidRequest,
     NonFiniteOutput,
+    OutOfRange,
+    ResponseTooLarge,
     ServiceError,
     TooManyInputs,
     Unsupported,
 )
+from service.runner import TOKENS
 from service.runtime import Runtime
 from service.tokenize import Direction, Encoded
 
 T = TypeVar("T")
 Inputs = Sequence[str] | Sequence[Sequence[int]]
+Scores = postprocess.ScoreFunction
 TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in a response
 WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph at (attention: 1 x 128)
 INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
@@ -45,6 +52,9 @@ class EngineLimits:
     max_input_chars: int
     truncate: bool
     attention_cap_bytes: int
+    max_chunked_input_chars: int = 100_000
+    max_windows_per_input: int = 512
+    embed_all_cap_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -59,8 +69,9 @@ class AttentionQuery:
 class Engine:
     def __init__(
         self, runtime: Runtime, batcher: Batcher, limits: EngineLimits, executor: Executor,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, name: str | None = None,
     ) -> None:
+        self.name = name or runtime.manifest.name  # the served name: requests route by it
         self.runtime, self.batcher, self.limits = runtime, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
         self.warm = False
@@ -85,36 +96,99 @@ class Engine:
         requests do not pay for them."""
         text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
         for kind in self.runtime.runners:  # not a request: the request limits (inputs, characters) do not apply
+            if kind == TOKENS:
+                continue  # the fast graph's session: warmed as "fast"
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.runtime.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await self._submit(ticket, kind, encoded)
+                await self._submit(ticket, kind, [e.ids for e in encoded])
         self.warm = True
 
     async def embed(
         self, inputs: Inputs, *, truncate: bool | None, direction: Direction, normalize: bool, dimensions: int | None,
+        overlap: int | None = None,
     ) -> tuple[np.ndarray, int]:
-        """(N, D') embeddings and the number of prompt tokens."""
-        hidden = self.runtime.manifest.hidden_size
-        if dimensions is not None and not 1 <= dimensions <= hidden:
-            raise InvalidRequest(f"dimensions must be between 1 and the model's {hidden}")
-        encoded, outputs = await self._run("fast", inputs, truncate, direction)
-        vectors = np.stack([o["embeddings"] for o in outputs])  # (N, D)
+        """(N, D') embeddings and the number of tokens run. With `overlap`, each input is chunked and its
+        vector is the token-weighted mean of its windows' pooled vectors, before normalisation."""
+        self._check_dimensions(dimensions)
+        if overlap is not None:
+            windows, values = await self._run_windows(inputs, overlap, "embeddings")
+            vectors = np.stack([chunking.pool(v, ws) for v, ws in zip(values, windows, strict=True)])  # (N, D)
+            return postprocess.embeddings(vectors, normalize, dimensions), _tokens_run(windows)
+        encoded, flat = await self._run("fast", inputs, truncate, direction)
+        vectors = np.stack([o["embeddings"] for o in flat])  # (N, D)
         return postprocess.embeddings(vectors, normalize, dimensions), sum(e.length for e in encoded)
+
+    async def embed_windows(
+        self, inputs: Inputs, *, overlap: int, normalize: bool, dimensions: int | None,
+    ) -> tuple[list[list[dict[str, Any]]], int]:
+        """Per input, each window's span and embedding; and the number of tokens run."""
+        self._check_dimensions(dimensions)
+        windows, values = await self._run_windows(inputs, overlap, "embeddings")
+        return [
+            chunking.answers(ws, postprocess.embeddings(v, normalize, dimensions), "embedding")  # (K, D')
+            for v, ws in zip(values, windows, strict=True)
+        ], _tokens_run(windows)
 
     async def classify(
         self, inputs: Sequence[str], *, truncate: bool | None, direction: Direction,
-        top_k: int | None, raw_scores: bool,
+        top_k: int | None, scores: Scores, overlap: int | None = None,
     ) -> list[list[dict[str, object]]]:
-        labels = self.runtime.manifest.labels
-        if not labels:
-            raise Unsupported("this model has no classification head (manifest.json labels is empty)")
-        _, outputs = await self._run("fast", inputs, truncate, direction)
-        logits = np.stack([o["logits"] for o in outputs])  # (N, C)
-        return postprocess.top_labels(logits if raw_scores else postprocess.softmax(logits), labels, top_k)
+        """Per input, labels and scores best first. With `overlap`, each input is chunked and its logits are
+        the token-weighted mean of its windows' logits, before `scores` is applied."""
+        labels = self._labels()
+        if overlap is not None:
+            windows, values = await self._run_windows(inputs, overlap, "logits")
+            logits = np.stack([chunking.pool(v, ws) for v, ws in zip(values, windows, strict=True)])  # (N, C)
+        else:
+            _, flat = await self._run("fast", inputs, truncate, direction)
+            logits = np.stack([o["logits"] for o in flat])  # (N, C)
+        return postprocess.top_labels(postprocess.scores(logits, scores), labels, top_k)
+
+    async def classify_windows(
+        self, inputs: Sequence[str], *, overlap: int, top_k: int | None, scores: Scores,
+    ) -> list[list[dict[str, Any]]]:
+        """Per input, each window's span and its labels and scores, best first."""
+        labels = self._labels()
+        windows, values = await self._run_windows(inputs, overlap, "logits")
+        return [
+            chunking.answers(ws, postprocess.top_labels(postprocess.scores(v, scores), labels, top_k), "scores")
+            for v, ws in zip(values, windows, strict=True)
+        ]
+
+    async def similarity(
+        self, source: str, sentences: Sequence[str], *, truncate: bool | None, direction: Direction,
+    ) -> np.ndarray:
+        """(N,) cosine similarity of each sentence's embedding with the source sentence's."""
+        vectors, _ = await self.embed(
+            [source, *sentences], truncate=truncate, direction=direction, normalize=True, dimensions=None,
+        )
+        return vectors[1:] @ vectors[0]  # (N,) unit vectors: dot product = cosine
+
+    async def embed_all(
+        self, inputs: Sequence[str], *, truncate: bool | None, direction: Direction,
+    ) -> list[np.ndarray]:
+        """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens included)."""
+        if TOKENS not in self.runtime.runners:
+            raise Unsupported("this bundle's fast graph has no token_embeddings output")
+        self._check_inputs(inputs)
+        with self.batcher.admit(len(inputs)) as ticket:
+            encoded = await self._encode(inputs, truncate, direction)
+            self._check_embed_all_size(encoded)
+            outputs = await self._submit(ticket, TOKENS, [e.ids for e in encoded])
+        return [o["token_embeddings"] for o in outputs]
+
+    async def outputs(
+        self, inputs: Inputs, *, truncate: bool | None, direction: Direction,
+    ) -> tuple[dict[str, np.ndarray], list[int]]:
+        """The fast graph's outputs, stacked and not post-processed: embeddings (N, D) pooled but not
+        normalised, logits (N, C) when the bundle has labels; and each input's token count."""
+        encoded, outputs = await self._run("fast", inputs, truncate, direction)
+        stacked = {name: np.stack([o[name] for o in outputs]) for name in outputs[0]}  # (N, D), (N, C)
+        return stacked, [e.length for e in encoded]
 
     async def attention(
-        self, inputs: Sequence[str], query: AttentionQuery, *, truncate: bool | None, direction: Direction,
+        self, inputs: Inputs, query: AttentionQuery, *, truncate: bool | None, direction: Direction,
     ) -> list[dict[str, Any]]:
         if "attention" not in self.runtime.runners:
             raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
@@ -123,13 +197,17 @@ class Engine:
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
             self._check_attention_size(encoded, query)
-            outputs = await self._submit(ticket, "attention", encoded)
+            outputs = await self._submit(ticket, "attention", [e.ids for e in encoded])
         return await self._off_loop(_attention_views, encoded, outputs, query)
 
     async def tokenize(self, inputs: Sequence[str], add_special_tokens: bool) -> list[list[dict[str, Any]]]:
         self._check_inputs(inputs)
         encoded = await self._maybe_off_loop(inputs, self.runtime.tokenizer.encode_plain, inputs, add_special_tokens)
         return [token_list(e) for e in encoded]
+
+    async def decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        self._check_inputs(sequences)
+        return await self._maybe_off_loop(sequences, self.runtime.tokenizer.decode, sequences, skip_special_tokens)
 
     def info(self) -> dict[str, Any]:
         m = self.runtime.manifest
@@ -149,29 +227,56 @@ class Engine:
         self._check_inputs(inputs)
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
-            return encoded, await self._submit(ticket, kind, encoded)
+            return encoded, await self._submit(ticket, kind, [e.ids for e in encoded])
 
-    async def _submit(self, ticket: Ticket, kind: str, encoded: list[Encoded]) -> list[dict[str, np.ndarray]]:
-        outputs = await self.batcher.submit(ticket, kind, [e.ids for e in encoded])
+    async def _run_windows(
+        self, inputs: Inputs, overlap: int, name: str,
+    ) -> tuple[list[list[chunking.Window]], list[np.ndarray]]:
+        """Chunk (off the loop when large), admit every window (one permit each, all or none), run; per input
+        its windows and their `name` outputs (K, D) or (K, C)."""
+        self._check_inputs(inputs, chunked=True)
+        started = time.perf_counter()
+        windows = await self._maybe_off_loop(
+            inputs, chunking.cut, self.runtime.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
+        )
+        self._observer.tokenized(time.perf_counter() - started)
+        flat = [w.ids for ws in windows for w in ws]
+        with self.batcher.admit(len(flat)) as ticket:
+            outputs = await self._submit(ticket, "fast", flat)
+        grouped = chunking.regroup(outputs, windows)
+        return windows, [np.stack([o[name] for o in outs]) for outs in grouped]
+
+    async def _submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        outputs = await self.batcher.submit(ticket, kind, sequences)
         for index, output in enumerate(outputs):
             for name, value in output.items():
                 if name != "attentions":  # checked once, on the map actually served, off the loop
                     _check_finite(value, name, index)
         return outputs
 
-    def _check_inputs(self, inputs: Inputs) -> None:
+    def _check_inputs(self, inputs: Inputs, chunked: bool = False) -> None:
         if not inputs:
             raise InvalidRequest("inputs must not be empty")
         if len(inputs) > self.limits.max_inputs:
             raise TooManyInputs(
                 f"{len(inputs)} inputs exceed the limit of {self.limits.max_inputs} per request (ATTNSERVE_MAX_INPUTS)"
             )
+        limit = self.limits.max_chunked_input_chars if chunked else self.limits.max_input_chars
+        setting = "ATTNSERVE_MAX_CHUNKED_INPUT_CHARS" if chunked else "ATTNSERVE_MAX_INPUT_CHARS"
         for index, text in enumerate(inputs):
-            if isinstance(text, str) and len(text) > self.limits.max_input_chars:
-                raise InputTooLong(
-                    f"input {index} has {len(text)} characters, over the limit of {self.limits.max_input_chars} "
-                    "(ATTNSERVE_MAX_INPUT_CHARS)"
-                )
+            if isinstance(text, str) and len(text) > limit:
+                raise InputTooLong(f"input {index} has {len(text)} characters, over the limit of {limit} ({setting})")
+
+    def _check_dimensions(self, dimensions: int | None) -> None:
+        hidden = self.runtime.manifest.hidden_size
+        if dimensions is not None and not 1 <= dimensions <= hidden:
+            raise OutOfRange(f"dimensions must be between 1 and the model's {hidden}")
+
+    def _labels(self) -> list[str]:
+        labels = list(self.runtime.manifest.labels)
+        if not labels:
+            raise Unsupported("this model has no classification head (manifest.json labels is empty)")
+        return labels
 
     async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
@@ -195,7 +300,7 @@ class Engine:
         m = self.runtime.manifest
         for name, chosen, size in (("layers", query.layers, m.num_layers), ("heads", query.heads, m.num_heads)):
             if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
-                raise InvalidRequest(f"{name} must be a non-empty list of indices in [0, {size})")
+                raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 
     def _check_attention_size(self, encoded: list[Encoded], query: AttentionQuery) -> None:
         m = self.runtime.manifest
@@ -211,6 +316,20 @@ class Engine:
                 f"the attention response would take about {total} bytes, over the cap of {cap} bytes "
                 "(ATTNSERVE_ATTENTION_CAP_BYTES); ask for fewer inputs, layers or heads, or aggregate them"
             )
+
+
+    def _check_embed_all_size(self, encoded: list[Encoded]) -> None:
+        hidden, cap = self.runtime.manifest.hidden_size, self.limits.embed_all_cap_bytes
+        total = postprocess.estimated_bytes(sum(e.length for e in encoded) * hidden, "float", "float32")
+        if total > cap:
+            raise ResponseTooLarge(
+                f"the /embed_all response would take about {total} bytes, over the cap of {cap} bytes "
+                "(ATTNSERVE_EMBED_ALL_CAP_BYTES); send fewer or shorter inputs"
+            )
+
+
+def _tokens_run(windows: list[list[chunking.Window]]) -> int:
+    return sum(w.length for ws in windows for w in ws)
 
 
 def token_list(e: Encoded) -> list[dict[str, Any]]:

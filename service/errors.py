@@ -1,16 +1,21 @@
 """Domain errors of the service, one status table, one JSON error body.
 
 The engine, batcher and runner raise these; `service.app` turns any exception into
-`{"error": {"message", "type", "code"}}` through `error_parts` and nothing else.
+`{"error": {"message", "type", "code"}}` through `error_body_for` and nothing else. The one exception is
+the Open Inference Protocol's routes (/v2...), whose clients read that protocol's `{"error": message}`
+(same statuses, same message).
 
     ServiceError                 500 server_error            (base; never raised bare)
     ├── InvalidRequest           422 invalid_request_error   bad or unusable input
     │   ├── InputTooLong         422   an input exceeds max characters or max tokens (truncate=false)
     │   ├── TooManyInputs        422   more inputs than ATTNSERVE_MAX_INPUTS
     │   ├── AttentionTooLarge    422   the /attention response would exceed ATTNSERVE_ATTENTION_CAP_BYTES
+    │   ├── ResponseTooLarge     422   the /embed_all response would exceed ATTNSERVE_EMBED_ALL_CAP_BYTES
+    │   ├── OutOfRange           422   a value past a size of the loaded model (layer, head, token id, dimensions)
     │   └── Unsupported          422   the bundle cannot do it (no labels, no attention graph)
     ├── Unauthorized             401 authentication_error    missing or wrong bearer key
     ├── NotFound                 404 not_found_error         (from routing)
+    │   └── ModelNotFound        404   no served model has the requested name (the message lists them)
     ├── MethodNotAllowed         405 invalid_request_error   (from routing)
     ├── RequestTimeout           408 invalid_request_error   head or body not received within its deadline
     ├── PayloadTooLarge          413 invalid_request_error   body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
@@ -64,6 +69,16 @@ class AttentionTooLarge(InvalidRequest):
     code = "attention_too_large"
 
 
+class ResponseTooLarge(InvalidRequest):
+    code = "response_too_large"
+
+
+class OutOfRange(InvalidRequest):
+    """Valid for the OpenAPI document, which cannot know the bundle, but past a size of the loaded model."""
+
+    code = "out_of_range"
+
+
 class Unsupported(InvalidRequest):
     code = "unsupported"
 
@@ -77,6 +92,10 @@ class Unauthorized(ServiceError):
 
 class NotFound(ServiceError):
     status, type, code = 404, "not_found_error", "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
 
 
 class MethodNotAllowed(ServiceError):
@@ -127,6 +146,7 @@ class ClientGone(ServiceError):
 
 
 GENERIC_500 = "internal server error"
+V2_PREFIX = "/v2"  # the Open Inference Protocol's routes
 _BY_STATUS: dict[int, type[ServiceError]] = {
     401: Unauthorized, 404: NotFound, 405: MethodNotAllowed, 408: RequestTimeout, 413: PayloadTooLarge,
     415: UnsupportedMediaType, 429: Overloaded, 503: NotReady, 504: QueueTimeout,
@@ -148,3 +168,11 @@ def for_status(status: int, message: str) -> ServiceError:
 def error_body(error: ServiceError) -> bytes:
     """The one JSON error shape."""
     return orjson.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}})
+
+
+def error_body_for(path: str, error: ServiceError) -> bytes:
+    """The body for an error on `path`: the Open Inference Protocol's `{"error": message}` on its routes
+    (/v2 and below), the one JSON error shape everywhere else."""
+    if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
+        return orjson.dumps({"error": error.message})
+    return error_body(error)

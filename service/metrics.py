@@ -1,6 +1,11 @@
-"""Prometheus metrics, one registry per app (so several apps in one process never collide)."""
+"""Prometheus metrics, one registry per app (so several apps in one process never collide).
+
+Every series carries a `model` label: the served model's name (`for_model` gives each engine and batcher
+a view that writes its own), or "" on requests that reached no model (/health, unknown paths)."""
 
 from __future__ import annotations
+
+import copy
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -16,55 +21,76 @@ _TOKENS = (16, 64, 256, 1024, 4096, 16384, 65536)
 class Metrics(BatchObserver):
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.model = ""  # the `model` label this view writes (see for_model)
         r = self.registry
         self.requests = Counter(
-            "attnserve_requests", "HTTP requests by route and status", ["route", "status"], registry=r,
+            "attnserve_requests", "HTTP requests by route and status", ["route", "status", "model"], registry=r,
         )
         self.request_seconds = Histogram(
-            "attnserve_request_duration_seconds", "HTTP request duration", ["route"], buckets=_SECONDS, registry=r,
+            "attnserve_request_duration_seconds", "HTTP request duration", ["route", "model"],
+            buckets=_SECONDS, registry=r,
         )
-        self.depth = Gauge("attnserve_queue_depth", "Inputs waiting in the batch queue", registry=r)
-        self.batch_size = Histogram("attnserve_batch_size", "Inputs per graph run", buckets=_SIZES, registry=r)
+        self.depth = Gauge("attnserve_queue_depth", "Inputs waiting in the batch queue", ["model"], registry=r)
+        self.batch_size = Histogram(
+            "attnserve_batch_size", "Inputs per graph run", ["model"], buckets=_SIZES, registry=r,
+        )
+        self.inputs_in_flight = Gauge(
+            "attnserve_inputs_in_flight", "Inputs admitted whose graph run has not finished (tokenising, queued "
+            "or running); at most max_queue per model: the load signal to autoscale on", ["model"], registry=r,
+        )
         self.batch_tokens = Histogram(
-            "attnserve_batch_tokens", "Real tokens per graph run", buckets=_TOKENS, registry=r,
+            "attnserve_batch_tokens", "Real tokens per graph run", ["model"], buckets=_TOKENS, registry=r,
         )
         self.padded_tokens = Histogram(
-            "attnserve_batch_padded_tokens", "Tokens per graph run counting padding", buckets=_TOKENS, registry=r,
+            "attnserve_batch_padded_tokens", "Tokens per graph run counting padding", ["model"],
+            buckets=_TOKENS, registry=r,
         )
         self.tokenize_seconds = Histogram(
-            "attnserve_tokenize_duration_seconds", "Tokenisation time per request", buckets=_SECONDS, registry=r,
+            "attnserve_tokenize_duration_seconds", "Tokenisation time per request", ["model"],
+            buckets=_SECONDS, registry=r,
         )
         self.queue_seconds = Histogram(
-            "attnserve_queue_duration_seconds", "Time an input waited in the queue", buckets=_SECONDS, registry=r,
+            "attnserve_queue_duration_seconds", "Time an input waited in the queue", ["model"],
+            buckets=_SECONDS, registry=r,
         )
         self.inference_seconds = Histogram(
-            "attnserve_inference_duration_seconds", "Graph run time per batch", ["kind"], buckets=_SECONDS, registry=r,
+            "attnserve_inference_duration_seconds", "Graph run time per batch", ["kind", "model"],
+            buckets=_SECONDS, registry=r,
         )
         self.model_runs = Counter(
-            "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome"], registry=r,
+            "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome", "model"], registry=r,
         )
 
-    def request(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.request_seconds.labels(route).observe(seconds)
+    def for_model(self, name: str) -> Metrics:
+        """A view onto the same series that writes `model=name` (one per served model's engine and batcher)."""
+        view = copy.copy(self)
+        view.model = name
+        return view
+
+    def request(self, route: str, status: int, seconds: float, model: str = "") -> None:
+        self.requests.labels(route, str(status), model).inc()
+        self.request_seconds.labels(route, model).observe(seconds)
 
     def tokenized(self, seconds: float) -> None:
-        self.tokenize_seconds.observe(seconds)
+        self.tokenize_seconds.labels(self.model).observe(seconds)
 
     def queue_depth(self, depth: int) -> None:
-        self.depth.set(depth)
+        self.depth.labels(self.model).set(depth)
+
+    def in_flight(self, inputs: int) -> None:
+        self.inputs_in_flight.labels(self.model).set(inputs)
 
     def queue_wait(self, seconds: float) -> None:
-        self.queue_seconds.observe(seconds)
+        self.queue_seconds.labels(self.model).observe(seconds)
 
     def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None:
-        self.batch_size.observe(size)
-        self.batch_tokens.observe(tokens)
-        self.padded_tokens.observe(padded_tokens)
+        self.batch_size.labels(self.model).observe(size)
+        self.batch_tokens.labels(self.model).observe(tokens)
+        self.padded_tokens.labels(self.model).observe(padded_tokens)
 
     def inference(self, kind: str, seconds: float, ok: bool) -> None:
-        self.inference_seconds.labels(kind).observe(seconds)
-        self.model_runs.labels(kind, "ok" if ok else "error").inc()
+        self.inference_seconds.labels(kind, self.model).observe(seconds)
+        self.model_runs.labels(kind, "ok" if ok else "error", self.model).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -7,13 +7,17 @@ nothing about its body (no 422) and cannot make the server buffer one. CORS pref
 the open paths pass without it.
 
 Under overload, requests to the admitted (batched) routes are refused with 429 here, before their body
-is read or parsed, while the batcher has no free permit: refusing must cost far less than serving, or
-open-loop overload starves the event loop before admission can act. The engine's admission stays exact.
+is read or parsed, while `busy(scope)` says their batcher has no free permit: refusing must cost far less
+than serving, or open-loop overload starves the event loop before admission can act. The engine's
+admission stays exact. Error bodies follow the path (`errors.error_body_for`).
 
 The body is read here, counting bytes as they arrive, so the payload limit holds whether
 Content-Length is present, absent (chunked) or wrong, and within a deadline (408 and the connection
 closed past it); the route then reads the buffered body. The deadline on the request head is the
 protocol's (`service.deadlines`).
+
+Open paths (no key): /health, /ready, /metrics, and /explore with its files (exactly the files in
+service/static/, nothing else under /explore/).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from service.errors import (
@@ -34,7 +39,7 @@ from service.errors import (
     RequestTimeout,
     ServiceError,
     Unauthorized,
-    error_body,
+    error_body_for,
 )
 from service.metrics import Metrics
 
@@ -50,18 +55,23 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+# The attention explorer's page and files (served by service/routes/explore.py). They hold no data, so they are
+# open like the probes; the page asks for the key and sends it on its calls to the API.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+EXPLORE_PATHS = frozenset({
+    "/explore", "/explore/", *(f"/explore/{f.name}" for f in STATIC_DIR.iterdir() if f.is_file()),
+})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/v2/health/live", "/v2/health/ready", *EXPLORE_PATHS})
 
 
 class EdgeMiddleware:
     def __init__(
         self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, api_key: str | None = None,
-        busy: Callable[[], bool] | None = None, admitted_paths: frozenset[str] = frozenset(),
-        body_timeout_s: float = 30.0,
+        busy: Callable[[Scope], bool] | None = None, body_timeout_s: float = 30.0,
     ) -> None:
         self.app, self.limit, self.metrics, self.body_timeout_s = app, payload_limit_bytes, metrics, body_timeout_s
         self.api_key = api_key.encode() if api_key is not None else None
-        self.busy, self.admitted_paths = busy, admitted_paths
+        self.busy = busy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -69,7 +79,7 @@ class EdgeMiddleware:
             return
         started, request_id = time.perf_counter(), _request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        response = _Response(send, request_id)
+        response = _Response(send, request_id, scope["path"])
         try:
             if self._authorized(scope):
                 await self._handle(scope, receive, response)
@@ -81,7 +91,8 @@ class EdgeMiddleware:
                 await response.error(ServiceError(GENERIC_500))
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.request(route, response.status, time.perf_counter() - started)
+            model = scope["state"].get("model", "")  # set by the route's dependency once it resolved the model
+            self.metrics.request(route, response.status, time.perf_counter() - started, model)
 
     def _authorized(self, scope: Scope) -> bool:
         if self.api_key is None or scope["method"] == "OPTIONS" or scope["path"] in OPEN_PATHS:
@@ -93,7 +104,7 @@ class EdgeMiddleware:
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, response.send)
             return
-        if scope["path"] in self.admitted_paths and self.busy is not None and self.busy():
+        if self.busy is not None and self.busy(scope):
             await response.error(Overloaded("server busy: no admission permit is free (ATTNSERVE_MAX_QUEUE)"))
             return
         too_large = PayloadTooLarge(
@@ -126,8 +137,8 @@ class _Disconnected(Exception):
 class _Response:
     """Wraps `send`: adds X-Request-ID, remembers the status."""
 
-    def __init__(self, send: Send, request_id: str) -> None:
-        self._send, self.request_id = send, request_id
+    def __init__(self, send: Send, request_id: str, path: str) -> None:
+        self._send, self.request_id, self.path = send, request_id, path
         self.started, self.status = False, 500
 
     async def send(self, message: Message) -> None:
@@ -137,7 +148,7 @@ class _Response:
         await self._send(message)
 
     async def error(self, error: ServiceError) -> None:
-        body = error_body(error)
+        body = error_body_for(self.path, error)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
         if isinstance(error, PayloadTooLarge | RequestTimeout):

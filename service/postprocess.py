@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
+
+ScoreFunction = Literal["softmax", "sigmoid", "none"]
 
 JSON_BYTES_PER_FLOAT = 16  # upper bound for one float32 written by orjson, with its separator
 
@@ -29,6 +32,17 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (N, C)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * logits))  # 1 / (1 + e^-x), without overflow for large |x|
+
+
+def scores(logits: np.ndarray, function: ScoreFunction) -> np.ndarray:
+    """(N, C) logits -> scores: softmax over labels, sigmoid per label, or the logits themselves."""
+    if function == "softmax":
+        return softmax(logits)
+    return sigmoid(logits) if function == "sigmoid" else logits
 
 
 def top_labels(scores: np.ndarray, labels: Sequence[str], top_k: int | None) -> list[list[dict[str, object]]]:
@@ -81,8 +95,9 @@ def aggregated_shape(layers: int, heads: int, n: int, how: str) -> tuple[int, ..
 
 
 def encode_array(values: np.ndarray, encoding: str, dtype: str) -> object:
-    """float: the array itself (orjson writes nested lists); base64: little-endian bytes of dtype."""
-    if encoding == "float":
+    """float: the array itself (orjson writes nested lists); binary: the float32 array itself (the v2 codec
+    writes its raw bytes); base64: little-endian bytes of dtype."""
+    if encoding in ("float", "binary"):
         return np.ascontiguousarray(values, dtype=np.float32)
     return _base64(values, "<f2" if dtype == "float16" else "<f4")
 
@@ -91,6 +106,8 @@ def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
     """Bytes that `count` values take in the response."""
     if encoding == "float":
         return count * JSON_BYTES_PER_FLOAT
+    if encoding == "binary":
+        return count * 4  # float32
     width = 2 if dtype == "float16" else 4
     return (count * width + 2) // 3 * 4
 

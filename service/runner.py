@@ -3,7 +3,9 @@
 Shape letters: B batch, T padded sequence, n real tokens of one input, D hidden, C labels,
 L layers, H heads.
 
-Runners are plain synchronous objects; the batcher calls them in its executor thread.
+Runners are plain synchronous objects; the batcher calls them in its executor thread. A runner asks
+its session only for the outputs it serves: the fast graph's (B, T, D) `token_embeddings` are copied
+out only by the `TOKENS` runner (/embed_all), which shares the fast graph's session.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from bundle.feeds import pad
 
 Outputs = dict[str, np.ndarray]
+TOKENS = "tokens"  # the runner kind for per-token vectors: the fast graph, token_embeddings only
 
 
 class BatchRunner(Protocol):
@@ -48,6 +51,10 @@ class OrtRunner:
         values = self.session.run(self.outputs, pad(sequences, self.pad_id))
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])
+
+    def with_outputs(self, outputs: Sequence[str]) -> OrtRunner:
+        """Another runner on the same session that fetches `outputs`."""
+        return OrtRunner(self.session, outputs, self.pad_id)
 
     @property
     def providers(self) -> list[str]:

@@ -8,21 +8,26 @@ the bundle lacks or an invalid bundle stops start-up with a `StartupError` namin
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, open_session
-from service.runner import BatchRunner, OrtRunner, Outputs
+from service.runner import TOKENS, BatchRunner, OrtRunner, Outputs
 from service.settings import Settings
 from service.tokenize import TextTokenizer
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+# What one load has opened, by content (a graph's or tokenizer's sha256): bundles listing the same file
+# share one session / tokenizer instead of holding a copy each.
+Opened = dict[tuple[str, ...], Any]
 # Fastest first; a variant is only in a bundle when it passed its parity gate at export time.
 PREFERENCE = {"cuda": ("fp16", "fp32-opt", "fp32"), "cpu": ("int8", "fp32-opt", "fp32")}
 
@@ -93,32 +98,39 @@ def verify(bundle_dir: Path) -> Manifest:
         raise StartupError(f"invalid bundle {bundle_dir}: {error}") from None
 
 
-def load_runtime(settings: Settings) -> Runtime:
+def load_runtime(settings: Settings, opened: Opened | None = None) -> Runtime:
+    """The runtime of `settings.bundle_dir`, the first bundle (`service.models.load_runtimes` loads them all,
+    sharing `opened` between them)."""
     import onnxruntime as ort
 
-    manifest = verify(settings.bundle)
+    opened = {} if opened is None else opened
+    manifest = verify(settings.bundle_dir)
     provider = choose_provider(settings.provider, ort.get_available_providers())
-    runtime = _open(settings, manifest, provider)
+    runtime = _open(settings, manifest, provider, opened)
     if provider == "cuda" and runtime.provider != "cuda":
         if settings.provider == "cuda":
             raise StartupError("provider 'cuda' was asked for but the onnxruntime session did not run on CUDA")
         log.warning("CUDA is offered but a session did not run on it; serving on CPU")
-        runtime = _open(settings, manifest, "cpu")
+        runtime = _open(settings, manifest, "cpu", opened)
     log.info("serving %s %s on %s, variants %s", manifest.name, manifest.version, runtime.provider, runtime.variants)
     return runtime
 
 
-def _open(settings: Settings, manifest: Manifest, provider: str) -> Runtime:
+def _open(settings: Settings, manifest: Manifest, provider: str, opened: Opened) -> Runtime:
     variants = {"fast": choose_variant(settings.variant, provider, manifest, settings.allow_int8)}
     attention = choose_attention_variant(variants["fast"], provider, manifest)
     if attention is not None:
         variants["attention"] = attention
-    runners = {kind: _runner(settings, manifest, kind, variant, provider) for kind, variant in variants.items()}
-    tokenizer = _tokenizer(settings.bundle, manifest)
+    runners = {kind: _runner(settings, manifest, kind, v, provider, opened) for kind, v in variants.items()}
+    tokenizer = _once(opened, ("tokenizer", manifest.tokenizer_sha256, str(manifest.max_length)),
+                      lambda: _tokenizer(settings.bundle_dir, manifest))
     probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
     for kind, runner in runners.items():
         _smoke_run(runner, probe, manifest.graph(kind, variants[kind]))
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == r.providers[0] for r in runners.values()) else "cpu"
+    fast = manifest.graph("fast", variants["fast"])
+    if fast is not None and "token_embeddings" in {o.name for o in fast.outputs}:  # /embed_all: same session
+        runners[TOKENS] = runners["fast"].with_outputs(["token_embeddings"])
     return Runtime(manifest, tokenizer, dict(runners), ran_on, variants)
 
 
@@ -139,14 +151,28 @@ def _tokenizer(bundle: Path, manifest: Manifest) -> TextTokenizer:
         raise StartupError(f"{manifest.tokenizer}: the tokenizers library cannot load it: {reason}") from None
 
 
-def _runner(settings: Settings, manifest: Manifest, kind: str, variant: str, provider: str) -> OrtRunner:
+def _once(opened: Opened, key: tuple[str, ...], make: Callable[[], T]) -> T:
+    """`make()`, or what an earlier bundle of the same load made for the same key (the same file content)."""
+    if key not in opened:
+        opened[key] = make()
+    return opened[key]  # type: ignore[no-any-return]
+
+
+def _runner(
+    settings: Settings, manifest: Manifest, kind: str, variant: str, provider: str, opened: Opened,
+) -> OrtRunner:
     entry = manifest.graph(kind, variant)
     assert entry is not None  # chosen from the manifest's own list
     outputs = ["attentions"] if kind == "attention" else ["embeddings"] + (["logits"] if manifest.labels else [])
     pad_id = int(manifest.model_config_.get("pad_token_id", 0))
+    session = _once(opened, ("session", entry.sha256, provider), lambda: _session(settings, entry, provider))
+    return OrtRunner(session, outputs, pad_id)
+
+
+def _session(settings: Settings, entry: GraphEntry, provider: str) -> Any:
     try:
-        session = open_session(settings.bundle / entry.file, provider, settings.intra_op_threads,
+        session = open_session(settings.bundle_dir / entry.file, provider, settings.intra_op_threads,
                                settings.intra_op_spinning)
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error
-    return OrtRunner(session, outputs, pad_id)
+    return session

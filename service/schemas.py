@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -19,37 +19,93 @@ def _valid_unicode(text: str) -> str:
     return text
 
 
+def _integral(value: object) -> object:
+    """JSON Schema's `integer` is any number with a zero fractional part, so 2.0 is the integer 2 (the
+    document cannot say otherwise); 2.5, true and "2" stay what they are and fail the strict check."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# JSON types are taken as JSON Schema defines them, so that the document and the server agree: a boolean
+# is not an integer (`[[false]]` is no token-id list), a number or a string is not a boolean
+# (`"normalize": 0`), and a list the server needs an item in says `minItems: 1` instead of failing later.
 Text = Annotated[str, AfterValidator(_valid_unicode)]
-TextInputs = Text | list[Text]
+Texts = Annotated[list[Text], Field(min_length=1)]
+TextInputs = Text | Texts
+Index = Annotated[StrictInt, Field(ge=0), BeforeValidator(_integral)]  # bounds first: they stay in the schema
+Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral)]
+TokenIds = Annotated[list[Index], Field(min_length=1)]
+Indices = Annotated[list[Index], Field(min_length=1)]
 Direction = Literal["Left", "Right", "left", "right"]
+DIMENSIONS = "Keep the first `dimensions` values (at most the model's hidden_size, see GET /info), then renormalise."
+CHUNKING = (
+    "Instead of truncating, cut each input into windows of the model's max length less its special tokens "
+    "(GET /info), each sharing `chunk_overlap` tokens with the next and run as one input. mean: one answer per input, "
+    "the mean of its windows' pooled vectors (or logits) weighted by their content tokens, taken before "
+    "normalisation (or softmax); windows: every window's answer with its span in the input. Default: truncate."
+)
+CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
+                 "length less its special tokens), else 422.")
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted. Or the `model` query.")
+
 
 class Truncation(_Request):
-    truncate: bool | None = Field(None, description="Cut inputs longer than the model's max length; "
-                                  "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
+    truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
+                                        "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
     truncation_direction: Direction = Field("Right", description="Which end of a long input is cut.")
+
+
+class Chunked(_Request):
+    chunking: Literal["mean", "windows"] | None = Field(None, description=CHUNKING)
+    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+
+
+class WindowSpan(BaseModel):
+    start: int = Field(description="Offset of the window's first content character in the input (for token-id "
+                       "inputs: the position of its first token).")
+    stop: int = Field(description="Offset just past the window's last content character (or token).")
+    tokens: int = Field(description="Content tokens in the window (special tokens excluded): its weight in the mean.")
+
+
+class EmbeddingWindow(WindowSpan):
+    embedding: list[float]
 
 
 # -- OpenAI ----------------------------------------------------------------------------------------
 class OpenAIEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # clients send fields like `user`
 
-    input: Text | list[Text] | list[int] | list[list[int]] = Field(
-        description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given).",
+    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "
+        "each id below the model's vocabulary size, see GET /info).",
     )
-    model: Text | None = Field(None, description="Accepted for compatibility; the server serves one model.")
+    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
+                               "the first. With one model served, any name is accepted.")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
-    dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
+    dimensions: Positive | None = Field(None, description=DIMENSIONS)
+    chunking: Literal["mean", "windows"] | None = Field(
+        None, description=CHUNKING + " With windows, `data` lists every window of every input in order."
+    )
+    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
 
 
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
     embedding: list[float] | str
+
+
+class OpenAIWindowEmbedding(OpenAIEmbedding, WindowSpan):
+    """With chunking=windows: `index` is the position in `data`, `input_index` the input the window is from."""
+
+    input_index: int
 
 
 class Usage(BaseModel):
@@ -59,22 +115,34 @@ class Usage(BaseModel):
 
 class OpenAIEmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: list[OpenAIEmbedding]
+    data: list[OpenAIEmbedding | OpenAIWindowEmbedding]
     model: str
     usage: Usage
 
 
+class OpenAIModel(BaseModel):
+    id: str = Field(description="The served name; send it as `model`.")
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class OpenAIModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIModel]
+
+
 # -- text-embeddings-inference ---------------------------------------------------------------------
-class EmbedRequest(Truncation):
+class EmbedRequest(Truncation, Chunked):
     inputs: TextInputs
-    normalize: bool = Field(True, description="L2-normalise the pooled vectors.")
-    dimensions: int | None = Field(None, ge=1, description="Keep the first `dimensions` values, then renormalise.")
+    normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
+    dimensions: Positive | None = Field(None, description=DIMENSIONS)
 
 
-class ClassifyRequest(Truncation):
+class ClassifyRequest(Truncation, Chunked):
     inputs: TextInputs
-    top_k: int | None = Field(None, ge=1, description="Return only the k best labels per input (default: all).")
-    raw_scores: bool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
+    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
 
 
 class LabelScore(BaseModel):
@@ -82,9 +150,55 @@ class LabelScore(BaseModel):
     score: float
 
 
+class ClassificationWindow(WindowSpan):
+    scores: list[LabelScore]
+
+
+One = Annotated[list[Text], Field(min_length=1, max_length=1)]  # TEI's single-text form; pairs are not served
+
+
+class PredictParameters(_Request):
+    """The Hugging Face Inference API's text-classification parameters (what `InferenceClient` sends)."""
+
+    top_k: Positive | None = Field(None, description="Return only the k best labels.")
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        None, description="Scores from the logits; when given it overrides raw_scores.",
+    )
+
+
+class PredictRequest(Truncation):
+    inputs: Text | One | Annotated[list[One], Field(min_length=1)] = Field(
+        description="A text (or [text]): answered with one list of labels; or a batch [[text], ...]: one list per "
+        "input. Sentence pairs ([a, b]) are refused: the bundles' graphs take no token type ids.",
+    )
+    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    parameters: PredictParameters | None = None
+
+
+class SimilarityInput(_Request):
+    source_sentence: Text = Field(description="The text the others are compared with.")
+    sentences: Texts = Field(description="Texts compared with source_sentence.")
+
+
+class SimilarityRequest(_Request):
+    inputs: SimilarityInput
+    parameters: Truncation | None = None
+
+
+class EmbedAllRequest(Truncation):
+    inputs: TextInputs
+
+
+class DecodeRequest(_Request):
+    ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="A list of token ids, or a list of them; each id below the model's vocabulary size (GET /info).",
+    )
+    skip_special_tokens: StrictBool = True
+
+
 class TokenizeRequest(_Request):
     inputs: TextInputs
-    add_special_tokens: bool = True
+    add_special_tokens: StrictBool = True
 
 
 class Token(BaseModel):
@@ -98,8 +212,10 @@ class Token(BaseModel):
 # -- attention -------------------------------------------------------------------------------------
 class AttentionRequest(Truncation):
     inputs: TextInputs
-    layers: list[int] | None = Field(None, description="Layer indices to return (default: all).")
-    heads: list[int] | None = Field(None, description="Head indices to return (default: all).")
+    layers: Indices | None = Field(None, description="Layer indices to return, each below the model's num_layers "
+                                   "(GET /info); default: all.")
+    heads: Indices | None = Field(None, description="Head indices to return, each below the model's num_heads "
+                                  "(GET /info); default: all.")
     aggregation: Literal["none", "mean", "max", "rollout"] = Field(
         "none", description="none: (layers, heads, n, n); mean or max over heads: (layers, n, n); "
         "rollout (Abnar & Zuidema) across the chosen layers: (n, n).",

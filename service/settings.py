@@ -6,21 +6,35 @@ and the result is passed into `create_app(settings)`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Provider = Literal["auto", "cuda", "cpu"]
 VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "fp16"]
+# A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+class ServedBundle(BaseModel):
+    """One `[NAME=]DIR` item of ATTNSERVE_BUNDLE / --bundle."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str | None = None  # None: the manifest's name
+    path: Path
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="forbid", frozen=True)
 
-    bundle: Path = Field(
-        description="Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`.",
+    bundle: Annotated[list[ServedBundle], NoDecode] = Field(
+        min_length=1, description="Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve "
+        "export`, as `[NAME=]DIR`; repeat the flag (or separate items by commas) to serve several models, each "
+        "with its own sessions and batcher. NAME defaults to the manifest's name; names must be unique. "
+        "Requests choose a model by name; those naming none go to the first.",
     )
     host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes the service beyond this machine.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
@@ -40,6 +54,15 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(
         20_000, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422).",
     )
+    max_chunked_input_chars: int = Field(
+        100_000, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
+        "before tokenising, 422): about 25,000 English word pieces. A JSON body carries up to 6 bytes per "
+        "character (\\uXXXX escapes), so keep payload_limit_bytes above 6 x this for one such input.",
+    )
+    max_windows_per_input: int = Field(
+        512, ge=1, description="Most windows one chunked input may make (about tokens / (window - overlap)); more "
+        "is refused with 422 before any work. Each window takes one admission permit and runs as one input.",
+    )
     truncate: bool = Field(
         True, description="Default truncation: true cuts inputs to the model's max length; false refuses them (422). "
         "Requests may override it.",
@@ -50,7 +73,8 @@ class Settings(BaseSettings):
     )
     max_batch_size: int = Field(64, ge=1, description="Most inputs in one batch, whatever their length.")
     max_queue: int = Field(
-        2048, ge=1, description="Most inputs admitted (queued or running) at once; beyond it requests get 429 at once.",
+        2048, ge=1, description="Most inputs admitted (queued or running) at once, per served model; beyond it "
+        "requests get 429 at once.",
     )
     queue_timeout_s: float = Field(
         30.0, gt=0, description="Seconds an input may wait in the queue; past it the request gets 504 and is not run.",
@@ -62,6 +86,10 @@ class Settings(BaseSettings):
     attention_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "
         "requests are refused with 422.",
+    )
+    embed_all_cap_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest /embed_all response (one vector per token; estimated before "
+        "computing); bigger requests are refused with 422.",
     )
     payload_limit_bytes: int = Field(
         2 * 1024 * 1024, ge=1, description="Largest request body; bigger bodies are refused with 413 while reading.",
@@ -77,8 +105,8 @@ class Settings(BaseSettings):
         "Bounds the slowest upload: payload_limit_bytes / body_timeout_s bytes per second.",
     )
     api_key: SecretStr | None = Field(
-        None, description="When set, every route except /health, /ready and /metrics needs "
-        "`Authorization: Bearer <key>` (401 otherwise).",
+        None, description="When set, every route except /health, /ready, /metrics, /v2/health/* and the "
+        "explorer's page and files (/explore) needs `Authorization: Bearer <key>` (401 otherwise).",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
@@ -99,6 +127,60 @@ class Settings(BaseSettings):
     @field_validator("cors_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [origin.strip() for origin in value.split(",") if origin.strip()]
+        if isinstance(value, str | list):
+            return _items(value)
         return value
+
+    @field_validator("bundle", mode="before")
+    @classmethod
+    def _parse_bundles(cls, value: object) -> object:
+        if isinstance(value, str | Path | list):
+            return [_served_bundle(item) for item in _items(value)]
+        return value
+
+    @field_validator("bundle")
+    @classmethod
+    def _unique_names(cls, value: list[ServedBundle]) -> list[ServedBundle]:
+        names = [b.name for b in value if b.name is not None]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"the model name {name!r} is given to more than one bundle")
+        return value
+
+    @property
+    def bundle_dir(self) -> Path:
+        """The first bundle's directory: the one `service.runtime.load_runtime` loads (see `for_bundle`)."""
+        return self.bundle[0].path
+
+    def for_bundle(self, bundle: ServedBundle) -> Settings:
+        """These settings with `bundle` as the only one (to load it with `service.runtime.load_runtime`)."""
+        return self.model_copy(update={"bundle": [bundle]})
+
+
+def _items(value: str | Path | list[object]) -> list[object]:
+    """The items of a value or list of values, strings split at commas (the environment's form, and what
+    each repeated flag may hold)."""
+    items: list[object] = []
+    for value_ in value if isinstance(value, list) else [value]:
+        if isinstance(value_, str):
+            items += [item.strip() for item in value_.split(",") if item.strip()]
+        else:
+            items.append(value_)
+    return items
+
+
+def _served_bundle(item: object) -> object:
+    """`DIR` or `NAME=DIR` (a `=` after a slash belongs to the directory); other types pass to pydantic."""
+    if isinstance(item, Path):
+        return ServedBundle(path=item)
+    if not isinstance(item, str):
+        return item
+    name, equals, path = item.partition("=")
+    if not equals or "/" in name:
+        return ServedBundle(path=Path(item))
+    if not MODEL_NAME.match(name):
+        raise ValueError(f"bundle item {item!r}: {name!r} is not a model name (letters, digits, '.', '_', ':', "
+                         "'-'; it starts with a letter or digit)")
+    if not path:
+        raise ValueError(f"bundle item {item!r}: no directory after '='")
+    return ServedBundle(name=name, path=Path(path))

@@ -1,8 +1,10 @@
 """Tokenisation with the bundle's `tokenizer.json` through Hugging Face `tokenizers` (never by hand).
 
 Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); the engine
-calls this off the event loop. Truncation keeps the special tokens and cuts from the right or the
-left; with truncation off, an input longer than the model's max length is refused, naming the limit.
+calls this on the event loop for small requests and in its executor otherwise. Truncation keeps the
+special tokens and cuts from the right or the left; with truncation off, an input longer than the
+model's max length is refused, naming the limit. For chunking (`service.chunking`) the whole text is
+encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Literal
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.errors import InputTooLong, InvalidRequest
+from service.errors import InputTooLong, InvalidRequest, OutOfRange
 
 Direction = Literal["right", "left"]
 
@@ -35,6 +37,7 @@ class TextTokenizer:
     def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
         self.max_length = max_length
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self.special_count = tokenizer.num_special_tokens_to_add(is_pair=False)  # what the post-processor adds
         self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
         self._plain = _truncating_copy(tokenizer, max_length, "right")
         self._plain.no_truncation()
@@ -58,15 +61,32 @@ class TextTokenizer:
         """For /tokenize: the whole input, no truncation."""
         return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
-    def from_ids(self, sequences: Sequence[Sequence[int]], truncate: bool, direction: Direction) -> list[Encoded]:
-        """Token-id inputs are used as given (no special tokens added); ids must be in the vocabulary."""
-        return [self._one_from_ids(index, list(ids), truncate, direction) for index, ids in enumerate(sequences)]
+    def content(self, texts: Sequence[str]) -> list[Encoding]:
+        """Whole texts as `tokenizers` encodings, without special tokens or truncation (for chunking)."""
+        return self._plain.encode_batch(list(texts), add_special_tokens=False)
 
-    def _one_from_ids(self, index: int, ids: list[int], truncate: bool, direction: Direction) -> Encoded:
+    def wrap(self, encoding: Encoding) -> Encoding:
+        """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens."""
+        return self._plain.post_process(encoding)
+
+    def decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
+        lists = [self.checked_ids(index, ids) for index, ids in enumerate(sequences)]
+        return self._plain.decode_batch(lists, skip_special_tokens=skip_special_tokens)
+
+    def checked_ids(self, index: int, ids: Sequence[int]) -> list[int]:
+        """`ids` as a list, refused unless non-empty and within the vocabulary."""
         if not ids:
             raise InvalidRequest(f"input {index} is an empty list of token ids")
         if min(ids) < 0 or max(ids) >= self.vocab_size:
-            raise InvalidRequest(f"input {index} has token ids outside the vocabulary [0, {self.vocab_size})")
+            raise OutOfRange(f"input {index} has token ids outside the vocabulary [0, {self.vocab_size})")
+        return list(ids)
+
+    def from_ids(self, sequences: Sequence[Sequence[int]], truncate: bool, direction: Direction) -> list[Encoded]:
+        """Token-id inputs are used as given (no special tokens added); ids must be in the vocabulary."""
+        return [self._one_from_ids(index, ids, truncate, direction) for index, ids in enumerate(sequences)]
+
+    def _one_from_ids(self, index: int, ids: Sequence[int], truncate: bool, direction: Direction) -> Encoded:
+        ids = self.checked_ids(index, ids)
         if len(ids) > self.max_length:
             if not truncate:
                 raise InputTooLong(

@@ -26,5 +26,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip_gpu = pytest.mark.skip(reason="onnxruntime has no CUDAExecutionProvider on this machine")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:  # the marker, not any keyword or parameter id "gpu"
             item.add_marker(skip_gpu)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.process import launch, stop, wait_ready
+from tests.helpers.process import launch_server, stop, wait_ready
 from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
 
 
@@ -47,12 +47,12 @@ def tiny_hf_bundle(tiny_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="session")
-def live_server(tiny_bundle: Path) -> Iterator[str]:
+def live_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real `python -m attnserve serve` on 127.0.0.1 (uvicorn, httptools) on the tiny bundle; its base URL."""
-    proc, url = launch(tiny_bundle)
-    if not wait_ready(proc, url):
-        _, log = stop(proc)
+    server = launch_server(tiny_bundle, tmp_path_factory.mktemp("live") / "server.log")
+    if not wait_ready(server, 60):
+        _, log = stop(server)
         pytest.fail(f"server did not become ready:\n{log}")
-    yield url
-    status, log = stop(proc)
+    yield server.url
+    status, log = stop(server)
     assert status == 0, log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from service.dependencies import EngineDep, JobDep, require_json
+from service.dependencies import JobDep, ModelQuery, PickDep, require_json
 from service.engine import AttentionQuery
 from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
@@ -13,14 +13,15 @@ router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
 
 
 @router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS))
-async def attention(body: AttentionRequest, engine: EngineDep, job: JobDep) -> Response:
+async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
+    engine = pick(body.model, model)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
     data = await job(engine.attention(
         as_list(body.inputs), query, truncate=body.truncate,
         direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
     ))
     return json_response({
-        "model": engine.runtime.manifest.name, "aggregation": body.aggregation, "encoding": body.encoding,
+        "model": engine.name, "aggregation": body.aggregation, "encoding": body.encoding,
         "dtype": body.dtype if body.encoding == "base64" else "float32", "data": data,
     })

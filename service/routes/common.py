@@ -6,25 +6,32 @@ from typing import Any
 
 import orjson
 from fastapi import Response
+from pydantic import BaseModel
 
 from service.schemas import ErrorResponse
+from service.tokenize import Direction
 
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
+    408: "Request body not received within ATTNSERVE_BODY_TIMEOUT_S; the connection is closed",
     413: "Request body over the payload limit",
+    404: "No served model has the requested name (the message lists the served names)",
     415: "Request body is not JSON",
-    422: "Invalid request: validation, too many or too long inputs, response over a cap",
+    422: "Invalid request: not what this document allows (code validation_error), or past a limit it cannot "
+         "state: too many or too long inputs, an index, token id or dimensions past the model's sizes "
+         "(GET /info), a response over a cap (the code names which)",
     429: "Server busy: admission queue full; retry after Retry-After seconds",
     500: "Inference failed, or an internal error",
     503: "Model not loaded or not ready",
     504: "Request waited past the queue timeout and was not run",
 }
-INFERENCE_ERRORS = (401, 413, 415, 422, 429, 500, 503, 504)
+INFERENCE_ERRORS = (401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
+TOKENIZE_ERRORS = (401, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status with the one error model."""
-    return {status: {"model": ErrorResponse, "description": _DESCRIPTIONS[status]} for status in statuses}
+def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own)."""
+    return {status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses}
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:
@@ -35,3 +42,13 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 def as_list(inputs: str | list[Any]) -> list[Any]:
     return [inputs] if isinstance(inputs, str) else inputs
+
+
+def direction(body: Any) -> Direction:
+    """The request's truncation_direction (Left/Right in either case) as the engine spells it."""
+    return body.truncation_direction.lower()  # type: ignore[no-any-return]
+
+
+def pooled_overlap(body: Any) -> int | None:
+    """The chunk overlap when the request asks for pooled chunking ("mean"); None to truncate."""
+    return body.chunk_overlap if body.chunking == "mean" else None

@@ -1,11 +1,10 @@
-"""Operations: GET /health (live), /ready (warm and last inference fine), /info, /metrics."""
+"""Operations: GET /health (live), /ready (every model warm and its last inference fine), /info, /metrics."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from service.dependencies import EngineDep
-from service.errors import NotReady
+from service.dependencies import ModelsDep
 from service.metrics import CONTENT_TYPE, Metrics
 from service.routes.common import errors, json_response
 from service.schemas import Status
@@ -16,6 +15,7 @@ router = APIRouter(tags=["operations"])
 LIMITS = (
     "max_inputs", "max_input_chars", "truncate", "max_batch_tokens", "max_batch_size", "max_queue",
     "queue_timeout_s", "attention_cap_bytes", "payload_limit_bytes",
+    "max_chunked_input_chars", "max_windows_per_input", "embed_all_cap_bytes",
 )
 
 
@@ -26,18 +26,21 @@ async def health() -> Response:
 
 
 @router.get("/ready", response_model=Status, responses=errors(503))
-async def ready(engine: EngineDep) -> Response:
-    """200 once warm and while inference works; 503 otherwise (after a failure, a probe run decides)."""
-    if not await engine.check_ready():
-        raise NotReady("warming up" if not engine.warm else "the last inference failed")
+async def ready(models: ModelsDep) -> Response:
+    """200 once every model is warm and while its inference works; 503 otherwise (after a failure, a probe
+    run decides)."""
+    await models.check_ready()
     return json_response({"status": "ready"})
 
 
 @router.get("/info", responses=errors(401, 503))
-async def info(request: Request, engine: EngineDep) -> Response:
-    """Model, bundle version and hashes, provider, variants, limits."""
+async def info(request: Request, models: ModelsDep) -> Response:
+    """The default model (bundle version and hashes, provider, variants), every served model under `models`
+    (each with its served `name`), and the limits (per model: each has its own admission permits)."""
     settings: Settings = request.app.state.settings
-    return json_response({**engine.info(), "limits": {name: getattr(settings, name) for name in LIMITS}})
+    listed = [{"name": engine.name, **engine.info()} for engine in models]
+    limits = {name: getattr(settings, name) for name in LIMITS}
+    return json_response({**models.default.info(), "models": listed, "limits": limits})
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})

@@ -9,11 +9,11 @@ import torch
 
 from export.bundle import bundle_max_length, export_bundle
 from export.parity import GATES
-from model.assets import minilm_dir, rotten_tomatoes
 from model.checkpoint import save_checkpoint
 from model.encoder import Encoder, mean_pool
 from model.load import load_model
 from model.tokenizer import encode
+from model.training.assets import minilm_dir, rotten_tomatoes
 
 pytestmark = pytest.mark.default_model
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"

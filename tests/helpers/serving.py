@@ -1,5 +1,6 @@
 """In-process serving for tests: an app with its lifespan running, driven by httpx, optionally around an
-injected test double of the runtime (tests.helpers.fakes); the one-error-shape assertion; `until`."""
+injected test double of the runtime (tests.helpers.fakes); the same app behind a real uvicorn server on
+127.0.0.1 in the test's event loop; the one-error-shape assertion; `until`."""
 
 from __future__ import annotations
 
@@ -11,26 +12,56 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI
 
 from service.app import create_app
-from service.runtime import Runtime, load_runtime
+from service.deadlines import with_header_timeout
+from service.models import load_runtimes
+from service.runtime import Runtime
 from service.settings import Settings
+from tests.helpers.process import free_port
 
 
 @asynccontextmanager
 async def serving(
-    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+    bundle: Path | str | list[Path | str], wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
-    """An app with its lifespan running and an httpx client talking to it in process. `wrap` receives the
-    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes)."""
+    """An app with its lifespan running and an httpx client talking to it in process. `bundle`: one or
+    several (`Path`, or "NAME=DIR"). `wrap` receives each runtime loaded from them and returns what the
+    app serves (a fake from tests.helpers.fakes)."""
     settings = Settings(bundle=bundle, **overrides)
-    runtime = wrap(load_runtime(settings)) if wrap is not None else None
-    app = create_app(settings, runtime)
+    runtimes = [wrap(runtime) for runtime in load_runtimes(settings)] if wrap is not None else None
+    app = create_app(settings, runtimes)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield app, client
+
+
+@asynccontextmanager
+async def uvicorn_here(
+    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+) -> AsyncIterator[tuple[FastAPI, str]]:
+    """create_app served by uvicorn.Server on 127.0.0.1 in this event loop, as `attnserve serve` serves it
+    (real sockets, httptools), around `wrap(runtime)` as in `serving`; yields (app, base url)."""
+    settings = Settings(bundle=bundle, **{"intra_op_threads": 1, **overrides})
+    runtimes = load_runtimes(settings)
+    app = create_app(settings, [wrap(runtime) for runtime in runtimes] if wrap is not None else runtimes)
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on",
+                            http=with_header_timeout(settings.header_timeout_s))
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert time.monotonic() < deadline and not task.done(), "uvicorn did not start"
+        await asyncio.sleep(0.05)
+    try:
+        yield app, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:

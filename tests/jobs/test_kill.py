@@ -22,9 +22,9 @@ from typing import IO
 import pyarrow.parquet as pq
 import pytest
 
+from bench.procs import clean_env
 from jobs.embed import Job, run
 from service.settings import Settings
-from tests.helpers.process import server_env
 from tests.jobs.corpus import rejects, texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
     fifo, out = tmp_path / "docs.fifo", tmp_path / "out"
     os.mkfifo(fifo)
     data = "".join(line + "\n" for line in LINES).encode()
-    proc = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=server_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     with _writer(fifo, proc) as pipe:
         pipe.write(b"".join(line.encode() + b"\n" for line in LINES[:50]))  # 2.5 parts
@@ -87,7 +87,7 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
     if signum == signal.SIGINT:
         assert "stopped by SIGINT; run the same command again to resume" in stderr
 
-    again = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=server_env(), stdout=subprocess.PIPE,
+    again = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
     with _writer(fifo, again) as pipe:
         pipe.write(data)

@@ -1,4 +1,4 @@
-"""Reading labelled data, splitting it and batching it."""
+"""Reading labelled data, splitting it and ordering its batches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from model.data import DataError, batch_order, from_pairs, load_dataset, pad_batch, split
+from model.training.data import DataError, batch_order, from_pairs, load_dataset, split
 
 
 def write_jsonl(path, rows):
@@ -57,12 +57,6 @@ def test_split_is_stratified_disjoint_and_fixed():
     assert not set(train.texts) & set(val.texts)
     assert split(data, 0.2, seed=0)[1] == val
     assert split(data, 0.2, seed=1)[1] != val
-
-
-def test_pad_batch_right_pads_and_masks():
-    ids, mask = pad_batch([[5, 6, 7], [8]], pad=0)
-    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-import model.train
-from model.assets import minilm_dir, rotten_tomatoes
+import model.training.cli
 from model.load import load_model
 from model.tokenizer import encode
+from model.training.assets import minilm_dir, rotten_tomatoes
 
 pytestmark = pytest.mark.default_model
 
@@ -23,9 +23,9 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("default") / "ckpt"
     pairs = rotten_tomatoes()[::64]  # 201 snippets, both labels
     patch = pytest.MonkeyPatch()
-    patch.setattr(model.train, "rotten_tomatoes", lambda: pairs)
+    patch.setattr(model.training.cli, "rotten_tomatoes", lambda: pairs)
     try:
-        assert model.train.main(["--out", str(out), "--epochs", "1", "--no-progress"]) == 0
+        assert model.training.cli.main(["--out", str(out), "--epochs", "1", "--no-progress"]) == 0
     finally:
         patch.undo()
     return out
@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
 
 def test_default_model_is_a_full_encoder_with_minilms_pooling(trained):
     config = json.loads((trained / "config.json").read_text())["encoder"]
-    assert config["head"] == model.train.DEFAULT_HEAD and config["num_labels"] == 2
+    assert config["head"] == model.training.cli.DEFAULT_HEAD and config["num_labels"] == 2
     assert config["label_names"] == ["fresh", "rotten"]
     assert config["pooling"] == "mean" and config["normalize"] is True
     metrics = json.loads((trained / "metrics.json").read_text())

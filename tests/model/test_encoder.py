@@ -1,21 +1,25 @@
-"""Encoder behaviour: config validation, padding invariance, pooling, shapes."""
+"""Encoder behaviour: config validation, padding invariance, pooling, shapes, and the blocks against
+torch.nn.TransformerEncoderLayer with the same weights (post-norm is also checked against BERT in
+test_hf_loader.py)."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
+from model.attention import build_mask
 from model.config import EncoderConfig
-from model.encoder import Encoder
+from model.encoder import Encoder, EncoderBlock
+from tests.helpers.tiny import tiny_config as shared_tiny_config
 
 
-def tiny_config(**changes: object) -> EncoderConfig:
-    base = dict(vocab_size=50, d_model=32, num_heads=2, num_layers=2, d_ff=64, max_length=16, dropout=0.0,
-                attention_dropout=0.0)
-    base.update(changes)
-    return EncoderConfig(**base)  # type: ignore[arg-type]
+def tiny_config(**changes: Any) -> EncoderConfig:
+    """The shared tiny config (tests/helpers/tiny.py) without a classification head, with changes."""
+    return shared_tiny_config(head=False).replace(**changes)
 
 
 @pytest.mark.parametrize(
@@ -38,8 +42,10 @@ def test_bad_config_values_raise_clear_errors(changes: dict, message: str) -> No
 
 def test_small_heads_log_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
-        tiny_config(d_model=32, num_heads=4)
-    assert "under 32" in caplog.text
+        tiny_config(d_model=64, num_heads=2)
+        tiny_config(d_model=64, num_heads=4)
+    assert "(d_model 64 / 2 heads)" not in caplog.text  # (the shared tiny base itself has 16-wide heads)
+    assert "head dimension 16 (d_model 64 / 4 heads) is under 32" in caplog.text
 
 
 def test_config_round_trips_through_dict() -> None:
@@ -47,6 +53,12 @@ def test_config_round_trips_through_dict() -> None:
     assert EncoderConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="unknown encoder config keys: colour"):
         EncoderConfig.from_dict({**config.to_dict(), "colour": 1})
+
+
+def test_labels_are_the_label_names_or_class_numbers() -> None:
+    assert tiny_config().labels == []
+    assert tiny_config(head="linear", num_labels=3).labels == ["0", "1", "2"]
+    assert tiny_config(head="pooler", num_labels=2, label_names=("neg", "pos")).labels == ["neg", "pos"]
 
 
 @pytest.mark.parametrize("kind,window", [("full", 0), ("causal", 0), ("window", 2)])
@@ -73,17 +85,78 @@ def test_normalised_embeddings_have_unit_length() -> None:
     assert out.logits is None and out.attentions is None
 
 
-def test_pre_norm_encoder_runs_and_differs_from_post_norm() -> None:
+def reference_layer(config: EncoderConfig, block: EncoderBlock) -> nn.TransformerEncoderLayer:
+    """PyTorch's own encoder layer (exact GELU, no dropout) holding `block`'s weights."""
+    layer = nn.TransformerEncoderLayer(
+        config.d_model, config.num_heads, dim_feedforward=config.d_ff, dropout=0.0, activation="gelu",
+        layer_norm_eps=config.layer_norm_eps, batch_first=True, norm_first=config.norm_position == "pre",
+    )
+    attention = block.attention
+    with torch.no_grad():
+        layer.self_attn.in_proj_weight.copy_(
+            torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight]))  # (3D, D)
+        layer.self_attn.in_proj_bias.copy_(
+            torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias]))  # (3D,)
+    layer.self_attn.out_proj.load_state_dict(attention.out_proj.state_dict())
+    layer.linear1.load_state_dict(block.ffn.up.state_dict())
+    layer.linear2.load_state_dict(block.ffn.down.state_dict())
+    layer.norm1.load_state_dict(block.attn_norm.state_dict())
+    layer.norm2.load_state_dict(block.ffn_norm.state_dict())
+    return layer.eval()
+
+
+def randomise_norms(module: nn.Module) -> None:
+    """LayerNorms start as weight 1, bias 0; random ones make a swapped or missing norm show."""
+    for norm in (m for m in module.modules() if isinstance(m, nn.LayerNorm)):
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+
+
+def lengths_mask(lengths: list[int], T: int) -> torch.Tensor:
+    return torch.tensor([[1] * n + [0] * (T - n) for n in lengths])  # (B, T)
+
+
+@pytest.mark.parametrize("norm_position", ["pre", "post"])
+def test_encoder_block_matches_torch_transformer_encoder_layer(norm_position: str) -> None:
+    config = tiny_config(norm_position=norm_position, layer_norm_eps=1e-5)
     torch.manual_seed(0)
-    post = Encoder(tiny_config()).eval()
-    pre = Encoder(tiny_config(norm_position="pre")).eval()
-    pre.load_state_dict(post.state_dict(), strict=False)
-    ids = torch.tensor([[1, 2, 3]])
-    assert not torch.allclose(post(ids).embedding, pre(ids).embedding)
+    block = EncoderBlock(config).eval()
+    randomise_norms(block)
+    reference = reference_layer(config, block)
+    x = torch.randn(3, 9, config.d_model)  # (B, T, D)
+    attention_mask = lengths_mask([9, 5, 1], 9)
+    with torch.no_grad():
+        ours, _ = block(x, build_mask(attention_mask))
+        theirs = reference(x, src_key_padding_mask=~attention_mask.bool())
+    real = attention_mask.bool()  # padded positions' outputs are never read
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
+
+
+def test_pre_norm_encoder_matches_torch_transformer_encoder_with_final_norm() -> None:
+    config = tiny_config(norm_position="pre", layer_norm_eps=1e-5, num_layers=3)
+    torch.manual_seed(0)
+    encoder = Encoder(config).eval()
+    randomise_norms(encoder)
+    reference = nn.TransformerEncoder(
+        reference_layer(config, encoder.blocks[0]), config.num_layers,
+        norm=nn.LayerNorm(config.d_model, eps=config.layer_norm_eps), enable_nested_tensor=False,
+    ).eval()
+    for block, layer in zip(encoder.blocks, reference.layers, strict=True):
+        layer.load_state_dict(reference_layer(config, block).state_dict())
+    reference.norm.load_state_dict(encoder.final_norm.state_dict())
+    input_ids = torch.randint(1, config.vocab_size, (3, 9))
+    attention_mask = lengths_mask([9, 5, 1], 9)
+    with torch.no_grad():
+        ours = encoder(input_ids, attention_mask).token_states  # (B, T, D)
+        embedded = encoder.embeddings(input_ids, torch.zeros_like(input_ids))  # (B, T, D)
+        theirs = reference(embedded, src_key_padding_mask=~attention_mask.bool())
+    real = attention_mask.bool()
+    torch.testing.assert_close(ours[real], theirs[real], atol=1e-5, rtol=1e-5)
 
 
 def test_serving_length_defaults_to_the_position_table_and_is_bounded() -> None:
-    assert tiny_config().serving_length == 16
+    assert tiny_config().serving_length == 64
     assert tiny_config(max_seq_length=8).serving_length == 8
     with pytest.raises(ValueError, match="max_seq_length"):
-        tiny_config(max_seq_length=17)
+        tiny_config(max_seq_length=65)

@@ -94,11 +94,14 @@ def test_sentence_transformers_pooling_matches(tmp_path: Path, mode: str, normal
 
 def test_pytorch_bin_weights_load_without_pickle_code(tmp_path: Path) -> None:
     _save_tiny_bert(tmp_path, transformers.BertModel)
+    from_safetensors = load_model(tmp_path)
     weights = transformers.BertModel.from_pretrained(tmp_path).state_dict()
     (tmp_path / "model.safetensors").unlink()
     torch.save(weights, tmp_path / "pytorch_model.bin")
-    loaded = load_model(tmp_path)
-    assert loaded.encoder.config.d_model == 32
+    from_bin = load_model(tmp_path)
+    ids, mask = _inputs(from_bin)
+    with torch.no_grad():
+        assert torch.equal(from_bin.encoder(ids, mask).token_states, from_safetensors.encoder(ids, mask).token_states)
 
 
 @pytest.mark.parametrize("missing", ["tokenizer.json", "model.safetensors", "config.json"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from model.metrics import accuracy, classification_report, confusion_matrix, macro_f1, per_class
+from model.training.metrics import accuracy, classification_report, confusion_matrix, macro_f1, per_class
 
 TARGETS = [0, 0, 1, 1, 2, 2]
 PREDICTIONS = [0, 1, 1, 1, 0, 2]

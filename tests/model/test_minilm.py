@@ -6,9 +6,9 @@ import pytest
 import torch
 import transformers
 
-from model.assets import minilm_dir
 from model.load import load_model
 from model.tokenizer import encode
+from model.training.assets import minilm_dir
 
 pytestmark = pytest.mark.default_model
 

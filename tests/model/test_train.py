@@ -1,24 +1,26 @@
-"""Training: the loop learns, the cached-feature path equals the full encoder, checkpoints round-trip,
-and `attnserve train` writes a complete checkpoint or fails with a clear message."""
+"""Training: the loop learns a toy task it is then tested on with unseen texts, the cached-feature path
+equals the full encoder, and `attnserve train` learns, keeps its best epoch, or fails with a clear message."""
 
 from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 
-from model.checkpoint import save_checkpoint
-from model.config import EncoderConfig
-from model.data import from_pairs, pad_batch, tokenize
 from model.encoder import Encoder
-from model.features import FeatureTask, extract_features
 from model.load import load_model
-from model.recipes import with_head
-from model.tokenizer import train_wordpiece
-from model.train import main
-from model.training import Split, TextTask, TrainSettings, fit, linear_schedule
+from model.tokenizer import encode, pad_batch, pad_id, token_ids, train_wordpiece
+from model.training.cli import SPLIT_SEED, main
+from model.training.data import from_pairs, load_dataset, split
+from model.training.features import FeatureTask, extract_features
+from model.training.loop import Split, TextTask, TrainSettings, fit, linear_schedule
+from model.training.metrics import accuracy
+from model.training.recipes import with_head
+from tests.helpers.tiny import tiny_config
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]
 NEGATIVE = ["bad", "awful", "poor", "dull", "boring"]
@@ -37,36 +39,37 @@ def toy_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
     return pairs
 
 
-def tiny_config(**changes) -> EncoderConfig:
-    base = EncoderConfig(vocab_size=120, d_model=64, num_heads=2, num_layers=1, d_ff=128, max_length=32,
-                         dropout=0.0, attention_dropout=0.0, head_dropout=0.0)
-    return base.replace(**changes)
+def encoder_for(tokenizer: Tokenizer, **changes: Any) -> Encoder:
+    """The shared tiny encoder (linear head, labels neg/pos) sized to `tokenizer`'s vocabulary."""
+    return Encoder(tiny_config(vocab_size=tokenizer.get_vocab_size()).replace(**changes))
 
 
 @pytest.fixture(scope="module")
 def toy():
     data = from_pairs(toy_pairs(32))
     tokenizer = train_wordpiece(data.texts, vocab_size=120, min_frequency=1)
-    return data, tokenizer, tokenize(tokenizer, data.texts, 32)
+    return data, tokenizer, token_ids(tokenizer, data.texts, 32)
 
 
-def test_training_overfits_a_small_slice(toy):
-    data, tokenizer, ids = toy
+def test_training_learns_a_keyword_task_and_generalises_to_held_out_texts():
+    train, val = from_pairs(toy_pairs(64, seed=0)), from_pairs(toy_pairs(64, seed=1))
+    assert not set(train.texts) & set(val.texts)  # no held-out text was seen in training
+    assert val.labels.count(0) == val.labels.count(1)  # chance is 0.5
+    tokenizer = train_wordpiece(train.texts, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(vocab_size=tokenizer.get_vocab_size(), head="linear", num_labels=2))
-    split = Split(ids, data.labels)
-    task = TextTask(encoder, split, split, batch_size=8, device=CPU, pad=0)
-    settings = TrainSettings(epochs=15, batch_size=8, lr=3e-3, seed=0, progress=False)
-    history = fit(task, settings, data.label_names)
+    task = TextTask(encoder_for(tokenizer), Split(token_ids(tokenizer, train.texts, 32), train.labels),
+                    Split(token_ids(tokenizer, val.texts, 32), val.labels), batch_size=8, device=CPU,
+                    pad=pad_id(tokenizer))
+    history = fit(task, TrainSettings(epochs=8, batch_size=8, lr=3e-3, seed=0, progress=False), train.label_names)
+    assert history[-1]["accuracy"] >= 0.9 and history[-1]["macro_f1"] >= 0.9
     assert history[-1]["train_loss"] < 0.25 * history[0]["train_loss"]
-    assert history[-1]["accuracy"] == 1.0
 
 
 @pytest.mark.parametrize("head", ["linear", "pooler", "attention"])
 def test_cached_features_give_the_full_encoders_logits(toy, head):
     data, tokenizer, ids = toy
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(vocab_size=tokenizer.get_vocab_size(), head=head, num_labels=2)).eval()
+    encoder = encoder_for(tokenizer, head=head).eval()
     cached = extract_features(encoder, ids, pad=0, batch_size=8, device=CPU, progress=False)
     task = FeatureTask(encoder, Split(cached, data.labels), Split(cached, data.labels), 8, CPU)
     states, mask = task.collate(cached)
@@ -77,7 +80,7 @@ def test_cached_features_give_the_full_encoders_logits(toy, head):
 
 def test_frozen_training_changes_only_the_head(toy):
     data, tokenizer, ids = toy
-    encoder = Encoder(tiny_config(vocab_size=tokenizer.get_vocab_size(), head="attention", num_labels=2))
+    encoder = encoder_for(tokenizer, head="attention")
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     cached = extract_features(encoder, ids, pad=0, batch_size=8, device=CPU, progress=False)
     split = Split(cached, data.labels)
@@ -86,23 +89,8 @@ def test_frozen_training_changes_only_the_head(toy):
     assert changed and all(k.startswith("head.") for k in changed)
 
 
-def test_checkpoint_round_trip_gives_identical_outputs(toy, tmp_path):
-    data, tokenizer, ids = toy
-    config = tiny_config(vocab_size=tokenizer.get_vocab_size(), head="attention", num_labels=2,
-                         label_names=("neg", "pos"), normalize=True)
-    encoder = Encoder(config).eval()
-    save_checkpoint(tmp_path / "ckpt", encoder, tokenizer, {"accuracy": 1.0})
-    loaded = load_model(tmp_path / "ckpt")
-    assert loaded.encoder.config == config
-    assert json.loads((tmp_path / "ckpt" / "labels.json").read_text()) == ["neg", "pos"]
-    input_ids = torch.tensor([ids[0] + [0] * 3, ids[1][:4] + [0] * (len(ids[0]) - 1)])
-    with torch.no_grad():
-        a, b = encoder(input_ids, (input_ids != 0).long()), loaded.encoder(input_ids, (input_ids != 0).long())
-    assert torch.equal(a.logits, b.logits) and torch.equal(a.embedding, b.embedding)
-
-
 def test_with_head_keeps_the_body_and_replaces_the_head():
-    body = Encoder(tiny_config())
+    body = Encoder(tiny_config(head=False))
     new = with_head(body, "linear", ["a", "b", "c"])
     assert new.config.num_labels == 3 and new.head is not None
     assert torch.equal(new.embeddings.token.weight, body.embeddings.token.weight)
@@ -121,7 +109,7 @@ def test_linear_schedule_warms_up_then_decays():
 
 
 SCRATCH = ["--from-scratch", "--d-model", "32", "--layers", "1", "--heads", "1", "--vocab-size", "100",
-           "--epochs", "2", "--batch-size", "8", "--max-length", "16", "--no-progress"]
+           "--batch-size", "8", "--max-length", "16", "--no-progress"]
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "tokenizer.json", "labels.json", "metrics.json"}
 
 
@@ -133,24 +121,44 @@ def write_data(path, pairs, text="text", label="label"):
     return path
 
 
+def body(encoder: Encoder) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in encoder.state_dict().items() if not k.startswith("head.")}
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
-def test_cli_trains_from_scratch_and_writes_a_checkpoint(tmp_path, suffix):
-    data = write_data(tmp_path / f"data{suffix}", toy_pairs(40))
-    assert main(["--data", str(data), "--out", str(tmp_path / "out"), *SCRATCH], prog="attnserve train") == 0
+def test_cli_trains_from_scratch_learns_and_keeps_the_best_epoch(tmp_path, suffix):
+    data = write_data(tmp_path / f"data{suffix}", toy_pairs(160))
+    args = ["--data", str(data), "--out", str(tmp_path / "out"), *SCRATCH, "--epochs", "6", "--lr", "3e-3"]
+    assert main(args, prog="attnserve train") == 0
     assert {p.name for p in (tmp_path / "out").iterdir()} >= CHECKPOINT_FILES
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert len(metrics["history"]) == 2 and 0.0 <= metrics["best"]["accuracy"] <= 1.0
+    history = metrics["history"]
+    assert (metrics["data"]["train"], metrics["data"]["val"], len(history)) == (128, 32, 6)
+    assert history[-1]["accuracy"] >= 0.9  # held out, both labels equally common: chance is 0.5
+    ranks = [(r["accuracy"], r["macro_f1"]) for r in history]  # accuracy decides, macro-F1 breaks ties, then earliest
+    assert metrics["best_epoch"] == ranks.index(max(ranks)) + 1
+    assert metrics["best"] == history[metrics["best_epoch"] - 1]
     assert set(metrics["best"]["per_class"]) == {"neg", "pos"}
-    assert load_model(tmp_path / "out").encoder.config.label_names == ("neg", "pos")
+    loaded = load_model(tmp_path / "out")
+    assert loaded.encoder.config.label_names == ("neg", "pos")
+    _, val = split(load_dataset(data), 0.2, SPLIT_SEED)
+    with torch.no_grad():
+        logits = loaded.encoder(*encode(loaded.tokenizer, val.texts, 16)).logits
+    assert accuracy(val.labels, logits.argmax(-1).tolist()) == metrics["best"]["accuracy"]  # the kept weights
 
 
 def test_cli_fine_tunes_a_checkpoint_with_a_frozen_encoder(tmp_path):
     data = write_data(tmp_path / "data.jsonl", toy_pairs(40))
-    assert main(["--data", str(data), "--out", str(tmp_path / "base"), *SCRATCH]) == 0
+    assert main(["--data", str(data), "--out", str(tmp_path / "base"), *SCRATCH, "--epochs", "1"]) == 0
     args = ["--data", str(data), "--init", str(tmp_path / "base"), "--freeze-encoder", "--head", "attention",
             "--epochs", "1", "--no-progress", "--out", str(tmp_path / "tuned")]
     assert main(args) == 0
-    assert load_model(tmp_path / "tuned").encoder.config.head == "attention"
+    base, tuned = load_model(tmp_path / "base").encoder, load_model(tmp_path / "tuned").encoder
+    assert tuned.config.head == "attention" and base.config.head == "linear"
+    base_body, tuned_body = body(base), body(tuned)
+    assert base_body.keys() == tuned_body.keys()
+    assert all(torch.equal(base_body[k], tuned_body[k]) for k in base_body)  # only the head learned
+    assert json.loads((tmp_path / "tuned" / "metrics.json").read_text())["mode"] == "frozen"
 
 
 @pytest.mark.parametrize(

@@ -5,12 +5,12 @@ permits or none, and no permit leaks through refusals or completion. The graph i
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import httpx
 
 from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.metrics import sample
 from tests.helpers.serving import assert_error, serving, until
 
 QUEUED = 8
@@ -18,8 +18,7 @@ CAPACITY = QUEUED + 1  # the plug holds one permit while it runs
 
 
 async def queue_gauge(client: httpx.AsyncClient) -> float:
-    text = (await client.get("/metrics")).text
-    return float(re.search(r"^attnserve_queue_depth (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+    return sample((await client.get("/metrics")).text, "attnserve_queue_depth")
 
 
 async def test_held_capacity_admits_eight_of_ten_and_leaks_nothing(tiny_bundle: Path) -> None:

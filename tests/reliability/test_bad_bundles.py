@@ -13,7 +13,6 @@ import contextlib
 import json
 import random
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 from onnx import numpy_helper
 
 from bundle.files import sha256_file
-from tests.helpers.process import launch, stop
+from tests.helpers.process import Server, launch_server, stop
 
 FAST, ATTENTION, TOKENIZER, MANIFEST = "fast-fp32.onnx", "attention-fp32.onnx", "tokenizer.json", "manifest.json"
 
@@ -112,22 +111,22 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
 def outcomes(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, bool, str]]:
     """name -> (exit status, whether /ready ever answered 200, log) for every case, run concurrently."""
     root = tmp_path_factory.mktemp("bad")
-    procs: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    servers: dict[str, Server] = {}
     for name, (breaks, _) in CASES.items():
         shutil.copytree(tiny_bundle, root / name)
         breaks(root / name)
-        procs[name] = launch(root / name)
-    served = dict.fromkeys(procs, False)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and any(p.poll() is None for p, _ in procs.values()):
-        for name, (proc, url) in procs.items():
-            if proc.poll() is None:
+        servers[name] = launch_server(root / name, root / f"{name}.log")
+    served = dict.fromkeys(servers, False)
+    deadline = time.monotonic() + 120  # generous: each exits within a few seconds of starting
+    while time.monotonic() < deadline and any(s.proc.poll() is None for s in servers.values()):
+        for name, server in servers.items():
+            if server.proc.poll() is None:
                 with contextlib.suppress(httpx.TransportError):
-                    served[name] |= httpx.get(f"{url}/ready", timeout=0.2).status_code == 200
+                    served[name] |= httpx.get(f"{server.url}/ready", timeout=0.2).status_code == 200
         time.sleep(0.2)
     results = {}
-    for name, (proc, _) in procs.items():
-        status, log = stop(proc)  # a process still up at the deadline is stopped and fails below
+    for name, server in servers.items():
+        status, log = stop(server)  # a process still up at the deadline is stopped and fails below
         results[name] = (status, served[name], log)
     return results
 

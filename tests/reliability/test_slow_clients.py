@@ -1,8 +1,14 @@
 """Slow clients against a real server: slow-header connections (part of the request head, then a stall) and
-slow-body connections (a Content-Length larger than what is sent, trickled) are closed by the server within
-their documented deadlines (ATTNSERVE_HEADER_TIMEOUT_S, ATTNSERVE_BODY_TIMEOUT_S; here 2 s each, 10 s and 30 s
-by default), with 408 in the one error shape, while normal traffic keeps its p99 within 2x of unloaded
-(unloaded taken as at least 10 ms, FLOOR_S).
+slow-body connections (a Content-Length larger than what is sent, trickled) are answered 408 in the one error
+shape and closed at their documented deadlines (ATTNSERVE_HEADER_TIMEOUT_S, ATTNSERVE_BODY_TIMEOUT_S; here
+2 s each, 10 s and 30 s by default), while normal traffic is served.
+
+In CI: every slow connection gets the 408 and is closed no earlier than its deadline (the client starts its
+clock before it connects, so before the server's timer starts: this bound is exact) and within the deadline
++ 10 s (a generous bound: a shared machine may be slow to run the timer); every normal request is a 200. The limit check
+(`make reliability`) holds the close to the deadline + 1.5 s, and normal traffic's p99 within 2x of the
+unloaded p99 (taken as at least 10 ms: when it is ~6 ms, 2x is one scheduler slice of a shared 2-core
+machine, and the check would measure other jobs, not the slow clients).
 """
 
 from __future__ import annotations
@@ -14,29 +20,30 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.reliability.load import mixed_requests, open_loop, running_server, unloaded_p99
+from tests.helpers.process import Server, running
+from tests.reliability.figures import Figures
+from tests.reliability.load import Ledger, mixed_requests, open_loop, unloaded_p99
 
 DEADLINE_S = 2.0
-SLACK_S = 1.5  # scheduling on a busy machine: closed no later than deadline + slack
+FLAGS = ("--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DEADLINE_S))
 SLOW_CLIENTS = 16  # of each kind
-FLOOR_S = 0.010  # the unloaded p99 used as reference is at least this: when it is ~6 ms, 2x is one scheduler
-# slice of this shared 2-core machine, and the check would measure other jobs, not the slow clients
 NORMAL = mixed_requests((1, 2, 4))
 BODY = orjson.dumps({"inputs": ["a warm and funny film"]})
+Closed = tuple[float, bytes]  # (seconds until the server closed the connection, what it sent)
 
 
-async def slow_header(host: str, port: int) -> tuple[float, bytes]:
-    """Send half a request head, then stall; (seconds until the server closed, what it sent)."""
-    reader, writer = await asyncio.open_connection(host, port)
-    started = time.perf_counter()
+async def slow_header(port: int) -> Closed:
+    """Send half a request head, then stall."""
+    started = time.perf_counter()  # before connecting: so before the server's head timer starts
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appl")
     return await _until_closed(reader, writer, started)
 
 
-async def slow_body(host: str, port: int) -> tuple[float, bytes]:
-    """Full headers announcing 4 kB, then a few bytes every 0.2 s; (seconds until closed, what it sent)."""
-    reader, writer = await asyncio.open_connection(host, port)
-    started = time.perf_counter()
+async def slow_body(port: int) -> Closed:
+    """Full headers announcing 4 kB, then a few bytes every 0.2 s."""
+    started = time.perf_counter()  # before connecting: so before the server's body timer starts
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 4096\r\n\r\n")
     trickle = asyncio.create_task(_trickle(writer, BODY[:40]))
@@ -52,11 +59,9 @@ async def _trickle(writer: asyncio.StreamWriter, data: bytes) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _until_closed(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float,
-) -> tuple[float, bytes]:
+async def _until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float) -> Closed:
     try:
-        async with asyncio.timeout(DEADLINE_S + 10):
+        async with asyncio.timeout(DEADLINE_S + 30):  # a late close is measured, not cut short
             answer = await reader.read()  # until the server closes
     except ConnectionResetError:
         answer = b""
@@ -65,27 +70,47 @@ async def _until_closed(
     return time.perf_counter() - started, answer
 
 
+async def slow_and_normal(server: Server) -> tuple[list[Closed], Ledger]:
+    """16 slow-header and 16 slow-body connections during 6 s of normal open-loop traffic (120 requests)."""
+    slow = [kind(server.port) for kind in (slow_header, slow_body) for _ in range(SLOW_CLIENTS)]
+    *closed, ledger = await asyncio.gather(*slow, open_loop(server.url, 20, DEADLINE_S + 4, NORMAL))
+    return closed, ledger
+
+
+def assert_408_and_closed(answer: bytes) -> None:
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b'"code":"request_timeout"' in answer and b"connection: close" in answer.lower(), answer
+
+
 @pytest.mark.slow
-async def test_slow_headers_and_bodies_are_cut_off_while_normal_traffic_flows(
+async def test_slow_headers_and_bodies_are_cut_at_their_deadline_while_normal_traffic_is_served(
     tiny_bundle: Path, tmp_path: Path,
 ) -> None:
-    """~10 s in CI and in full: 16 slow-header and 16 slow-body connections during 6 s of normal open-loop traffic."""
-    flags = ("--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DEADLINE_S))
-    with running_server(tiny_bundle, tmp_path / "server.log", *flags) as server:
-        host, port = "127.0.0.1", int(server.url.rsplit(":", 1)[1])
-        unloaded = await unloaded_p99(server.url, NORMAL, count=120)
-        slow = [slow_header(host, port) for _ in range(SLOW_CLIENTS)]
-        slow += [slow_body(host, port) for _ in range(SLOW_CLIENTS)]
-        normal = open_loop(server.url, 20, DEADLINE_S + 4, NORMAL)  # 120 requests, as many as unloaded
-        *closed, ledger = await asyncio.gather(*slow, normal)
+    with running(tiny_bundle, tmp_path / "server.log", *FLAGS) as server:
+        closed, ledger = await slow_and_normal(server)
         log = server.log()
-    closed_after = [round(seconds, 2) for seconds, _ in closed]
-    report = f"unloaded p99 {unloaded * 1000:.1f} ms; normal {ledger.summary()}; closed after {closed_after}"
-    print("\n" + report)
+    closed_after = sorted(round(seconds, 2) for seconds, _ in closed)
     for seconds, answer in closed:
-        assert seconds <= DEADLINE_S + SLACK_S, report
-        assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert b'"code":"request_timeout"' in answer and b"connection: close" in answer.lower(), answer
-    assert ledger.by_status() == {200: ledger.sent}, report
-    assert ledger.p99() <= 2 * max(unloaded, FLOOR_S), report
+        assert_408_and_closed(answer)
+        assert DEADLINE_S <= seconds <= DEADLINE_S + 10, closed_after
+    assert ledger.sent == 120 and ledger.by_status() == {200: 120}, ledger.summary()
     assert "Traceback" not in log, log
+
+
+FLOOR_S = 0.010
+
+
+@pytest.mark.reliability
+async def test_slow_clients_limits(tiny_bundle: Path, tmp_path: Path, figures: Figures) -> None:
+    with running(tiny_bundle, tmp_path / "server.log", *FLAGS) as server:
+        unloaded = await unloaded_p99(server.url, NORMAL, count=120)  # as many as the normal traffic sends
+        closed, ledger = await slow_and_normal(server)
+    latest = max(seconds for seconds, _ in closed)
+    figures.limit("slow connections answered 408 and closed", sum(a.startswith(b"HTTP/1.1 408") for _, a in closed),
+                  "==", len(closed))
+    figures.limit("earliest close", min(seconds for seconds, _ in closed), ">=", DEADLINE_S, "s")
+    figures.limit("latest close", latest, "<=", DEADLINE_S + 1.5, "s")
+    figures.limit("normal requests not 200", ledger.sent - ledger.by_status()[200], "==", 0)
+    figures.limit("normal p99 / max(unloaded p99, 10 ms)", ledger.p99() / max(unloaded, FLOOR_S), "<=", 2, "x")
+    figures.note(f"unloaded p99 {unloaded * 1000:.1f} ms; normal traffic {ledger.summary()}")
+    figures.assert_met()

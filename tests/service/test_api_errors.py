@@ -39,9 +39,9 @@ async def test_404_405_415_and_422_validation(tiny_bundle):
         missing = assert_error(await client.post("/embed", json={"normalize": True}), 422, "validation_error")
         assert "inputs" in missing["message"]
         assert_error(await client.post("/attention", json={"inputs": "x", "aggregation": "sum"}), 422)
-        assert_error(await client.post("/attention", json={"inputs": "x", "layers": [5]}), 422, "invalid_request")
-        assert_error(await client.post("/embed", json={"inputs": []}), 422, "invalid_request")
-        assert_error(await client.post("/v1/embeddings", json={"input": [[99999]]}), 422, "invalid_request")
+        assert_error(await client.post("/attention", json={"inputs": "x", "layers": [5]}), 422, "out_of_range")
+        assert_error(await client.post("/embed", json={"inputs": []}), 422, "validation_error")
+        assert_error(await client.post("/v1/embeddings", json={"input": [[99999]]}), 422, "out_of_range")
         assert_error(await client.post("/v1/embeddings", json={"input": "x", "dimensions": 999}), 422)
 
 
@@ -189,3 +189,93 @@ async def test_disconnected_client_is_dropped_before_compute(tiny_bundle):
 
 def test_domain_errors_carry_their_status():
     assert InvalidRequest("x").status == 422
+
+
+# -- the OpenAPI document says what the server accepts (schema fuzzing with every check found these) --------
+FIELD = {"/embed": "inputs", "/classify": "inputs", "/attention": "inputs", "/tokenize": "inputs",
+         "/v1/embeddings": "input"}
+
+
+def _request_schema(app, path: str) -> dict:
+    doc = app.openapi()
+    ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    return doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+
+
+def _arrays(schema: dict):
+    """Every array schema nested in `schema`."""
+    if schema.get("type") == "array":
+        yield schema
+        yield from _arrays(schema["items"])
+    for branch in schema.get("anyOf", []):
+        yield from _arrays(branch)
+
+
+async def test_empty_lists_are_refused_and_documented_as_min_items_1(tiny_bundle):
+    async with serving(tiny_bundle) as (app, client):
+        for path, field in FIELD.items():
+            arrays = list(_arrays(_request_schema(app, path)["properties"][field]))
+            assert arrays and all(a["minItems"] == 1 for a in arrays), (path, arrays)
+            assert_error(await client.post(path, json={field: []}), 422, "validation_error")
+        assert_error(await client.post("/v1/embeddings", json={"input": [[]]}), 422, "validation_error")
+        attention = _request_schema(app, "/attention")["properties"]
+        for name in ("layers", "heads"):
+            assert [a["minItems"] for a in _arrays(attention[name])] == [1]
+            assert_error(await client.post("/attention", json={"inputs": "x", name: []}), 422, "validation_error")
+
+
+async def test_token_ids_are_json_integers_not_booleans_strings_or_fractions(tiny_bundle):
+    async with serving(tiny_bundle) as (_, client):
+        for ids in ([[False]], [True], [[1, True]], [[1, "2"]], [1.5], [[2, 2.5]], [-1], [[-1]]):
+            assert_error(await client.post("/v1/embeddings", json={"input": ids}), 422, "validation_error")
+        # OpenAPI 3.1 is JSON Schema 2020-12, where 1.0 *is* the integer 1: the document cannot refuse it,
+        # so the server takes it as 1 (schemathesis' positive data sends such numbers).
+        as_int = (await client.post("/v1/embeddings", json={"input": [[5, 7]]})).json()["data"]
+        as_float = (await client.post("/v1/embeddings", json={"input": [[5.0, 7.0]]})).json()["data"]
+        assert as_float == as_int
+
+
+async def test_booleans_and_integers_are_strict_in_every_request_model(tiny_bundle):
+    wrong = [
+        ("/embed", {"normalize": 0}), ("/embed", {"normalize": "false"}), ("/embed", {"truncate": 1}),
+        ("/embed", {"dimensions": True}), ("/embed", {"dimensions": "2"}), ("/embed", {"dimensions": 2.5}),
+        ("/classify", {"raw_scores": 0}), ("/classify", {"top_k": True}), ("/classify", {"top_k": "1"}),
+        ("/tokenize", {"add_special_tokens": "true"}), ("/tokenize", {"add_special_tokens": 1}),
+        ("/attention", {"layers": [True]}), ("/attention", {"heads": ["0"]}), ("/attention", {"layers": [-1]}),
+        ("/attention", {"truncate": "yes"}), ("/v1/embeddings", {"dimensions": False}),
+    ]
+    async with serving(tiny_bundle) as (_, client):
+        for path, extra in wrong:
+            error = assert_error(await client.post(path, json={FIELD[path]: "x", **extra}), 422, "validation_error")
+            assert next(iter(extra)) in error["message"], (path, extra, error)
+        assert (await client.post("/classify", json={"inputs": "x", "top_k": 1.0})).status_code == 200
+
+
+async def test_past_the_models_sizes_is_out_of_range(tiny_bundle):
+    """Valid for the document (which cannot know the bundle) but past the loaded model: 422 out_of_range."""
+    async with serving(tiny_bundle) as (app, client):
+        info = (await client.get("/info")).json()
+        past = [
+            ("/attention", {"inputs": "x", "layers": [info["num_layers"]]}),
+            ("/attention", {"inputs": "x", "heads": [0, info["num_heads"]]}),
+            ("/embed", {"inputs": "x", "dimensions": info["hidden_size"] + 1}),
+            ("/v1/embeddings", {"input": "x", "dimensions": info["hidden_size"] + 1}),
+            ("/v1/embeddings", {"input": [app.state.engine.runtime.tokenizer.vocab_size]}),
+        ]
+        for path, body in past:
+            assert_error(await client.post(path, json=body), 422, "out_of_range")
+
+
+def test_documented_statuses_and_bounds_are_json_schema():
+    """Every POST route documents 408 (body timeout) and 500 (the generic error); bounds are `minimum`,
+    never a pydantic keyword (`ge`) that JSON Schema ignores."""
+    from pathlib import Path
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    doc = create_app(Settings(bundle=Path("unused"))).openapi()
+    for path in FIELD:
+        assert {"408", "413", "415", "422", "500"} <= set(doc["paths"][path]["post"]["responses"]), path
+    text = orjson.dumps(doc["components"]).decode()
+    assert '"ge":' not in text and '"le":' not in text and '"minimum":' in text

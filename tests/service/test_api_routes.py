@@ -11,6 +11,7 @@ import pytest_asyncio
 
 from tests.helpers.fakes import GatedRuntime, held
 from tests.helpers.serving import serving, until
+from tests.helpers.tiny import SENTENCES
 
 TEXTS = ["a warm and funny film", "the plot makes no sense at all", "dull"]
 
@@ -44,11 +45,32 @@ async def test_embed_dimensions_truncate_then_renormalise(client):
     np.testing.assert_allclose(short, expected, atol=1e-5)
 
 
+def unit(vector):
+    return np.asarray(vector) / np.linalg.norm(vector)
+
+
 async def test_truncation_direction_and_default(client):
-    long_text = " ".join(["film"] * 200)
-    right = (await post(client, "/embed", {"inputs": long_text})).json()
-    left = (await post(client, "/embed", {"inputs": "dull " + long_text, "truncation_direction": "Left"})).json()
-    assert len(right[0]) == len(left[0]) == 32
+    """A text of ~300 tokens whose beginning and end differ, cut to the model's max length: Right (the default)
+    keeps [CLS], the first tokens and [SEP]; Left keeps [CLS], the last tokens and [SEP]. Checked on the tokens
+    /attention reports, and on the embedding, which equals that of the kept token ids sent directly."""
+    text = " ".join(SENTENCES)  # "a warm and funny film ... attention heads look at tokens"
+    max_length = (await client.get("/info")).json()["max_length"]
+    whole = [t["id"] for t in (await post(client, "/tokenize", {"inputs": text})).json()[0]]  # not truncated
+    cls, words, sep = whole[0], whole[1:-1], whole[-1]
+    kept = {"Right": [cls, *words[: max_length - 2], sep], "Left": [cls, *words[2 - max_length :], sep]}
+    assert len(whole) > max_length + 100 and kept["Right"][1:-1] != kept["Left"][1:-1]
+    vectors = {}
+    for direction, ids in kept.items():
+        cut = {"inputs": text, "truncation_direction": direction}
+        attention = (await post(client, "/attention", cut)).json()["data"][0]
+        assert [t["id"] for t in attention["tokens"]] == ids, direction
+        vectors[direction] = unit((await post(client, "/embed", {**cut, "normalize": False})).json()[0])
+        direct = (await post(client, "/v1/embeddings", {"input": ids})).json()["data"][0]["embedding"]
+        np.testing.assert_allclose(vectors[direction], unit(direct), atol=1e-5)
+    default = (await post(client, "/embed", {"inputs": text, "normalize": False})).json()[0]
+    np.testing.assert_allclose(unit(default), vectors["Right"], atol=1e-6)
+    # different halves, different vectors: apart by far more than the float tolerance above (0.055 here)
+    assert np.abs(vectors["Right"] - vectors["Left"]).max() > 100 * 1e-5
 
 
 async def test_openai_float_base64_dimensions_usage_and_token_ids(client):
@@ -149,7 +171,7 @@ async def test_ops_routes(client):
                  "attnserve_batch_tokens", "attnserve_tokenize_duration_seconds", "attnserve_queue_duration_seconds",
                  "attnserve_inference_duration_seconds", "attnserve_model_runs_total"):
         assert name in metrics
-    assert 'attnserve_requests_total{route="/embed",status="200"} 1.0' in metrics
+    assert 'attnserve_requests_total{model="tiny",route="/embed",status="200"} 1.0' in metrics
 
 
 async def test_openapi_documents_every_error_status(client):

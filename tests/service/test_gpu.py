@@ -6,7 +6,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.service.test_integration import TEXTS, start, stop
+from tests.helpers.process import running
+from tests.service.test_integration import TEXTS
 
 pytestmark = pytest.mark.gpu
 
@@ -20,18 +21,12 @@ def fp16_bundle(tiny_checkpoint, tmp_path_factory):
     return out
 
 
-def test_auto_serves_fp16_on_cuda_close_to_cpu_fp32(fp16_bundle):
-    proc, url = start(fp16_bundle)
-    try:
-        info = httpx.get(f"{url}/info").json()
+def test_auto_serves_fp16_on_cuda_close_to_cpu_fp32(fp16_bundle, tmp_path):
+    with running(fp16_bundle, tmp_path / "auto.log") as server:
+        info = httpx.get(f"{server.url}/info").json()
         assert info["provider"] == "cuda" and info["variants"]["fast"] == "fp16"
-        on_gpu = np.array(httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json())
-    finally:
-        stop(proc)
-    proc, url = start(fp16_bundle, "--provider", "cpu")
-    try:
-        assert httpx.get(f"{url}/info").json()["variants"]["fast"] == "fp32"
-        on_cpu = np.array(httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json())
-    finally:
-        stop(proc)
+        on_gpu = np.array(httpx.post(f"{server.url}/embed", json={"inputs": TEXTS}).json())
+    with running(fp16_bundle, tmp_path / "cpu.log", "--provider", "cpu") as server:
+        assert httpx.get(f"{server.url}/info").json()["variants"]["fast"] == "fp32"
+        on_cpu = np.array(httpx.post(f"{server.url}/embed", json={"inputs": TEXTS}).json())
     assert np.abs(on_gpu - on_cpu).max() < 1e-2

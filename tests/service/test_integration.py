@@ -4,14 +4,9 @@ checked against eager PyTorch on the same checkpoint."""
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,52 +14,38 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers.process import free_port, serve_command, server_env, terminate
+from bench.procs import ROOT, clean_env
+from tests.helpers.metrics import read
+from tests.helpers.process import Server, free_port, launch_server, sigterm, stop, wait_ready
+from tests.helpers.serving import until
 
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def start(bundle: Path, *flags: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env, command = server_env(), serve_command(bundle, port, *flags)
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process; a file never blocks it
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    proc.log = log  # type: ignore[attr-defined]
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {read_log(proc)}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not become ready")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> str:
-    """SIGTERM, wait for the graceful shutdown (exit status 0), and return the log."""
-    terminate(proc)
-    log = read_log(proc)
-    assert proc.returncode == 0, log
+def stop_cleanly(server: Server) -> str:
+    """One SIGTERM (unless already sent), wait for the graceful shutdown (exit status 0); the log."""
+    status, log = stop(server)
+    assert status == 0, log
     assert "Application shutdown complete" in log, log
     return log
 
 
-def read_log(proc: subprocess.Popen[bytes]) -> str:
-    proc.log.seek(0)  # type: ignore[attr-defined]
-    return proc.log.read().decode()  # type: ignore[attr-defined]
+@pytest.fixture(scope="module")
+def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = launch_server(tiny_bundle, tmp_path_factory.mktemp("integration") / "server.log")
+    assert wait_ready(server, 60), server.log()
+    yield server.url
+    stop_cleanly(server)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path) -> Iterator[str]:
-    proc, url = start(tiny_bundle)
-    yield url
-    stop(proc)
+def waiting_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The batcher waits 3 s before each batch: inputs sent together queue together (no clock in the checks
+    beyond "a few local requests arrive within 3 s")."""
+    server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log", "--batch-wait-ms", "3000")
+    assert wait_ready(server, 60), server.log()
+    yield server.url
+    stop_cleanly(server)
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +66,11 @@ def reference(tiny_checkpoint):
 
 
 def model_runs(url: str) -> float:
-    text = httpx.get(f"{url}/metrics").text
-    match = re.search(r'attnserve_model_runs_total\{kind="fast",outcome="ok"\} ([0-9.e+]+)', text)
-    return float(match.group(1)) if match else 0.0
+    return read(url, "attnserve_model_runs_total", kind="fast", outcome="ok")
+
+
+def queue_depth(url: str) -> float:
+    return read(url, "attnserve_queue_depth")
 
 
 def test_every_route_answers(server):
@@ -118,13 +101,15 @@ def test_embeddings_and_attention_equal_eager_pytorch(server, reference):
         np.testing.assert_allclose(np.array(item["attention"]), expected, atol=1e-5)
 
 
-async def test_concurrent_singles_share_model_runs(server):
-    before = model_runs(server)
-    async with httpx.AsyncClient(base_url=server, timeout=30) as client:
-        responses = await asyncio.gather(*(client.post("/embed", json={"inputs": TEXTS[i % 4]}) for i in range(32)))
-    assert all(r.status_code == 200 for r in responses)
-    runs = model_runs(server) - before
-    assert 1 <= runs < 32, runs
+async def test_concurrent_singles_share_one_model_run(waiting_server):
+    url, before = waiting_server, model_runs(waiting_server)
+    batched = read(url, "attnserve_batch_size_sum")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        tasks = [asyncio.create_task(client.post("/embed", json={"inputs": TEXTS[i % 4]})) for i in range(32)]
+        await until(lambda: queue_depth(url) == 32)  # all queued while the batcher waits
+        responses = await asyncio.gather(*tasks)
+    assert [r.status_code for r in responses] == [200] * 32
+    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == 32
 
 
 def test_openai_client_works_unchanged(server):
@@ -140,48 +125,36 @@ def test_openai_client_works_unchanged(server):
     assert len(short.data[0].embedding) == 8
 
 
-async def test_sigterm_finishes_admitted_requests(tiny_bundle):
-    proc, url = start(tiny_bundle, "--batch-wait-ms", "4000")  # admitted requests sit in the queue at SIGTERM
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 2]
-        await until(lambda: queue_depth(url) + sum(t.done() for t in tasks) >= len(tasks))  # all admitted
-        proc.send_signal(signal.SIGTERM)
-        responses = await asyncio.gather(*tasks)
-    assert [r.status_code for r in responses] == [200] * len(tasks)
-    stop(proc)
-
-
-async def test_client_that_disconnects_leaves_the_queue_before_compute(tiny_bundle):
-    proc, url = start(tiny_bundle, "--batch-wait-ms", "3000")  # the worker holds queued inputs for 3 s
+async def test_sigterm_finishes_admitted_requests(tiny_bundle, tmp_path):
+    server = launch_server(tiny_bundle, tmp_path / "server.log", "--batch-wait-ms", "4000")
     try:
-        before = model_runs(url)
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            request = asyncio.create_task(client.post("/embed", json={"inputs": ["gone", "also gone"]}))
-            await until(lambda: queue_depth(url) == 2)
-            request.cancel()  # the client goes away: httpx closes the connection
-            await until(lambda: queue_depth(url) == 0, timeout_s=2)  # well inside the batch wait
-        await asyncio.sleep(3)
-        assert model_runs(url) == before
-        assert httpx.post(f"{url}/embed", json={"inputs": "still serving"}, timeout=30).status_code == 200
+        assert wait_ready(server, 60), server.log()
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 2]
+            await until(lambda: queue_depth(server.url) == len(tasks))  # all admitted, waiting for the batch
+            sigterm(server)  # the one signal; stop_cleanly() below only waits
+            responses = await asyncio.gather(*tasks)
+        assert [r.status_code for r in responses] == [200] * len(tasks)
     finally:
-        stop(proc)
+        stop_cleanly(server)
 
 
-async def until(condition, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
-
-
-def queue_depth(url: str) -> float:
-    match = re.search(r"^attnserve_queue_depth ([0-9.e+]+)$", httpx.get(f"{url}/metrics").text, re.M)
-    return float(match.group(1)) if match else 0.0
+async def test_client_that_disconnects_leaves_the_queue_before_compute(waiting_server):
+    url, before = waiting_server, model_runs(waiting_server)
+    batched = read(url, "attnserve_batch_size_sum")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        request = asyncio.create_task(client.post("/embed", json={"inputs": ["gone", "also gone"]}))
+        await until(lambda: queue_depth(url) == 2)
+        request.cancel()  # the client goes away: httpx closes the connection
+        await until(lambda: queue_depth(url) == 0)
+        # A later request runs in the next batch; had the abandoned inputs stayed queued, they would run
+        # before or with it. So once it is answered, exactly its one input has run if theirs did not.
+        assert (await client.post("/embed", json={"inputs": "still serving"})).status_code == 200
+    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == 1
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}
-    return subprocess.run([sys.executable, "-m", "attnserve", "serve", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "attnserve", "serve", *args], cwd=ROOT, env=clean_env(),
                           capture_output=True, text=True, timeout=60)
 
 

@@ -63,7 +63,7 @@ def test_settings_from_environment_and_validation(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNSERVE_CORS_ORIGINS", "http://a.example, http://b.example")
     monkeypatch.setenv("ATTNSERVE_API_KEY", "zz-secret-zz")
     settings = Settings()
-    assert settings.max_batch_size == 8 and settings.bundle == tmp_path
+    assert settings.max_batch_size == 8 and settings.bundle_dir == tmp_path
     assert settings.cors_origins == ["http://a.example", "http://b.example"]
     assert "zz-secret-zz" not in repr(settings)
     with pytest.raises(ValidationError):
@@ -146,3 +146,9 @@ def test_service_readme_documents_every_setting():
     readme = (Path(__file__).resolve().parents[2] / "service" / "README.md").read_text()
     for name in Settings.model_fields:
         assert f"`ATTNSERVE_{name.upper()}`" in readme, name
+
+
+def test_graceful_drain_is_never_rounded_down_to_none():
+    from service.cli import drain_seconds
+
+    assert [drain_seconds(Settings(bundle="b", graceful_timeout_s=s)) for s in (0.5, 1.0, 8.2)] == [1, 1, 9]

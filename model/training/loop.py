@@ -1,7 +1,7 @@
 """The training loop: AdamW, linear warm-up then linear decay, gradient clipping, evaluation per epoch.
 
 What is trained and how a batch becomes logits is a Task: TextTask runs the whole encoder on token
-ids; model.features.FeatureTask runs only the head on token states cached from a frozen encoder.
+ids; model.training.features.FeatureTask runs only the head on token states cached from a frozen encoder.
 The loop knows neither. Shape letters: B batch, T sequence length, D d_model, C classes.
 """
 
@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from model.data import batch_order, pad_batch
-from model.metrics import classification_report
+from model.tokenizer import pad_batch
+from model.training.data import batch_order
+from model.training.metrics import classification_report
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,9 @@ class Task:
 
     def batches(self, split: Split, rng: random.Random | None) -> Iterator[Batch]:
         for indices in batch_order(split.lengths, self.batch_size, rng is not None, rng or random.Random()):
-            inputs = self.collate([split.examples[i] for i in indices])
+            inputs, attention_mask = self.collate([split.examples[i] for i in indices])
             labels = torch.tensor([split.labels[i] for i in indices], dtype=torch.long)
-            yield tuple(t.to(self.device) for t in inputs), labels.to(self.device)
+            yield (inputs.to(self.device), attention_mask.to(self.device)), labels.to(self.device)
 
     def steps_per_epoch(self) -> int:
         return math.ceil(len(self.train.labels) / self.batch_size)

@@ -1,20 +1,19 @@
 """Keep the best epoch on disk: a full checkpoint whenever held-out accuracy improves, metrics at the end.
 
 The checkpoint is written with model.checkpoint.save_checkpoint (atomic), so an interrupted run
-still leaves its best epoch so far; metrics.json is finally rewritten (atomically) with the whole
-history. Ties keep the earlier epoch; accuracy decides, macro-F1 breaks exact ties.
+still leaves its best epoch so far; metrics.json is finally rewritten with the whole history through
+bundle.files.write_text_atomic. Ties keep the earlier epoch; accuracy decides, macro-F1 breaks exact ties.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
 
+from bundle.files import write_text_atomic
 from model.checkpoint import save_checkpoint
 from model.encoder import Encoder
 
@@ -45,13 +44,5 @@ class BestKeeper:
         self.history = list(history)
         self.summary["total_seconds"] = total_seconds
         metrics = self.metrics()
-        write_json_atomic(self.out_dir / "metrics.json", metrics)
+        write_text_atomic(self.out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
         return metrics
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(data, indent=2) + "\n")
-    os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; the other checkpoint files are world-readable
-    os.replace(tmp, path)

@@ -17,12 +17,12 @@ import torch
 from tokenizers import Tokenizer
 
 from model.config import EncoderConfig
-from model.data import Dataset, tokenize
 from model.encoder import Encoder
-from model.features import FeatureTask, extract_features
 from model.load import load_model
-from model.tokenizer import pad_id, train_wordpiece
-from model.training import Split, Task, TextTask
+from model.tokenizer import pad_id, token_ids, train_wordpiece
+from model.training.data import Dataset
+from model.training.features import FeatureTask, extract_features
+from model.training.loop import Split, Task, TextTask
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def make_task(encoder: Encoder, tokenizer: Tokenizer, train: Dataset, val: Datas
               batch_size: int, max_length: int, device: torch.device) -> Task:
     encoder.to(device)
     max_length = min(max_length, encoder.config.max_length)
-    train_ids, val_ids = tokenize(tokenizer, train.texts, max_length), tokenize(tokenizer, val.texts, max_length)
+    train_ids, val_ids = token_ids(tokenizer, train.texts, max_length), token_ids(tokenizer, val.texts, max_length)
     pad = pad_id(tokenizer)
     if not frozen:
         return TextTask(encoder, Split(train_ids, train.labels), Split(val_ids, val.labels), batch_size, device, pad)

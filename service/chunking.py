@@ -1,0 +1,141 @@
+"""Long inputs as overlapping windows, and the pooling of the windows' answers. Plain functions (no
+asyncio, no HTTP), so the engine and batch jobs cut and pool the same way.
+
+A text's content tokens (its tokens without the special ones) are cut into windows of
+W = max_length - S tokens, S being the special tokens the tokenizer's post-processor adds ([CLS] and
+[SEP] for BERT: 2), starting at token 0, W - N, 2(W - N), ... for an overlap of N tokens (0 <= N < W);
+the last window is the first one that reaches the end of the text, and may be shorter. Cutting and
+wrapping are the `tokenizers` library's own (`Encoding.truncate` with a stride, then the tokenizer's
+post-processor), so each window is exactly what the tokenizer makes of that stretch of text, and a text
+of at most W tokens makes one window: its usual encoding. Token-id inputs are used as given (nothing is
+added), so they are cut into windows of max_length ids, and their spans count tokens, not characters.
+
+Pooling: the mean of the windows' outputs weighted by each window's content-token count, in float64,
+taken on the graph's pooled vectors before normalisation (or on logits before softmax). One window is
+returned unchanged, bit for bit.
+
+Shape letters: K windows of one input, D hidden (or C labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tokenizers import Encoding
+
+from service.errors import InputTooLong, OutOfRange
+from service.tokenize import TextTokenizer
+
+DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
+
+
+@dataclass(frozen=True)
+class Window:
+    ids: np.ndarray  # (n,) int64, special tokens included: what the graph runs
+    start: int  # span of the window's content in the input: characters of a text, positions of token ids
+    stop: int
+    tokens: int  # content tokens (special tokens excluded): the window's weight in the mean
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+def window_size(tokenizer: TextTokenizer, text: bool = True) -> int:
+    """Content tokens per window: the max length less the special tokens added to a text."""
+    return tokenizer.max_length - (tokenizer.special_count if text else 0)
+
+
+def count_windows(tokens: int, size: int, overlap: int) -> int:
+    """How many windows of `size` tokens, `overlap` shared, cover `tokens` content tokens."""
+    if tokens <= size:
+        return 1
+    step = size - overlap
+    return 1 + (tokens - size + step - 1) // step
+
+
+def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int) -> list[list[Window]]:
+    """Per input, its windows in order. Refuses an overlap outside [0, W) and an input that would make more
+    than `max_windows` windows (before any window is built). CPU-bound: callers keep it off an event loop."""
+    text = isinstance(inputs[0], str)
+    size = window_size(tokenizer, text)
+    _check_overlap(tokenizer, overlap, size, text)
+    if not text:
+        sequences = [tokenizer.checked_ids(index, ids) for index, ids in enumerate(inputs)]
+        _check_counts([len(ids) for ids in sequences], size, overlap, max_windows)
+        return [_id_windows(ids, size, overlap) for ids in sequences]
+    encodings = tokenizer.content(inputs)
+    _check_counts([len(e.ids) for e in encodings], size, overlap, max_windows)
+    return [_text_windows(tokenizer, e, size, overlap) for e in encodings]
+
+
+def pool(values: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
+    """(K, D) outputs of one input's windows -> (D,): their mean weighted by content tokens."""
+    weights = np.asarray([w.tokens for w in windows], dtype=np.float64)  # (K,)
+    if weights.sum() == 0:  # a text without content tokens: one window of special tokens only
+        weights[:] = 1.0
+    weights /= weights.sum()
+    return (weights @ values.astype(np.float64)).astype(np.float32)  # (D,)
+
+
+def regroup(outputs: Sequence[Any], windows: Sequence[Sequence[Window]]) -> list[list[Any]]:
+    """A flat list of per-window results, in window order -> one list per input."""
+    grouped, at = [], 0
+    for input_windows in windows:
+        grouped.append(list(outputs[at: at + len(input_windows)]))
+        at += len(input_windows)
+    if at != len(outputs):
+        raise ValueError(f"{len(outputs)} results for {at} windows")
+    return grouped
+
+
+def answers(windows: Sequence[Window], values: Iterable[Any], key: str) -> list[dict[str, Any]]:
+    """One input's windows as answers: each window's span and content tokens, and its value under `key`."""
+    return [
+        {"start": w.start, "stop": w.stop, "tokens": w.tokens, key: value}
+        for w, value in zip(windows, values, strict=True)
+    ]
+
+
+def _check_overlap(tokenizer: TextTokenizer, overlap: int, size: int, text: bool) -> None:
+    if not 0 <= overlap < size:
+        added = f" less its {tokenizer.special_count} special tokens" if text else ""
+        raise OutOfRange(
+            f"chunk_overlap must be at least 0 and below the window of {size} tokens "
+            f"(the model's max length of {tokenizer.max_length}{added})"
+        )
+
+
+def _check_counts(token_counts: Sequence[int], size: int, overlap: int, max_windows: int) -> None:
+    for index, tokens in enumerate(token_counts):
+        count = count_windows(tokens, size, overlap)
+        if count > max_windows:
+            raise InputTooLong(
+                f"input {index} has {tokens} tokens, which make {count} windows, over the limit of {max_windows} "
+                "windows per input (ATTNSERVE_MAX_WINDOWS_PER_INPUT)"
+            )
+
+
+def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int) -> list[Window]:
+    encoding.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
+    wrapped = tokenizer.wrap(encoding)
+    return [_text_window(w) for w in (wrapped, *wrapped.overflowing)]
+
+
+def _text_window(encoding: Encoding) -> Window:
+    content = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]
+    start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
+    return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content))
+
+
+def _id_windows(ids: list[int], size: int, overlap: int) -> list[Window]:
+    count, step = count_windows(len(ids), size, overlap), size - overlap
+    starts = [k * step for k in range(count)]
+    return [_id_window(ids, a, min(a + size, len(ids))) for a in starts]
+
+
+def _id_window(ids: list[int], start: int, stop: int) -> Window:
+    return Window(np.asarray(ids[start:stop], dtype=np.int64), start, stop, stop - start)

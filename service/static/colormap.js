@@ -1,0 +1,65 @@
+// The colour scale: viridis (matplotlib's perceptually uniform map, readable with the common colour
+// vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table.
+
+const STOPS = [
+  [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
+  [31, 158, 137], [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37],
+];
+
+function buildTable() {
+  const table = new Uint8ClampedArray(256 * 3);
+  for (let i = 0; i < 256; i++) {
+    const at = (i / 255) * (STOPS.length - 1);
+    const low = Math.min(Math.floor(at), STOPS.length - 2);
+    const t = at - low;
+    for (let c = 0; c < 3; c++) table[3 * i + c] = STOPS[low][c] * (1 - t) + STOPS[low + 1][c] * t;
+  }
+  return table;
+}
+
+export const TABLE = buildTable();
+
+// Index into TABLE of value v on the scale [0, max].
+export function level(value, max) {
+  if (!(max > 0)) return 0;
+  return Math.max(0, Math.min(255, Math.round((value / max) * 255)));
+}
+
+export function cssColour(value, max) {
+  const i = 3 * level(value, max);
+  return `rgb(${TABLE[i]}, ${TABLE[i + 1]}, ${TABLE[i + 2]})`;
+}
+
+// An n x n matrix (row-major Float32Array) as an n x n ImageData, coloured on [0, max].
+export function matrixImage(values, n, max) {
+  const image = new ImageData(Math.max(n, 1), Math.max(n, 1));
+  const pixels = image.data;
+  for (let i = 0; i < n * n; i++) {
+    const t = 3 * level(values[i], max);
+    pixels[4 * i] = TABLE[t];
+    pixels[4 * i + 1] = TABLE[t + 1];
+    pixels[4 * i + 2] = TABLE[t + 2];
+    pixels[4 * i + 3] = 255;
+  }
+  return image;
+}
+
+export function formatValue(value) {
+  return value.toFixed(4);
+}
+
+// A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+export function drawColourBar(ctx, x, y, height, max, width = 14) {
+  for (let py = 0; py < height; py++) {
+    ctx.fillStyle = cssColour((1 - py / Math.max(height - 1, 1)) * max, max);
+    ctx.fillRect(x, y + py, width, 1);
+  }
+  ctx.strokeStyle = "#4a4a4a";
+  ctx.strokeRect(x + 0.5, y + 0.5, width - 1, height - 1);
+  ctx.fillStyle = "#1a1a1a";
+  ctx.textBaseline = "middle";
+  ctx.textAlign = "left";
+  for (const fraction of [1, 0.5, 0]) {
+    ctx.fillText(formatValue(fraction * max), x + width + 4, y + (1 - fraction) * (height - 1));
+  }
+}

@@ -1,0 +1,20 @@
+// Export: the canvas a view drew, as PNG, and the exact /attention answer it was drawn from, as JSON.
+
+function download(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = name;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+export function downloadCanvas(canvas, name) {
+  canvas.toBlob((blob) => download(blob, name), "image/png");
+}
+
+export function downloadText(text, name) {
+  download(new Blob([text], { type: "application/json" }), name);
+}

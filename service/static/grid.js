@@ -1,0 +1,126 @@
+// All heads at once (the "model view"): a layers x heads grid of thumbnails, each map on its own colour
+// scale (0 .. its maximum). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
+// in the heatmap. One canvas for the whole grid.
+
+import { matrixImage } from "./colormap.js";
+import { viewOf } from "./matrix.js";
+
+const FONT = "12px system-ui, 'DejaVu Sans', sans-serif";
+const LABEL = 34; // room for the layer and head labels
+const GAP = 4;
+
+export class Grid {
+  constructor(figure, readout, onPick) {
+    this.canvas = document.createElement("canvas");
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute("role", "img");
+    figure.append(this.canvas);
+    this.readout = readout;
+    this.onPick = onPick;
+    this.selected = { layer: 0, head: 0 };
+    this.canvas.addEventListener("mousemove", (e) => this.pointAt(e.offsetX, e.offsetY, false));
+    this.canvas.addEventListener("click", (e) => this.pointAt(e.offsetX, e.offsetY, true));
+    this.canvas.addEventListener("keydown", (e) => this.onKey(e));
+  }
+
+  // item: an /attention item of shape (layers, heads, n, n); options: {hideSpecial, renormalise}.
+  show(item, options, width, selected) {
+    const [layers, heads] = item.shape;
+    const thumb = Math.max(36, Math.min(120, Math.floor((width - LABEL) / heads) - GAP));
+    this.layout = { layers, heads, thumb, dpr: window.devicePixelRatio || 1 };
+    this.layout.width = LABEL + heads * (thumb + GAP);
+    this.layout.height = LABEL + layers * (thumb + GAP);
+    this.base = renderGrid(item, options, this.layout);
+    this.selected = { layer: Math.min(selected.layer, layers - 1), head: Math.min(selected.head, heads - 1) };
+    Object.assign(this.canvas.dataset, { left: LABEL, top: LABEL, thumb, gap: GAP, layers, heads });
+    this.canvas.style.width = `${this.layout.width}px`;
+    this.canvas.style.height = `${this.layout.height}px`;
+    this.canvas.width = this.base.width;
+    this.canvas.height = this.base.height;
+    this.canvas.setAttribute("aria-label", `All heads: ${layers} layers by ${heads} heads. `
+      + "The arrow keys choose one, Enter opens it in the heatmap.");
+    this.redraw();
+  }
+
+  pointAt(x, y, pick) {
+    const { layers, heads, thumb } = this.layout;
+    const layer = Math.floor((y - LABEL) / (thumb + GAP));
+    const head = Math.floor((x - LABEL) / (thumb + GAP));
+    if (layer < 0 || head < 0 || layer >= layers || head >= heads) return;
+    this.select(layer, head);
+    if (pick) this.onPick(layer, head);
+  }
+
+  onKey(event) {
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    const { layer, head } = this.selected;
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      this.onPick(layer, head);
+      return;
+    }
+    const move = moves[event.key];
+    if (!move) return;
+    event.preventDefault();
+    const { layers, heads } = this.layout;
+    this.select(Math.max(0, Math.min(layers - 1, layer + move[0])), Math.max(0, Math.min(heads - 1, head + move[1])));
+  }
+
+  select(layer, head) {
+    this.selected = { layer, head };
+    this.redraw();
+  }
+
+  redraw() {
+    const ctx = this.canvas.getContext("2d");
+    const { thumb, dpr } = this.layout;
+    const { layer, head } = this.selected;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.drawImage(this.base, 0, 0);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.strokeStyle = "#e07b00";
+    ctx.lineWidth = 3;
+    ctx.strokeRect(LABEL + head * (thumb + GAP) - 2, LABEL + layer * (thumb + GAP) - 2, thumb + 4, thumb + 4);
+    this.readout.textContent = `layer ${layer} · head ${head}: click or press Enter to open it in the heatmap`;
+    Object.assign(this.readout.dataset, { layer, head });
+  }
+}
+
+function renderGrid(item, options, layout) {
+  const { layers, heads, thumb, width, height, dpr } = layout;
+  const canvas = document.createElement("canvas");
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  const ctx = canvas.getContext("2d");
+  ctx.scale(dpr, dpr);
+  ctx.fillStyle = "#ffffff";
+  ctx.fillRect(0, 0, width, height);
+  drawLabels(ctx, layout);
+  const scratch = document.createElement("canvas");
+  ctx.imageSmoothingQuality = "high";
+  for (let layer = 0; layer < layers; layer++) {
+    for (let head = 0; head < heads; head++) {
+      const view = viewOf(item, layer * heads + head, options);
+      drawThumb(ctx, scratch, view, LABEL + head * (thumb + GAP), LABEL + layer * (thumb + GAP), thumb);
+    }
+  }
+  return canvas;
+}
+
+function drawThumb(ctx, scratch, view, x, y, size) {
+  const m = view.tokens.length;
+  scratch.width = Math.max(m, 1);
+  scratch.height = Math.max(m, 1);
+  scratch.getContext("2d").putImageData(matrixImage(view.values, m, view.max), 0, 0);
+  ctx.imageSmoothingEnabled = m > size; // average when shrinking, crisp cells when growing
+  ctx.drawImage(scratch, x, y, size, size);
+}
+
+function drawLabels(ctx, { layers, heads, thumb }) {
+  ctx.font = FONT;
+  ctx.fillStyle = "#1a1a1a";
+  ctx.textAlign = "center";
+  ctx.textBaseline = "middle";
+  for (let head = 0; head < heads; head++) ctx.fillText(`H${head}`, LABEL + head * (thumb + GAP) + thumb / 2, LABEL / 2);
+  for (let layer = 0; layer < layers; layer++) ctx.fillText(`L${layer}`, LABEL / 2, LABEL + layer * (thumb + GAP) + thumb / 2);
+}

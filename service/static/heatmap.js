@@ -1,0 +1,171 @@
+// The token-by-token heatmap of one map: rows are queries, columns keys, token texts on both axes, the
+// colour bar beside it. The pointer or the arrow keys choose a cell; the read-out under the canvas
+// names both tokens and the value (its data-* attributes carry the same, for tests and scripts).
+// Drawn on one canvas from an n x n image scaled up, so 256 tokens cost one drawImage, not 65,536 nodes.
+
+import { drawColourBar, formatValue, matrixImage } from "./colormap.js";
+import { tokenLabel } from "./matrix.js";
+
+const FONT = "12px system-ui, 'DejaVu Sans', sans-serif";
+const BAR_SPACE = 90; // colour bar and its labels
+const MAX_LABEL = 110; // widest axis label, px
+
+export class Heatmap {
+  constructor(figure, readout) {
+    this.canvas = document.createElement("canvas");
+    this.canvas.tabIndex = 0;
+    this.canvas.setAttribute("role", "img");
+    figure.append(this.canvas);
+    this.readout = readout;
+    this.selected = { row: 0, col: 0 };
+    this.canvas.addEventListener("mousemove", (e) => this.pointAt(e.offsetX, e.offsetY));
+    this.canvas.addEventListener("keydown", (e) => this.onKey(e));
+  }
+
+  // view: {tokens, indices, values, max} (see matrix.viewOf); title names the map.
+  show(view, title, width) {
+    this.view = view;
+    this.title = title;
+    this.layout = layoutFor(view.tokens, width);
+    this.base = renderBase(view, this.layout);
+    const { row, col } = this.selected;
+    const m = view.tokens.length;
+    this.selected = { row: Math.max(0, Math.min(row, m - 1)), col: Math.max(0, Math.min(col, m - 1)) };
+    this.describe();
+    this.redraw();
+  }
+
+  describe() {
+    const { left, top, cell, width, height } = this.layout;
+    Object.assign(this.canvas.dataset, { left, top, cell, tokens: this.view.tokens.length });
+    this.canvas.style.width = `${width}px`;
+    this.canvas.style.height = `${height}px`;
+    this.canvas.width = this.base.width;
+    this.canvas.height = this.base.height;
+    this.canvas.setAttribute("aria-label", `Attention heatmap, ${this.title}, ${this.view.tokens.length} tokens. `
+      + "Rows are queries, columns keys; the arrow keys move the read-out.");
+  }
+
+  pointAt(x, y) {
+    const { left, top, cell } = this.layout;
+    const m = this.view ? this.view.tokens.length : 0;
+    const row = Math.floor((y - top) / cell);
+    const col = Math.floor((x - left) / cell);
+    if (row >= 0 && col >= 0 && row < m && col < m) this.select(row, col);
+  }
+
+  onKey(event) {
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1],
+      PageUp: [-10, 0], PageDown: [10, 0], Home: [0, -Infinity], End: [0, Infinity] };
+    const move = moves[event.key];
+    if (!move || !this.view || this.view.tokens.length === 0) return;
+    event.preventDefault();
+    const last = this.view.tokens.length - 1;
+    const clamp = (v) => Math.max(0, Math.min(last, v));
+    this.select(clamp(this.selected.row + move[0]), clamp(this.selected.col + move[1]));
+  }
+
+  select(row, col) {
+    this.selected = { row, col };
+    this.redraw();
+  }
+
+  redraw() {
+    if (!this.view) return;
+    const ctx = this.canvas.getContext("2d");
+    const dpr = this.layout.dpr;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.drawImage(this.base, 0, 0);
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    drawSelection(ctx, this.layout, this.selected, this.view.tokens.length);
+    this.updateReadout();
+  }
+
+  updateReadout() {
+    const { row, col } = this.selected;
+    const { tokens, indices, values } = this.view;
+    if (tokens.length === 0) {
+      this.readout.textContent = `${this.title}: no tokens left to show (all are special tokens)`;
+      return;
+    }
+    const value = values[row * tokens.length + col];
+    const query = tokens[row];
+    const key = tokens[col];
+    this.readout.textContent = `${this.title} · query ${indices[row]} “${query.text}” → key ${indices[col]} “${key.text}”`
+      + ` = ${formatValue(value)}`;
+    Object.assign(this.readout.dataset, { query: indices[row], key: indices[col], value: String(value) });
+  }
+}
+
+function layoutFor(tokens, width) {
+  const m = tokens.length;
+  const probe = document.createElement("canvas").getContext("2d");
+  probe.font = FONT;
+  const widest = Math.max(...tokens.map((t) => probe.measureText(tokenLabel(t)).width), 20);
+  const margin = Math.ceil(Math.min(widest, MAX_LABEL)) + 8;
+  const cell = Math.max(2, Math.min(28, Math.floor((width - margin - BAR_SPACE) / Math.max(m, 1))));
+  const side = m * cell;
+  const dpr = window.devicePixelRatio || 1;
+  return { m, cell, left: margin, top: margin, side, width: margin + side + BAR_SPACE, height: margin + side + 8, dpr,
+    labelEvery: Math.ceil(12 / cell) };
+}
+
+function renderBase(view, layout) {
+  const { left, top, side, width, height, dpr } = layout;
+  const canvas = document.createElement("canvas");
+  canvas.width = Math.round(width * dpr);
+  canvas.height = Math.round(height * dpr);
+  const ctx = canvas.getContext("2d");
+  ctx.scale(dpr, dpr);
+  ctx.fillStyle = "#ffffff";
+  ctx.fillRect(0, 0, width, height);
+  const m = view.tokens.length;
+  const image = document.createElement("canvas");
+  image.width = Math.max(m, 1);
+  image.height = Math.max(m, 1);
+  image.getContext("2d").putImageData(matrixImage(view.values, m, view.max), 0, 0);
+  ctx.imageSmoothingEnabled = false;
+  ctx.drawImage(image, left, top, side, side);
+  ctx.font = FONT;
+  drawAxisLabels(ctx, view.tokens, layout);
+  drawColourBar(ctx, left + side + 12, top, Math.max(side, 60), view.max);
+  return canvas;
+}
+
+function drawAxisLabels(ctx, tokens, layout) {
+  const { left, top, cell, labelEvery } = layout;
+  ctx.fillStyle = "#1a1a1a";
+  ctx.textBaseline = "middle";
+  tokens.forEach((token, i) => {
+    if (i % labelEvery !== 0) return;
+    const at = (i + 0.5) * cell;
+    ctx.textAlign = "right";
+    ctx.fillText(tokenLabel(token), left - 4, top + at);
+    ctx.save();
+    ctx.translate(left + at, top - 4);
+    ctx.rotate(-Math.PI / 2);
+    ctx.textAlign = "left";
+    ctx.fillText(tokenLabel(token), 0, 0);
+    ctx.restore();
+  });
+}
+
+function drawSelection(ctx, layout, selected, m) {
+  if (m === 0) return;
+  const { left, top, cell, side } = layout;
+  ctx.strokeStyle = "rgba(255, 255, 255, 0.55)";
+  ctx.lineWidth = 1;
+  ctx.strokeRect(left, top + selected.row * cell + 0.5, side, cell - 1);
+  ctx.strokeRect(left + selected.col * cell + 0.5, top, cell - 1, side);
+  ctx.strokeStyle = "#e07b00";
+  ctx.lineWidth = 2;
+  ctx.strokeRect(left + selected.col * cell - 1, top + selected.row * cell - 1, cell + 2, cell + 2);
+  markAxis(ctx, layout, selected);
+}
+
+function markAxis(ctx, layout, selected) {
+  const { left, top, cell } = layout;
+  ctx.fillStyle = "#e07b00";
+  ctx.fillRect(left - 3, top + selected.row * cell, 3, cell);
+  ctx.fillRect(left + selected.col * cell, top - 3, cell, 3);
+}

@@ -1,0 +1,161 @@
+"""What the Open Inference Protocol's tensors mean for a served model: its metadata, which inputs it takes,
+which outputs it gives, and one inference request as engine calls. Plain asyncio + numpy; the wire format
+is `service.v2codec`'s, the HTTP side `service.routes.v2`'s.
+
+Shape letters: N inputs, T the longest input's tokens, D hidden, C labels, l layers, h heads.
+
+Inputs: `text` (BYTES [N]), or `input_ids` (INT64/INT32 [N, T]) with an optional `attention_mask` (same
+shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP32 [N, D] (as
+/v1/embeddings: normalised as the manifest says unless `normalize` says otherwise), `logits` and `scores`
+(softmax) FP32 [N, C] in the manifest's label order, `attentions` FP32 (as /attention, over real tokens,
+padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by aggregation) and `attention_mask`
+INT64 [N, T] (1 on each input's real tokens, to unpad the attentions). Each goes through the engine, so
+through the same checks, admission, batching, limits and errors as every route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from attnserve import __version__
+from service import postprocess
+from service.engine import AttentionQuery, Engine, Inputs
+from service.errors import InvalidRequest, ModelNotFound
+from service.models import quoted
+from service.v2codec import Output
+from service.v2schemas import InferParameters, InferRequest, index_list
+
+PLATFORM = "onnx_onnxv1"
+EXTENSIONS = ["binary_tensor_data"]
+FAST_OUTPUTS = ("embeddings", "logits", "scores")
+
+
+def server_metadata() -> dict[str, object]:
+    return {"name": "attnserve", "version": __version__, "extensions": EXTENSIONS}
+
+
+def check_version(engine: Engine, version: str | None) -> None:
+    served = engine.runtime.manifest.version
+    if version is not None and version != served:
+        raise ModelNotFound(f"model {engine.name} has no version {quoted(version)}; the served version is {served!r}")
+
+
+def model_metadata(engine: Engine) -> dict[str, object]:
+    return {
+        "name": engine.name, "versions": [engine.runtime.manifest.version], "platform": PLATFORM,
+        "inputs": [
+            {"name": "text", "datatype": "BYTES", "shape": [-1]},
+            {"name": "input_ids", "datatype": "INT64", "shape": [-1, -1]},
+            {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]},
+        ],
+        "outputs": [{"name": name, "datatype": datatype, "shape": shape}
+                    for name, (datatype, shape) in output_specs(engine).items()],
+    }
+
+
+def output_specs(engine: Engine) -> dict[str, tuple[str, list[int]]]:
+    """The outputs this model gives: name -> (datatype, shape)."""
+    m = engine.runtime.manifest
+    specs = {"embeddings": ("FP32", [-1, m.hidden_size])}
+    if m.labels:
+        specs |= {"logits": ("FP32", [-1, len(m.labels)]), "scores": ("FP32", [-1, len(m.labels)])}
+    if "attention" in engine.runtime.runners:
+        specs["attentions"] = ("FP32", [-1, -1, -1, -1, -1])
+    specs["attention_mask"] = ("INT64", [-1, -1])
+    return specs
+
+
+async def infer(engine: Engine, request: InferRequest, tensors: dict[str, np.ndarray]) -> list[Output]:
+    """The requested outputs, in the order asked for (default: the fast graph's)."""
+    inputs, wanted = model_inputs(tensors), requested(engine, request)
+    params, names = request.parameters, {name for name, _ in wanted}
+    direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
+    values: dict[str, np.ndarray] = {}
+    if names & set(FAST_OUTPUTS) or "attentions" not in names:
+        raw, lengths = await engine.outputs(inputs, truncate=params.truncate, direction=direction)
+        values |= _fast_values(engine, raw, params) | {"attention_mask": _mask(lengths)}
+    if "attentions" in names:
+        binary = next(b for name, b in wanted if name == "attentions")
+        query = AttentionQuery(index_list(params.layers), index_list(params.heads), params.aggregation,
+                               "binary" if binary else "float", "float32")
+        views = await engine.attention(inputs, query, truncate=params.truncate, direction=direction)
+        lengths = [len(view["tokens"]) for view in views]
+        values |= {"attentions": _padded([view["attention"] for view in views], lengths),
+                   "attention_mask": _mask(lengths)}
+    specs = output_specs(engine)
+    return [Output(name, specs[name][0], values[name], binary) for name, binary in wanted]
+
+
+def model_inputs(tensors: dict[str, np.ndarray]) -> Inputs:
+    """Texts, or token-id lists, from the request's input tensors."""
+    if ("text" in tensors) == ("input_ids" in tensors):
+        raise InvalidRequest("the inputs are `text` (BYTES [n]) or `input_ids` (INT64 [n, T]) with an optional "
+                             f"`attention_mask`; got {', '.join(sorted(tensors))}")
+    if "text" in tensors:
+        return _texts(tensors)
+    return _token_ids(tensors)
+
+
+def requested(engine: Engine, request: InferRequest) -> list[tuple[str, bool]]:
+    """(name, binary) of each requested output; unknown or repeated names are refused."""
+    specs, default_binary = output_specs(engine), request.parameters.binary_data_output
+    if request.outputs is None:
+        return [(name, default_binary) for name in FAST_OUTPUTS if name in specs]
+    names = [out.name for out in request.outputs]
+    for name in names:
+        if name not in specs:
+            raise InvalidRequest(f"unknown output {name!r}; this model gives {', '.join(specs)}")
+        if names.count(name) > 1:
+            raise InvalidRequest(f"output {name!r} is requested twice")
+    return [(out.name, _binary(out.parameters, default_binary)) for out in request.outputs]
+
+
+def _binary(parameters: object, default: bool) -> bool:
+    chosen = getattr(parameters, "binary_data", None)
+    return default if chosen is None else bool(chosen)
+
+
+def _texts(tensors: dict[str, np.ndarray]) -> list[str]:
+    if "attention_mask" in tensors:
+        raise InvalidRequest("attention_mask goes with input_ids, not with text")
+    texts = tensors["text"]
+    if texts.dtype != object or not (texts.ndim == 1 or (texts.ndim == 2 and texts.shape[1] == 1)):
+        raise InvalidRequest("input `text` must be BYTES of shape [n] (or [n, 1])")
+    return texts.reshape(-1).tolist()  # type: ignore[no-any-return]
+
+
+def _token_ids(tensors: dict[str, np.ndarray]) -> list[list[int]]:
+    ids, mask = tensors["input_ids"], tensors.get("attention_mask")
+    if ids.dtype == object or ids.ndim != 2:
+        raise InvalidRequest("input `input_ids` must be INT64 or INT32 of shape [n, T]")
+    if mask is None:
+        return ids.tolist()  # type: ignore[no-any-return]
+    if mask.dtype == object or mask.shape != ids.shape or not np.isin(mask, (0, 1)).all():
+        raise InvalidRequest("input `attention_mask` must be INT64 or INT32 0s and 1s of input_ids' shape")
+    return [row[keep == 1].tolist() for row, keep in zip(ids, mask, strict=True)]
+
+
+def _fast_values(engine: Engine, raw: dict[str, np.ndarray], params: InferParameters) -> dict[str, np.ndarray]:
+    normalize = engine.runtime.manifest.normalize if params.normalize is None else params.normalize
+    values = {"embeddings": postprocess.embeddings(raw["embeddings"], normalize, None)}  # (N, D)
+    if "logits" in raw:
+        logits = raw["logits"].astype(np.float32)  # (N, C)
+        values |= {"logits": logits, "scores": postprocess.softmax(logits).astype(np.float32)}
+    return values
+
+
+def _mask(lengths: Sequence[int]) -> np.ndarray:
+    """(N, T): 1 on each input's real tokens."""
+    return (np.arange(max(lengths))[None, :] < np.asarray(lengths)[:, None]).astype(np.int64)
+
+
+def _padded(maps: Sequence[np.ndarray], lengths: Sequence[int]) -> np.ndarray:
+    """Per-input maps (..., n, n) -> (N, ..., T, T), zero beyond each input's n tokens."""
+    longest = max(lengths)
+    out = np.zeros((len(maps), *maps[0].shape[:-2], longest, longest), dtype=np.float32)  # (N, ..., T, T)
+    for index, (one, n) in enumerate(zip(maps, lengths, strict=True)):
+        out[index, ..., :n, :n] = one
+    return out

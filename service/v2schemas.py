@@ -1,0 +1,174 @@
+"""Open Inference Protocol v2 (KServe / Triton REST) request and response models.
+
+The protocol: kserve/open-inference-protocol, specification/protocol/inference_rest.md; the binary tensor
+data extension: Triton's docs/protocol/extension_binary_data.md. Requests are validated here (the route
+parses the JSON header itself, because with binary data the body is not JSON); responses are written by
+`service.v2codec` and documented by these models. Parameter values are JSON scalars, as the protocol
+allows; unknown parameters are refused (422) rather than ignored, so a misspelt one is noticed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+
+Aggregation = Literal["none", "mean", "max", "rollout"]
+InputName = Literal["text", "input_ids", "attention_mask"]
+OutputName = Literal["embeddings", "logits", "scores", "attentions", "attention_mask"]
+EXAMPLE: dict[str, Any] = {
+    "id": "42", "parameters": {"binary_data_output": False},
+    "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["a cat", "a dog sat"]}],
+    "outputs": [{"name": "embeddings"}, {"name": "scores"}],
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TensorParameters(_Strict):
+    binary_data_size: StrictInt | None = Field(None, ge=0, description="Bytes of this tensor's data after the "
+                                                "JSON header (binary tensor data extension).")
+
+
+class InferInput(_Strict):
+    name: InputName = Field(description="`text` (BYTES, shape [n]), or `input_ids` (INT64 or INT32, shape "
+                            "[n, T]) with an optional `attention_mask` of the same shape (1 keeps a token).")
+    shape: list[StrictInt] = Field(description="Each dimension, >= 0.")
+    datatype: Literal["BYTES", "INT64", "INT32"]
+    parameters: TensorParameters | None = None
+    data: list[Any] | None = Field(None, description="Row-major elements, flat or nested; absent when the "
+                                   "tensor is sent as binary data.")
+
+    @field_validator("shape")
+    @classmethod
+    def _non_negative(cls, shape: list[int]) -> list[int]:
+        if any(d < 0 for d in shape):
+            raise ValueError("dimensions must be >= 0")
+        return shape
+
+
+class OutputParameters(_Strict):
+    binary_data: StrictBool | None = Field(None, description="Return this output as binary data after the JSON "
+                                           "header (default: the request's binary_data_output).")
+
+
+class RequestedOutput(_Strict):
+    name: OutputName = Field(description="What GET /v2/models/{name} lists: logits and scores only for a model "
+                             "with labels, attentions for a bundle with an attention graph.")
+    parameters: OutputParameters | None = None
+
+
+class InferParameters(_Strict):
+    binary_data_output: StrictBool = Field(False, description="Return every output as binary data unless the "
+                                           "output says otherwise.")
+    truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; false "
+                                        "refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
+    truncation_direction: Literal["left", "right", "Left", "Right"] = Field(
+        "right", description="Which end of a long input is cut.")
+    normalize: StrictBool | None = Field(None, description="L2-normalise `embeddings` (default: as the model's "
+                                         "manifest says, as /v1/embeddings does).")
+    layers: StrictInt | StrictStr | None = Field(None, description="`attentions`: a layer index or comma-separated "
+                                                 "indices (default: all).")
+    heads: StrictInt | StrictStr | None = Field(None, description="`attentions`: a head index or comma-separated "
+                                                "indices (default: all).")
+    aggregation: Aggregation = Field("none", description="`attentions`: none [n, l, h, T, T]; mean or max over "
+                                     "heads [n, l, T, T]; rollout across the layers [n, T, T].")
+
+    @field_validator("layers", "heads")
+    @classmethod
+    def _indices(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",")]
+            if not all(p.isdigit() for p in parts):
+                raise ValueError("must be an index or comma-separated indices, such as 0 or '0,2'")
+        return value
+
+
+class InferRequest(BaseModel):
+    # extra: the binary extension's own example sends model_name
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [EXAMPLE]})
+
+    id: StrictStr | None = Field(None, description="Returned in the response.")
+    parameters: InferParameters = Field(default_factory=lambda: InferParameters.model_validate({}))
+    inputs: list[InferInput] = Field(min_length=1)
+    outputs: list[RequestedOutput] | None = Field(None, description="Default: embeddings, and logits and scores "
+                                                  "when the model has labels (attentions only when asked for).")
+
+
+def index_list(value: int | str | None) -> list[int] | None:
+    """The `layers` / `heads` parameter as indices."""
+    if value is None:
+        return None
+    return [value] if isinstance(value, int) else [int(p) for p in value.split(",")]
+
+
+# -- responses ------------------------------------------------------------------------------------
+class ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ServerLive(BaseModel):
+    live: bool
+
+
+class ServerReady(BaseModel):
+    ready: bool
+
+
+class ModelReady(BaseModel):
+    name: str
+    ready: bool
+
+
+class MetadataTensor(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int] = Field(description="-1 marks a dimension whose size varies.")
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[MetadataTensor]
+    outputs: list[MetadataTensor]
+
+
+class OutputTensor(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, int] | None = Field(None, description="binary_data_size when sent as binary data.")
+    data: list[float] | None = Field(None, description="Row-major, flat; absent when sent as binary data.")
+
+
+class InferResponse(BaseModel):
+    model_name: str
+    model_version: str
+    id: str | None = None
+    outputs: list[OutputTensor]
+
+
+class ProtocolError(BaseModel):
+    error: str
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """`model`'s JSON schema with its `$defs` written in place, for an OpenAPI requestBody that FastAPI
+    does not generate itself (the route reads the body: it may carry binary data after the JSON)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        return [resolve(item) for item in node] if isinstance(node, list) else node
+
+    return resolve(schema)  # type: ignore[no-any-return]
