@@ -1,8 +1,8 @@
 """`attnserve embed ... --ray [ADDRESS]`: the same job on Ray Data, for a corpus bigger than one machine.
 
     from_items(the input files, each with its first row number)      planned on the driver
-    -> map_batches(read_file)          the local job's reader and bad-row checks, one task per file;
-                                       bad rows go to OUT/_rejects/input-NNNNN.jsonl
+    -> map_batches(read_file)          the local job's reader and bad-row checks, one task per file, blocks of
+                                       --ray-batch-rows rows; bad rows go to OUT/_rejects/input-NNNNN.jsonl
     -> map_batches(Embedder, actor pool)  one onnxruntime session per actor (threads = the actor's CPUs,
                                        num_gpus with provider cuda); the local job's jobs.rows code
     -> write_parquet(OUT)
@@ -37,6 +37,9 @@ from jobs.embed import Job, Summary, batching, open_runtime
 from jobs.rows import JobError, Output
 from service.settings import Settings
 
+# A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
+# file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
+READ_CPUS = 0.5
 ENGINE_FIELDS = ("provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue")
 
 
@@ -87,13 +90,14 @@ class Embedder:
         return rows.table(batch.column("id").to_pylist(), values, list(self.runtime.manifest.labels), self.schema)
 
 
-def read_file(batch: pa.Table, columns: inputs.Columns, out: str) -> Iterator[pa.Table]:
-    """A Ray task: one input file's good rows as (id, text) tables; its bad rows into _rejects (atomically)."""
+def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int) -> Iterator[pa.Table]:
+    """A Ray task: one input file's good rows as (id, text) blocks of at most `chunk_rows` rows, which Ray
+    spreads over the actor pool; its bad rows into _rejects (atomically)."""
     item = batch.to_pylist()[0]
     source = inputs.Source(Path(item["path"]), item["format"], item["rows"])
     id_type = rows.id_type(columns.id is not None)
     with _rejects_file(Path(out), item["index"]) as rejects:
-        for chunk in inputs.read_source(source, columns, 4096, 0, item["first_row"]):
+        for chunk in inputs.read_source(source, columns, chunk_rows, 0, item["first_row"]):
             good, bad = rows.split(chunk)
             rejects.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in bad)
             yield pa.table({"id": pa.array([chunk.ids[i] for i in good], type=id_type),
@@ -135,7 +139,8 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
              for i, (s, first) in enumerate(zip(sources, _first_rows(sources), strict=True))]
     good = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
-        fn_kwargs={"columns": job.columns, "out": str(job.out.resolve())})
+        fn_kwargs={"columns": job.columns, "out": str(job.out.resolve()), "chunk_rows": options.batch_rows},
+        num_cpus=READ_CPUS)
     resources = actor_resources(settings.provider, options, ray.cluster_resources())
     engine = {"bundle": settings.bundle_dir, **{name: getattr(settings, name) for name in ENGINE_FIELDS}}
     embedded = good.map_batches(
