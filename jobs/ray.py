@@ -115,13 +115,13 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     state = _prepare(job.out, args, job.overwrite)
     if state.done:
         return _summary(job.out, state.parts[0].seconds, job.output)
-    started = ray.is_initialized()
-    if not started:
+    already_connected = ray.is_initialized()  # a caller's Ray (a test, a notebook) is used and left running
+    if not already_connected:
         ray.init(address=options.address, include_dashboard=False if options.address == "local" else None)
     try:
         seconds = _execute(job, settings, options, sources)
     finally:
-        if not started:
+        if not already_connected:
             ray.shutdown()
     summary = _summary(job.out, seconds, job.output)
     state.parts = [parts.PartRecord(summary.rows, summary.written, summary.rejected, summary.tokens, seconds)]
