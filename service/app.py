@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from attnserve import __version__
 from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
@@ -105,8 +106,21 @@ async def handle_error(request: Request, exc: Exception) -> Response:
     headers = dict(error.headers())
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
+    if error.status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+        headers["Allow"] = ", ".join(_allowed_methods(request))
     body = error_body_for(request.scope["path"], error)
     return Response(body, status_code=error.status, headers=headers, media_type="application/json")
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app fully matches on this request's path (asked of the router itself,
+    so included routers count)."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
 def _describe(exc: RequestValidationError) -> str:

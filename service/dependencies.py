@@ -33,12 +33,14 @@ async def get_models(request: Request) -> Models:
 
 async def model_picker(request: Request, models: Annotated[Models, Depends(get_models)]) -> Callable[..., Engine]:
     """`pick(*names)`: the engine of the model the request names (in its body, query or path; None where a
-    place names none), recorded for the request metrics' `model` label. Two different names: 422."""
+    place names none), recorded for the request metrics' `model` label. With several models served, two
+    different names are a 422 (model_conflict); with one, any name reaches it, as a single name does."""
 
     def pick(*names: str | None) -> Engine:
         given = {name for name in names if name is not None}
-        if len(given) > 1:
-            raise InvalidRequest(f"the request names two models: {', '.join(quoted(n) for n in sorted(given))}")
+        if len(given) > 1 and len(models) > 1:
+            names_given = ", ".join(quoted(n) for n in sorted(given))
+            raise InvalidRequest(f"the request names two models: {names_given}", code="model_conflict")
         engine = models.resolve(given.pop() if given else None)
         request.state.model = engine.name
         return engine

@@ -49,17 +49,25 @@ CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the
                  "length less its special tokens), else 422.")
 
 
-class _Request(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Request(_Strict):
+    """A route's request body: it may name the served model."""
 
     model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
                                "the first. With one model served, any name is accepted. Or the `model` query.")
 
 
-class Truncation(_Request):
+class TruncationFields(_Strict):
     truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
                                         "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
     truncation_direction: Direction = Field("Right", description="Which end of a long input is cut.")
+
+
+class Truncation(TruncationFields, _Request):
+    """Truncation fields on a route's request body."""
 
 
 class Chunked(_Request):
@@ -157,7 +165,7 @@ class ClassificationWindow(WindowSpan):
 One = Annotated[list[Text], Field(min_length=1, max_length=1)]  # TEI's single-text form; pairs are not served
 
 
-class PredictParameters(_Request):
+class PredictParameters(_Strict):
     """The Hugging Face Inference API's text-classification parameters (what `InferenceClient` sends)."""
 
     top_k: Positive | None = Field(None, description="Return only the k best labels.")
@@ -175,14 +183,14 @@ class PredictRequest(Truncation):
     parameters: PredictParameters | None = None
 
 
-class SimilarityInput(_Request):
+class SimilarityInput(_Strict):
     source_sentence: Text = Field(description="The text the others are compared with.")
     sentences: Texts = Field(description="Texts compared with source_sentence.")
 
 
 class SimilarityRequest(_Request):
     inputs: SimilarityInput
-    parameters: Truncation | None = None
+    parameters: TruncationFields | None = None
 
 
 class EmbedAllRequest(Truncation):

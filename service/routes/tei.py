@@ -32,7 +32,7 @@ from service.schemas import (
     SimilarityRequest,
     Token,
     TokenizeRequest,
-    Truncation,
+    TruncationFields,
 )
 
 router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_json)])
@@ -147,7 +147,7 @@ async def _embed(engine: Engine, body: EmbedRequest) -> Any:
 
 
 async def _similarity(engine: Engine, body: SimilarityRequest) -> Any:
-    parameters = body.parameters or Truncation.model_validate({})
+    parameters = body.parameters or TruncationFields.model_validate({})
     return await engine.similarity(
         body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
         direction=direction(parameters),

@@ -279,3 +279,12 @@ def test_documented_statuses_and_bounds_are_json_schema():
         assert {"408", "413", "415", "422", "500"} <= set(doc["paths"][path]["post"]["responses"]), path
     text = orjson.dumps(doc["components"]).decode()
     assert '"ge":' not in text and '"le":' not in text and '"minimum":' in text
+
+
+async def test_405_allow_names_every_method_of_the_path(tiny_bundle):
+    """"/" has a GET route (the index) and a POST route (TEI's root): Allow lists both, not the first route's."""
+    async with serving(tiny_bundle) as (_, client):
+        response = await client.request("DELETE", "/")
+        assert_error(response, 405, "method_not_allowed")
+        assert response.headers["allow"] == "GET, POST"
+        assert (await client.request("PUT", "/embed")).headers["allow"] == "POST"
