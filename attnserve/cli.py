@@ -1,6 +1,6 @@
-"""`attnserve` console script: dispatches to the train, export and serve subcommands.
+"""`attnserve` console script: dispatches to the train, export, serve and embed subcommands.
 
-Each subcommand is imported only when chosen, so `attnserve serve` never imports torch.
+Each subcommand is imported only when chosen, so `attnserve serve` and `attnserve embed` never import torch.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ COMMANDS = {
     "train": ("model.training.cli", "train (or fine-tune) an encoder and write a checkpoint directory"),
     "export": ("export.cli", "export a checkpoint or BERT directory to a verified ONNX bundle"),
     "serve": ("service.cli", "serve a bundle over HTTP with onnxruntime"),
+    "embed": ("jobs.cli", "embed a corpus (JSONL, CSV, Parquet, text) into Parquet, on one machine or Ray"),
 }
 
-USAGE = "usage: attnserve {train,export,serve} [options]   (attnserve COMMAND --help for details)\n\n" + "\n".join(
+USAGE = f"usage: attnserve {{{','.join(COMMANDS)}}} [options]   (attnserve COMMAND --help for details)\n\n" + "\n".join(
     f"  {name:<8} {help_}" for name, (_, help_) in COMMANDS.items()
 )
 

@@ -52,6 +52,11 @@ class TextTokenizer:
                 )
         return [_encoded(e) for e in batch]
 
+    def encode_ids(self, texts: Sequence[str], direction: Direction = "right") -> list[np.ndarray]:
+        """(T,) int64 ids per text, cut as `encode(truncate=True)` cuts them, and nothing else: for the corpus
+        job, where building tokens, offsets and masks per text would cost more than tokenising."""
+        return [np.asarray(e.ids, dtype=np.int64) for e in self._by_direction[direction].encode_batch(list(texts))]
+
     def encode_plain(self, texts: Sequence[str], add_special_tokens: bool) -> list[Encoded]:
         """For /tokenize: the whole input, no truncation."""
         return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]

@@ -110,12 +110,12 @@ def test_attention_size_estimate_bounds_the_real_bytes():
 
 
 def test_service_and_bundle_import_neither_torch_nor_model_nor_export(tiny_bundle):
-    """Every module of service/ and bundle/ imported, a bundle loaded and an app built, in a fresh process:
+    """Every module of service/, bundle/ and jobs/ imported, a bundle loaded and an app built, in a fresh process:
     torch, model/ and export/ stay out of sys.modules (the Docker image carries neither)."""
     code = (
         "import pkgutil, importlib, sys\n"
-        "import bundle, service\n"
-        "for package in (bundle, service):\n"
+        "import bundle, jobs, service\n"
+        "for package in (bundle, service, jobs):\n"
         "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
         "        importlib.import_module(info.name)\n"
         "from service.app import create_app\n"

@@ -1,0 +1,134 @@
+"""`attnserve embed INPUT... --bundle DIR --out OUT`: embed a corpus into Parquet, on one machine or with Ray.
+
+The engine flags (provider, variant, batching, threads) are the service's settings, with the same names,
+descriptions and ATTNSERVE_* variables, so the job picks the variant and forms batches as the server does.
+Exit status: 0 done, 2 bad arguments or a job that cannot run, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM); after 130, 143 or a kill, the same command resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from jobs.inputs import FORMATS, Columns, InputError
+from jobs.rows import JobError, Output
+from service.settings import Settings
+
+ENGINE_SETTINGS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue",
+                   "intra_op_threads")
+JOB_HELP = {  # where the job's use of a setting differs from the server's
+    "bundle": "Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`; one bundle.",
+    "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
+                 "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
+                 "sort per batch.",
+}
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Stopped(BaseException):
+    """SIGTERM arrived: stop like Ctrl-C (a BaseException, so no `except Exception` on the way swallows it)."""
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+                        help="JSONL, CSV, Parquet or plain-text files (one document a line), read in this order; "
+                             "a directory stands for its files, by name")
+    parser.add_argument("--out", type=Path, required=True, help="output directory of Parquet parts")
+    parser.add_argument("--format", choices=sorted(set(FORMATS.values())),
+                        help="input format (default: from each file's extension)")
+    parser.add_argument("--text-column", default="text", help="column (or JSON key) holding the text")
+    parser.add_argument("--id-column", help="column (or JSON key) holding the id, written as a string "
+                                            "(default: the row number, counted across the inputs from 0)")
+    parser.add_argument("--classify", action="store_true", help="also write the label and the softmax scores")
+    parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
+                        help="L2-normalise the vectors, as /embed does by default")
+    parser.add_argument("--part-rows", type=int, default=10_000,
+                        help="input rows per output part: the unit of progress kept after a kill")
+    parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    _engine_flags(parser.add_argument_group("engine (the service's settings)"))
+    _ray_flags(parser.add_argument_group("Ray"))
+    return parser
+
+
+def _engine_flags(group: argparse._ArgumentGroup) -> None:
+    for name in ENGINE_SETTINGS:
+        field = Settings.model_fields[name]
+        help_ = f"{JOB_HELP.get(name, field.description)} [env ATTNSERVE_{name.upper()}]"
+        flag = "--" + name.replace("_", "-")
+        if field.annotation is bool:
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+        else:
+            group.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
+
+
+def _ray_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                       help="run on Ray Data; without ADDRESS a local Ray instance is started "
+                            "(ADDRESS: auto, host:port or ray://host:10001); needs the ray extra")
+    group.add_argument("--ray-actors", type=int, help="engine actors (default: the cluster's CPUs, less one for "
+                                                      "reading, divided by --ray-cpus-per-actor; GPUs with cuda)")
+    group.add_argument("--ray-cpus-per-actor", type=int, default=1,
+                       help="CPUs each actor reserves; its onnxruntime session uses as many threads")
+    group.add_argument("--ray-batch-rows", type=int, default=1024, help="rows handed to an actor at a time")
+
+
+def main(argv: list[str], prog: str = "attnserve embed") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        settings = Settings(**{k: v for k in ENGINE_SETTINGS if (v := getattr(args, k)) is not None})
+    except ValidationError as error:
+        for err in error.errors():
+            name = ".".join(str(p) for p in err["loc"])
+            print(f"{prog}: --{name.replace('_', '-')} (ATTNSERVE_{name.upper()}): {err['msg']}", file=sys.stderr)
+        return 2
+    if len(settings.bundle) != 1:
+        print(f"{prog}: --bundle: the job embeds with one bundle, {len(settings.bundle)} were given", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        print((_run_ray if args.ray else _run_local)(args, settings).line())
+    except (JobError, InputError) as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stopped) as stop:
+        signum = signal.SIGTERM if isinstance(stop, Stopped) else signal.SIGINT
+        print(f"\n{prog}: stopped by {signum.name}; run the same command again to resume", file=sys.stderr)
+        return EXIT_STATUS[signum]
+    return 0
+
+
+def _run_local(args: argparse.Namespace, settings: Settings):
+    from jobs.embed import run
+    from service.runtime import StartupError
+
+    try:
+        return run(_job(args), settings)
+    except StartupError as error:
+        raise JobError(f"cannot load the bundle: {error}") from None
+
+
+def _run_ray(args: argparse.Namespace, settings: Settings):
+    from jobs.ray import RayOptions, run_on_ray
+
+    options = RayOptions(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_batch_rows)
+    return run_on_ray(_job(args), settings, options)
+
+
+def _job(args: argparse.Namespace):
+    from jobs.embed import Job
+
+    if args.part_rows < 1:
+        raise JobError("--part-rows must be at least 1")
+    return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
+               Output(args.normalize, args.classify, args.token_count), args.part_rows, args.overwrite)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)

@@ -1,0 +1,180 @@
+"""`attnserve embed` on one machine: a corpus in, numbered Parquet parts out, resumable.
+
+The runtime is the service's (`service.runtime.load_runtime`: bundle verified, provider and variant chosen
+by the same policy, sessions opened with the same options). The input is read as one row stream in bounded
+chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the service
+embeds them (jobs.rows), written atomically, then recorded in `_job.json` (jobs.parts). Memory holds one
+part at a time, whatever the size of the corpus. A re-run with the same arguments skips the recorded
+parts' rows and goes on; its output equals an uninterrupted run's, part for part.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import pyarrow as pa
+
+from jobs import inputs, parts, rows
+from jobs.inputs import Chunk, Columns, Source
+from jobs.progress import Progress
+from jobs.rows import Batching, JobError, Output
+from service.runtime import Runtime, load_runtime
+from service.settings import Settings
+
+READ_ROWS = 4096  # rows read from an input at a time
+
+
+@dataclass(frozen=True)
+class Job:
+    inputs: tuple[Path, ...]
+    out: Path
+    format: str | None = None  # None: from each file's extension
+    columns: Columns = field(default_factory=Columns)
+    output: Output = field(default_factory=Output)
+    part_rows: int = 10_000
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class Summary:
+    rows: int
+    written: int
+    rejected: int
+    tokens: int  # -1: not counted (a Ray run without --token-count)
+    seconds: float
+    parts: int
+    out: str
+    cpu_seconds: float = 0.0  # the local job's CPU time for the parts (all threads); 0 for a Ray run
+
+    def line(self) -> str:
+        rate = self.rows / self.seconds if self.seconds > 0 else 0.0
+        tokens = f"{self.tokens:,} tokens" if self.tokens >= 0 else "tokens not counted"
+        return (f"{self.rows:,} rows ({self.written:,} written, {self.rejected:,} rejected) in {self.parts} parts, "
+                f"{tokens}, {self.seconds:.1f} s, {rate:,.0f} rows/s -> {self.out}")
+
+
+def open_runtime(settings: Settings, output: Output) -> Runtime:
+    """The service's runtime, less the attention graph (the job only embeds: one session less)."""
+    runtime = load_runtime(settings)
+    runtime.runners.pop("attention", None)
+    runtime.variants.pop("attention", None)
+    if output.classify and not runtime.manifest.labels:
+        raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    return runtime
+
+
+def batching(settings: Settings) -> Batching:
+    return Batching(settings.max_batch_tokens, settings.max_batch_size, settings.max_queue)
+
+
+def output_schema(runtime: Runtime, job: Job) -> pa.Schema:
+    m = runtime.manifest
+    return rows.schema(rows.id_type(job.columns.id is not None), m.hidden_size, list(m.labels), job.output)
+
+
+def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
+    runtime = open_runtime(settings, job.output)
+    sources = inputs.plan(list(job.inputs), job.format, job.columns)
+    state = parts.prepare(job.out, job_args(job, sources, runtime, settings), job.overwrite)
+    skip = len(state.parts) * job.part_rows
+    total = None if any(s.rows is None for s in sources) else sum(s.rows or 0 for s in sources)
+    stream.write(_header(runtime, total, len(sources), state))
+    progress = Progress(stream, total, min(skip, total) if total is not None else skip)
+    pa.array([0])  # pyarrow imports pandas (where installed) at its first list conversion: start-up, paid here
+    try:
+        if not state.done:
+            chunks = inputs.read(sources, job.columns, min(READ_ROWS, job.part_rows), skip)
+            started = _clocks()  # a part's seconds: reading, embedding and writing it, start-up aside
+            for index, part in enumerate(in_parts(chunks, job.part_rows), start=len(state.parts)):
+                state.parts.append(run_part(runtime, job, index, part, settings, progress, started))
+                state.save(job.out)
+                started = _clocks()
+            state.done = True
+            state.save(job.out)
+    finally:
+        progress.close()
+    return summary(state, job.out)
+
+
+def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings, progress: Progress,
+             started: tuple[float, float]) -> parts.PartRecord:
+    good, rejects = rows.split(part)
+    progress.advance(len(rejects))
+    values = rows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)
+    table = rows.table([part.ids[i] for i in good], values, list(runtime.manifest.labels), output_schema(runtime, job))
+    parts.write_part(job.out, index, table, rejects)
+    wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
+    return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
+                            round(cpu, 3))
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _header(runtime: Runtime, total: int | None, files: int, state: parts.JobState) -> str:
+    m, rows_ = runtime.manifest, f"{total:,}" if total is not None else "?"
+    resuming = f"; resuming after {len(state.parts)} parts" if state.parts else ""
+    resuming = "; already complete" if state.done else resuming
+    return f"{m.name} {m.version}, variant {runtime.variants['fast']} on {runtime.provider}: " \
+           f"{rows_} rows in {files} inputs{resuming}\n"
+
+
+def summary(state: parts.JobState, out: Path) -> Summary:
+    t = state.totals()
+    return Summary(t.rows, t.written, t.rejected, t.tokens, t.seconds, len(state.parts), str(out), t.cpu_seconds)
+
+
+def in_parts(chunks: Iterator[Chunk], size: int) -> Iterator[Chunk]:
+    """Regroup a row stream into parts of exactly `size` rows (the last may be shorter)."""
+    pending: list[Chunk] = []
+    count = 0
+    for chunk in chunks:
+        rest: Chunk | None = chunk
+        while rest is not None:
+            head, rest = _cut(rest, size - count)
+            pending.append(head)
+            count += len(head)
+            if count == size:
+                yield _join(pending)
+                pending, count = [], 0
+    if count:
+        yield _join(pending)
+
+
+def job_args(job: Job, sources: list[Source], runtime: Runtime, settings: Settings) -> dict[str, Any]:
+    """What decides the output, as recorded in _job.json: a re-run resumes only when all of it is unchanged."""
+    m = runtime.manifest
+    graph = m.graph("fast", runtime.variants["fast"])
+    return {
+        "inputs": [_identity(s.path) for s in sources], "formats": [s.format for s in sources],
+        "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
+        "part_rows": job.part_rows, "batching": asdict(batching(settings)),
+        "model": f"{m.name} {m.version}", "provider": runtime.provider, "variant": runtime.variants["fast"],
+        "graph_sha256": graph.sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
+    }
+
+
+def _identity(path: Path) -> dict[str, Any]:
+    if not inputs.is_file(path):
+        return {"path": str(path)}  # a pipe: a re-run must feed the same rows
+    stat = path.stat()
+    return {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _cut(chunk: Chunk, n: int) -> tuple[Chunk, Chunk | None]:
+    if len(chunk) <= n:
+        return chunk, None
+    head = Chunk(chunk.start, chunk.ids[:n], chunk.texts[:n])
+    return head, Chunk(chunk.start + n, chunk.ids[n:], chunk.texts[n:])
+
+
+def _join(chunks: list[Chunk]) -> Chunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    return Chunk(chunks[0].start, [i for c in chunks for i in c.ids], [t for c in chunks for t in c.texts])

@@ -1,0 +1,220 @@
+"""`attnserve embed ... --ray [ADDRESS]`: the same job on Ray Data, for a corpus bigger than one machine.
+
+    from_items(the input files, each with its first row number)      planned on the driver
+    -> map_batches(read_file)          the local job's reader and bad-row checks, one task per file, blocks of
+                                       --ray-batch-rows rows; bad rows go to OUT/_rejects/input-NNNNN.jsonl
+    -> map_batches(Embedder, actor pool)  one onnxruntime session per actor (threads = the actor's CPUs,
+                                       num_gpus with provider cuda); the local job's jobs.rows code
+    -> write_parquet(OUT)
+
+Files are read with the local job's reader, not Ray's `read_json`/`read_csv`/`read_text`: those cannot
+number rows (the id when there is no id column), and Arrow's JSON reader fails a whole file on one row
+whose text is not a string, where the job rejects that row alone. So ids, rejects and vectors are the
+local job's; only the row order differs (Ray does not keep it: sort by id). A Ray run does not resume:
+Ray retries failed tasks itself; an interrupted run starts afresh with --overwrite.
+
+Paths (inputs, bundle, OUT) must be the same on every node: a shared volume, or one machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from jobs import inputs, parts, rows
+from jobs.embed import Job, Summary, batching, open_runtime
+from jobs.rows import JobError, Output
+from service.settings import Settings
+
+# A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
+# file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
+READ_CPUS = 0.5
+ENGINE_FIELDS = ("provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    address: str  # "local" starts a local instance; else what ray.init(address=...) takes
+    actors: int | None = None  # None: from the cluster's resources
+    cpus_per_actor: int = 1
+    batch_rows: int = 1024
+
+
+def pool_arguments(version: str, actors: int, strategy: Callable[..., Any]) -> dict[str, Any]:
+    """map_batches' keyword for a fixed pool of `actors` actors in this Ray version: `concurrency=n` from
+    2.9 (which replaced `compute=ActorPoolStrategy(...)`), `compute=` again from 2.51 (which deprecated
+    `concurrency`). `strategy` is ray.data.ActorPoolStrategy."""
+    major_minor = tuple(int(part) for part in version.split(".")[:2])
+    if (2, 9) <= major_minor < (2, 51):
+        return {"concurrency": actors}
+    return {"compute": strategy(min_size=actors, max_size=actors)}
+
+
+def actor_resources(provider: str, options: RayOptions, cluster: dict[str, float]) -> dict[str, Any]:
+    """num_cpus, num_gpus and the pool size: one GPU per actor with provider cuda (asked for explicitly: the
+    driver cannot tell what `auto` finds on the workers); one CPU kept for the read tasks."""
+    gpus = 1 if provider == "cuda" else 0
+    if options.actors is not None:
+        actors = options.actors
+    elif gpus:
+        actors = int(cluster.get("GPU", 0))
+    else:
+        actors = int((cluster.get("CPU", 1) - 1) // options.cpus_per_actor)
+    if actors < 1:
+        raise JobError(f"the Ray cluster ({cluster}) has no room for an engine actor; set --ray-actors")
+    return {"num_cpus": options.cpus_per_actor, "num_gpus": gpus, "actors": actors}
+
+
+class Embedder:
+    """A Ray actor: the service's runtime, opened once, embedding one batch of good rows per call."""
+
+    def __init__(self, engine: dict[str, Any], output: Output, has_id_column: bool, threads: int) -> None:
+        self.settings = Settings(**engine, intra_op_threads=threads)
+        self.output, self.runtime = output, open_runtime(self.settings, output)
+        self.schema = rows.schema(rows.id_type(has_id_column), self.runtime.manifest.hidden_size,
+                                  list(self.runtime.manifest.labels), output)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        values = rows.embed(self.runtime, batch.column("text").to_pylist(), self.output, batching(self.settings))
+        return rows.table(batch.column("id").to_pylist(), values, list(self.runtime.manifest.labels), self.schema)
+
+
+def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int) -> Iterator[pa.Table]:
+    """A Ray task: one input file's good rows as (id, text) blocks of at most `chunk_rows` rows, which Ray
+    spreads over the actor pool; its bad rows into _rejects (atomically)."""
+    item = batch.to_pylist()[0]
+    source = inputs.Source(Path(item["path"]), item["format"], item["rows"])
+    id_type = rows.id_type(columns.id is not None)
+    with _rejects_file(Path(out), item["index"]) as rejects:
+        for chunk in inputs.read_source(source, columns, chunk_rows, 0, item["first_row"]):
+            good, bad = rows.split(chunk)
+            rejects.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in bad)
+            yield pa.table({"id": pa.array([chunk.ids[i] for i in good], type=id_type),
+                            "text": pa.array([chunk.texts[i] for i in good], type=pa.string())})
+
+
+def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
+    import ray
+
+    sources = inputs.plan(list(job.inputs), job.format, job.columns)
+    if any(s.rows is None for s in sources):
+        raise JobError("--ray reads regular files only (a pipe cannot be planned or read by several workers)")
+    _check_bundle(settings, job.output)  # the actors choose the variant: the driver may have no GPU
+    args = {"runner": "ray", **_args(job, sources, settings)}
+    state = _prepare(job.out, args, job.overwrite)
+    if state.done:
+        return _summary(job.out, state.parts[0].seconds, job.output)
+    already_connected = ray.is_initialized()  # a caller's Ray (a test, a notebook) is used and left running
+    if not already_connected:
+        ray.init(address=options.address, include_dashboard=False if options.address == "local" else None)
+    try:
+        seconds = _execute(job, settings, options, sources)
+    finally:
+        if not already_connected:
+            ray.shutdown()
+    summary = _summary(job.out, seconds, job.output)
+    state.parts = [parts.PartRecord(summary.rows, summary.written, summary.rejected, summary.tokens, seconds)]
+    state.done = True
+    state.save(job.out)
+    return summary
+
+
+def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source]) -> float:
+    import ray
+    import ray.data
+
+    started = time.perf_counter()
+    items = [{"index": i, "path": str(s.path.resolve()), "format": s.format, "rows": s.rows, "first_row": first}
+             for i, (s, first) in enumerate(zip(sources, _first_rows(sources), strict=True))]
+    good = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+        read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
+        fn_kwargs={"columns": job.columns, "out": str(job.out.resolve()), "chunk_rows": options.batch_rows},
+        num_cpus=READ_CPUS)
+    resources = actor_resources(settings.provider, options, ray.cluster_resources())
+    engine = {"bundle": settings.bundle_dir, **{name: getattr(settings, name) for name in ENGINE_FIELDS}}
+    embedded = good.map_batches(
+        Embedder, batch_size=options.batch_rows, batch_format="pyarrow",
+        fn_constructor_kwargs={"engine": engine, "output": job.output, "has_id_column": job.columns.id is not None,
+                               "threads": options.cpus_per_actor},
+        num_cpus=resources["num_cpus"], num_gpus=resources["num_gpus"] or None,
+        **pool_arguments(ray.__version__, resources["actors"], ray.data.ActorPoolStrategy))
+    embedded.write_parquet(str(job.out.resolve()))
+    return round(time.perf_counter() - started, 3)
+
+
+def _first_rows(sources: list[inputs.Source]) -> list[int]:
+    firsts, first = [], 0
+    for source in sources:
+        firsts.append(first)
+        first += source.rows or 0
+    return firsts
+
+
+def _prepare(out: Path, args: dict[str, Any], overwrite: bool) -> parts.JobState:
+    """A finished run with the same arguments is kept; anything else in OUT needs --overwrite."""
+    out.mkdir(parents=True, exist_ok=True)
+    state = parts.JobState.load(out)
+    if not overwrite and state is not None and state.done and state.fingerprint == parts.fingerprint(args):
+        return state
+    if not overwrite and any(not p.name.startswith(".") for p in out.iterdir()):
+        raise JobError(f"{out} is not empty, and a Ray run does not resume; use --overwrite or another --out")
+    parts.clear(out)
+    state = parts.JobState(parts.fingerprint(args), args)
+    state.save(out)
+    return state
+
+
+def _check_bundle(settings: Settings, output: Output) -> None:
+    """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts."""
+    from service.runtime import StartupError, verify
+
+    try:
+        manifest = verify(settings.bundle_dir)
+    except StartupError as error:
+        raise JobError(f"cannot load the bundle: {error}") from None
+    if output.classify and not manifest.labels:
+        raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+
+
+def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[str, Any]:
+    return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
+            "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
+            "bundle": str(settings.bundle_dir.resolve()), "provider": settings.provider, "variant": settings.variant}
+
+
+def _summary(out: Path, seconds: float, output: Output) -> Summary:
+    """Counted from what was written: Parquet footers, reject lines, and the tokens column when there is one."""
+    files = sorted(out.glob("*.parquet"))
+    written = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    rejected = sum(len(f.read_text().splitlines()) for f in (out / parts.REJECTS).glob("*.jsonl"))
+    tokens = sum(pc.sum(pq.read_table(f, columns=["tokens"])["tokens"]).as_py() or 0 for f in files) \
+        if output.token_count else -1
+    return Summary(written + rejected, written, rejected, tokens, seconds, len(files), str(out))
+
+
+@contextmanager
+def _rejects_file(out: Path, index: int) -> Iterator[TextIO]:
+    """OUT/_rejects/input-NNNNN.jsonl, written under a temporary name and renamed once the input is read (a
+    retried task rewrites it whole); no file when the input has no bad rows."""
+    target = out / parts.REJECTS / f"input-{index:05d}.jsonl"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            yield fh
+        if os.path.getsize(tmp):
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

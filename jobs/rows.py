@@ -1,0 +1,168 @@
+"""From a chunk of rows to an Arrow table, with the service's own pieces; the local job and Ray both call this.
+
+Bad rows (no text, a text that is not a string or is empty, no id) are set aside with their reason. The
+good ones are tokenised by the service's `TextTokenizer` (truncation as the service does), batched by the
+service's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
+and the size cap) with at most `window` rows waiting, as in the service's queue under full load, run by
+the runtime's `OrtRunner`, and post-processed by `service.postprocess` (normalisation, softmax). Same
+bundle, variant and batches as the service: the same vectors.
+
+Shape letters: N rows, D hidden, C labels, T tokens of one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from jobs.inputs import Bad, Chunk
+from service import postprocess
+from service.batcher import BatchQueue
+from service.runtime import Runtime
+
+TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
+
+
+OnBatch = Callable[[int], None]  # told the size of each batch run (progress)
+
+
+class JobError(Exception):
+    """The job cannot go on (a model fault, an output it cannot write); the message says why."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """What each output row holds besides its id and embedding."""
+
+    normalize: bool = True
+    classify: bool = False
+    token_count: bool = False
+
+
+@dataclass(frozen=True)
+class Batching:
+    max_tokens: int  # the service's max_batch_tokens
+    max_size: int  # the service's max_batch_size
+    window: int  # the service's max_queue: rows waiting to be batched at once
+
+
+@dataclass(eq=False)
+class _Item:
+    index: int
+    ids: np.ndarray  # (T,) int64
+    kind: str = "fast"
+
+    @property
+    def length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+def reject_reason(row_id: Any, text: Any) -> str | None:
+    if isinstance(text, Bad):
+        return text.reason
+    if text is None:
+        return "missing text"
+    if not isinstance(text, str):
+        return f"text is not a string ({type(text).__name__})"
+    if not text.strip():
+        return "empty text"
+    if row_id is None:
+        return "missing id"
+    return None
+
+
+def split(chunk: Chunk) -> tuple[list[int], list[dict[str, Any]]]:
+    """Indices of the good rows, and a {row, id, reason} record for each bad one."""
+    good, rejects = [], []
+    for offset, (row_id, text) in enumerate(zip(chunk.ids, chunk.texts, strict=True)):
+        reason = reject_reason(row_id, text)
+        if reason is None:
+            good.append(offset)
+        else:
+            rejects.append({"row": chunk.start + offset, "id": row_id, "reason": reason})
+    return good, rejects
+
+
+def embed(
+    runtime: Runtime, texts: list[str], output: Output, batching: Batching, on_batch: OnBatch | None = None,
+) -> dict[str, np.ndarray]:
+    """embeddings (N, D) float32, tokens (N,) int32, and scores (N, C) float32 when classifying."""
+    sequences = tokenize(runtime, texts)
+    results = run_batched(runtime, sequences, batching, on_batch)
+    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, runtime.manifest.hidden_size))
+    if not np.isfinite(vectors).all():
+        raise JobError("the model produced NaN or Inf in an embedding")
+    values = {"embeddings": postprocess.embeddings(vectors, output.normalize, None),  # (N, D)
+              "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
+    if output.classify:
+        logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(runtime.manifest.labels)))
+        values["scores"] = postprocess.softmax(logits).astype(np.float32)  # (N, C)
+    return values
+
+
+def tokenize(runtime: Runtime, texts: list[str]) -> list[np.ndarray]:
+    """Token ids per text, truncated to the model's max length from the right, as the service's default."""
+    sequences: list[np.ndarray] = []
+    for start in range(0, len(texts), TOKENIZE_ROWS):
+        sequences.extend(runtime.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS]))
+    return sequences
+
+
+def run_batched(
+    runtime: Runtime, sequences: list[np.ndarray], batching: Batching, on_batch: OnBatch | None = None,
+) -> list[dict[str, np.ndarray]]:
+    """Per-row graph outputs, in row order, from batches chosen by the service's BatchQueue."""
+    pending = iter([_Item(index, ids) for index, ids in enumerate(sequences)])
+    queue: BatchQueue[_Item] = BatchQueue()
+    queue.push(list(islice(pending, batching.window)))
+    results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
+    while len(queue):
+        batch = queue.next_batch(batching.max_size, batching.max_tokens)
+        outputs = runtime.run_batch("fast", [item.ids for item in batch])
+        if len(outputs) != len(batch):
+            raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
+        for item, result in zip(batch, outputs, strict=True):
+            results[item.index] = result
+        if on_batch is not None:
+            on_batch(len(batch))
+        queue.push(list(islice(pending, batching.window - len(queue))))
+    return results
+
+
+def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: Output) -> pa.Schema:
+    fields = [pa.field("id", id_type), pa.field("embedding", pa.list_(pa.float32(), hidden))]
+    if output.token_count:
+        fields.append(pa.field("tokens", pa.int32()))
+    if output.classify:
+        fields += [pa.field("label", pa.string()), pa.field("scores", pa.list_(pa.float32(), len(labels)))]
+    return pa.schema(fields)
+
+
+def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], target: pa.Schema) -> pa.Table:
+    """The output rows: id, embedding, then tokens, label and scores when the schema has them."""
+    columns: dict[str, pa.Array] = {"id": pa.array(ids, type=target.field("id").type),
+                                    "embedding": _fixed(values["embeddings"])}
+    if "tokens" in target.names:
+        columns["tokens"] = pa.array(values["tokens"], type=pa.int32())
+    if "scores" in target.names:
+        scores = values["scores"]  # (N, C)
+        columns["label"] = pa.array([labels[i] for i in np.argmax(scores, axis=-1)] if len(scores) else [],
+                                    type=pa.string())
+        columns["scores"] = _fixed(scores)
+    return pa.table(columns, schema=target)
+
+
+def id_type(has_id_column: bool) -> pa.DataType:
+    """Ids from a column are strings (whatever the column held); row numbers are int64."""
+    return pa.string() if has_id_column else pa.int64()
+
+
+def _fixed(values: np.ndarray) -> pa.Array:
+    """(N, K) float32 -> a fixed-size list column of K float32 values per row, from one flat buffer."""
+    n, k = values.shape
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(n * k), type=pa.float32()), k)

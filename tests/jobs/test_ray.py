@@ -1,0 +1,89 @@
+"""The Ray Data path: the map_batches keyword per Ray version, the actors' resources, and a run on a local
+Ray instance (2 CPUs, no dashboard, no usage stats) whose rows, sorted by id, equal the local job's."""
+
+from __future__ import annotations
+
+import inspect
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jobs.embed import Job, run
+from jobs.inputs import Columns
+from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
+from jobs.rows import JobError, Output
+from service.settings import Settings
+from tests.jobs.corpus import output, rejects, texts, vectors, write
+
+
+def _strategy(**kwargs: int) -> tuple[str, dict[str, int]]:
+    return ("ActorPoolStrategy", kwargs)
+
+
+@pytest.mark.parametrize("version, expected", [
+    ("2.8.1", {"compute": ("ActorPoolStrategy", {"min_size": 3, "max_size": 3})}),
+    ("2.9.0", {"concurrency": 3}),
+    ("2.50.1", {"concurrency": 3}),
+    ("2.51.0", {"compute": ("ActorPoolStrategy", {"min_size": 3, "max_size": 3})}),
+    ("2.60.0", {"compute": ("ActorPoolStrategy", {"min_size": 3, "max_size": 3})}),
+    ("3.0.0.dev0", {"compute": ("ActorPoolStrategy", {"min_size": 3, "max_size": 3})}),
+])
+def test_pool_keyword_follows_the_ray_version(version: str, expected: dict) -> None:
+    assert pool_arguments(version, 3, _strategy) == expected
+
+
+def test_the_installed_rays_map_batches_takes_the_chosen_keyword() -> None:
+    import ray
+    import ray.data
+
+    chosen = pool_arguments(ray.__version__, 2, ray.data.ActorPoolStrategy)
+    assert set(chosen) <= set(inspect.signature(ray.data.Dataset.map_batches).parameters)
+
+
+@pytest.mark.parametrize("provider, options, cluster, expected", [
+    ("cpu", RayOptions("local"), {"CPU": 8.0}, {"num_cpus": 1, "num_gpus": 0, "actors": 7}),
+    ("cpu", RayOptions("local", cpus_per_actor=2), {"CPU": 8.0}, {"num_cpus": 2, "num_gpus": 0, "actors": 3}),
+    ("cuda", RayOptions("local"), {"CPU": 8.0, "GPU": 2.0}, {"num_cpus": 1, "num_gpus": 1, "actors": 2}),
+    ("cpu", RayOptions("local", actors=5), {"CPU": 2.0}, {"num_cpus": 1, "num_gpus": 0, "actors": 5}),
+])
+def test_actor_resources(provider: str, options: RayOptions, cluster: dict, expected: dict) -> None:
+    assert actor_resources(provider, options, cluster) == expected
+
+
+def test_no_room_for_an_actor_is_an_error() -> None:
+    with pytest.raises(JobError, match="no room for an engine actor"):
+        actor_resources("cpu", RayOptions("local"), {"CPU": 1.0})
+
+
+@pytest.fixture
+def local_ray(monkeypatch: pytest.MonkeyPatch):
+    import ray  # the ray extra: make install puts it in, so a missing ray fails here rather than skips
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to the network
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_rows_sorted_by_id_equal_the_local_jobs(local_ray, tiny_bundle: Path, tmp_path: Path) -> None:
+    rows = [{"id": f"d{i:03d}", "text": t if i % 17 else ""} for i, t in enumerate(texts(300))]
+    first, second = write(tmp_path / "a.jsonl", rows[:180]), write(tmp_path / "b.csv", rows[180:])
+    job = Job((first, second), tmp_path / "local", None, Columns("text", "id"), Output(classify=True, token_count=True))
+    settings = Settings(bundle=tiny_bundle, intra_op_threads=1)
+    local = run(job, settings, io.StringIO())
+    on_ray = run_on_ray(Job(job.inputs, tmp_path / "ray", None, job.columns, job.output), settings,
+                        RayOptions("local", batch_rows=64))
+    assert (on_ray.rows, on_ray.written, on_ray.rejected, on_ray.tokens) == \
+        (local.rows, local.written, local.rejected, local.tokens) == (300, 282, 18, local.tokens)
+    ours, theirs = output(tmp_path / "local"), output(tmp_path / "ray")
+    assert theirs.schema == ours.schema
+    for column in ("id", "tokens", "label"):
+        assert theirs.column(column).equals(ours.column(column)), column
+    a, b = vectors(ours), vectors(theirs)  # (N, D); other batches than the local job's: equal to float rounding
+    assert ((a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min() >= 0.99999
+    np.testing.assert_allclose(b, a, atol=1e-6)
+    np.testing.assert_allclose(vectors(theirs, "scores"), vectors(ours, "scores"), atol=1e-6)
+    assert rejects(tmp_path / "ray") == rejects(tmp_path / "local")
