@@ -2,6 +2,7 @@
 // scale (0 .. its maximum). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
 // in the heatmap. One canvas for the whole grid.
 
+import { blankCanvas, viewCanvas } from "./canvas.js";
 import { matrixImage } from "./colormap.js";
 import { viewOf } from "./matrix.js";
 
@@ -11,10 +12,7 @@ const GAP = 4;
 
 export class Grid {
   constructor(figure, readout, onPick) {
-    this.canvas = document.createElement("canvas");
-    this.canvas.tabIndex = 0;
-    this.canvas.setAttribute("role", "img");
-    figure.append(this.canvas);
+    this.canvas = viewCanvas(figure);
     this.readout = readout;
     this.onPick = onPick;
     this.selected = { layer: 0, head: 0 };
@@ -88,13 +86,8 @@ export class Grid {
 
 function renderGrid(item, options, layout) {
   const { layers, heads, thumb, width, height, dpr } = layout;
-  const canvas = document.createElement("canvas");
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
+  const canvas = blankCanvas(width, height, dpr);
   const ctx = canvas.getContext("2d");
-  ctx.scale(dpr, dpr);
-  ctx.fillStyle = "#ffffff";
-  ctx.fillRect(0, 0, width, height);
   drawLabels(ctx, layout);
   const scratch = document.createElement("canvas");
   ctx.imageSmoothingQuality = "high";

@@ -3,6 +3,7 @@
 // names both tokens and the value (its data-* attributes carry the same, for tests and scripts).
 // Drawn on one canvas from an n x n image scaled up, so 256 tokens cost one drawImage, not 65,536 nodes.
 
+import { blankCanvas, viewCanvas } from "./canvas.js";
 import { drawColourBar, formatValue, matrixImage } from "./colormap.js";
 import { tokenLabel } from "./matrix.js";
 
@@ -12,10 +13,7 @@ const MAX_LABEL = 110; // widest axis label, px
 
 export class Heatmap {
   constructor(figure, readout) {
-    this.canvas = document.createElement("canvas");
-    this.canvas.tabIndex = 0;
-    this.canvas.setAttribute("role", "img");
-    figure.append(this.canvas);
+    this.canvas = viewCanvas(figure);
     this.readout = readout;
     this.selected = { row: 0, col: 0 };
     this.canvas.addEventListener("mousemove", (e) => this.pointAt(e.offsetX, e.offsetY));
@@ -112,13 +110,8 @@ function layoutFor(tokens, width) {
 
 function renderBase(view, layout) {
   const { left, top, side, width, height, dpr } = layout;
-  const canvas = document.createElement("canvas");
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
+  const canvas = blankCanvas(width, height, dpr);
   const ctx = canvas.getContext("2d");
-  ctx.scale(dpr, dpr);
-  ctx.fillStyle = "#ffffff";
-  ctx.fillRect(0, 0, width, height);
   const m = view.tokens.length;
   const image = document.createElement("canvas");
   image.width = Math.max(m, 1);

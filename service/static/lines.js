@@ -4,6 +4,7 @@
 // (Left/Right change side), shows all of that token's lines over the others, faded.
 // Lines are stroked one by one (one path of many crossing lines is far slower to stroke), in 24 opacities.
 
+import { blankCanvas, viewCanvas } from "./canvas.js";
 import { formatValue } from "./colormap.js";
 import { tokenLabel } from "./matrix.js";
 
@@ -18,10 +19,7 @@ const FOCUS = "224, 123, 0"; // the focus orange
 
 export class Lines {
   constructor(figure, readout) {
-    this.canvas = document.createElement("canvas");
-    this.canvas.tabIndex = 0;
-    this.canvas.setAttribute("role", "img");
-    figure.append(this.canvas);
+    this.canvas = viewCanvas(figure);
     this.readout = readout;
     this.focus = null; // {side: "query" | "key", index}
     this.canvas.addEventListener("mousemove", (e) => this.pointAt(e.offsetX, e.offsetY));
@@ -162,17 +160,6 @@ function fadedCopy(plain, view, layout) {
   ctx.globalAlpha = 1;
   drawTokens(ctx, view.tokens, column);
   return canvas;
-}
-
-function blankCanvas(width, height, dpr) {
-  const canvas = document.createElement("canvas");
-  canvas.width = Math.round(width * dpr);
-  canvas.height = Math.round(height * dpr);
-  const ctx = canvas.getContext("2d");
-  ctx.scale(dpr, dpr);
-  ctx.fillStyle = "#ffffff";
-  ctx.fillRect(0, 0, width, height);
-  return ctx.canvas;
 }
 
 // Indices of the k largest values of a row (all of them when the row is short).
