@@ -23,13 +23,18 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
 
 
-@pytest.fixture(scope="session")
-def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _exported(source: Path, factory: pytest.TempPathFactory, name: str, **options: str) -> Path:
+    """`source` exported (fp32) to a fresh bundle directory called `name`."""
     from export.bundle import export_bundle
 
-    out = tmp_path_factory.mktemp("bundles") / "tiny"
-    export_bundle(tiny_checkpoint, out, name="tiny", version="7")
+    out = factory.mktemp("bundles") / name
+    export_bundle(source, out, **options)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _exported(tiny_checkpoint, tmp_path_factory, "tiny", name="tiny", version="7")
 
 
 @pytest.fixture(scope="session")
@@ -39,11 +44,7 @@ def tiny_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_hf_bundle(tiny_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.bundle import export_bundle
-
-    out = tmp_path_factory.mktemp("bundles") / "tiny-bert"
-    export_bundle(tiny_hf_dir, out)
-    return out
+    return _exported(tiny_hf_dir, tmp_path_factory, "tiny-bert")
 
 
 @pytest.fixture(scope="session")
