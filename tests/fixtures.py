@@ -23,11 +23,11 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
 
 
-def _exported(source: Path, factory: pytest.TempPathFactory, name: str, **options: str) -> Path:
-    """`source` exported (fp32) to a fresh bundle directory called `name`."""
+def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **options: str) -> Path:
+    """`source` exported (fp32) to a fresh bundle directory called `folder`."""
     from export.bundle import export_bundle
 
-    out = factory.mktemp("bundles") / name
+    out = factory.mktemp("bundles") / folder
     export_bundle(source, out, **options)
     return out
 
