@@ -31,7 +31,7 @@ WINDOW_COLUMNS = ("window", "start", "stop", "tokens")  # with --chunking window
 
 
 OnBatch = Callable[[int], None]  # told how many rows each batch finished (progress)
-TooLong = Callable[[list[str]], list["str | None"]]  # per text, why it is set aside (None: it is not)
+TooLong = Callable[[list[str]], list[str | None]]  # per text, why it is set aside (None: it is not)
 
 
 class JobError(Exception):

@@ -91,8 +91,8 @@ def embed(
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
-    labels = len(runtime.manifest.labels) if output.classify else None
-    return documents.values(output, runtime.manifest.hidden_size, labels)
+    classes = len(runtime.manifest.labels) if output.classify else None
+    return documents.values(output, runtime.manifest.hidden_size, classes)
 
 
 class _Documents:
@@ -138,11 +138,12 @@ class _Documents:
         return {name: chunking.pool(np.stack([o[name] for o in outputs]), windows)  # (K, D) -> (D,)
                 for name in outputs[0]}
 
-    def values(self, output: Output, hidden: int, labels: int | None) -> dict[str, np.ndarray]:
-        flat = [o for outputs in self.outputs for o in outputs]  # (N) pooled, or (M) windows
+    def values(self, output: Output, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
+        """What rows.table takes: per document (mean) or per window (windows), in input order."""
+        flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
-        if labels is not None:
-            values["scores"] = postprocess.softmax(_stack(flat, "logits", labels)).astype(np.float32)
+        if classes is not None:
+            values["scores"] = postprocess.softmax(_stack(flat, "logits", classes)).astype(np.float32)
         if self.options.mode == "mean":
             values["tokens"] = np.array(self.run, dtype=np.int32)  # (N,)
             return values
