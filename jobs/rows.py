@@ -171,7 +171,7 @@ def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], targ
         ids = [ids[doc] for doc in values["doc"].tolist()]
     columns: dict[str, pa.Array] = {"id": pa.array(ids, type=target.field("id").type),
                                     "embedding": _fixed(values["embeddings"])}
-    for name in ("tokens", *WINDOW_COLUMNS):
+    for name in WINDOW_COLUMNS:  # tokens among them: written in every mode that asks for it
         if name in target.names:
             columns[name] = pa.array(values[name], type=pa.int32())
     if "scores" in target.names:
