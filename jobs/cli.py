@@ -16,16 +16,20 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from jobs.inputs import FORMATS, Columns, InputError
-from jobs.rows import JobError, Output
+from jobs.rows import Chunking, JobError, Output
+from service.chunking import DEFAULT_OVERLAP
 from service.settings import Settings
 
 ENGINE_SETTINGS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue",
-                   "intra_op_threads")
+                   "intra_op_threads", "max_windows_per_input")
 JOB_HELP = {  # where the job's use of a setting differs from the server's
     "bundle": "Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`; one bundle.",
     "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
                  "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
                  "sort per batch.",
+    "max_windows_per_input": "With --chunking: most windows one document may make (about tokens / (window - "
+                             "overlap)); a document that makes more is a bad row, written to OUT/_rejects with "
+                             "the reason.",
 }
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -52,6 +56,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--part-rows", type=int, default=10_000,
                         help="input rows per output part: the unit of progress kept after a kill")
     parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    _chunking_flags(parser.add_argument_group("long documents (default: truncated to the model's max length)"))
     _engine_flags(parser.add_argument_group("engine (the service's settings)"))
     _ray_flags(parser.add_argument_group("Ray"))
     return parser
@@ -66,6 +71,16 @@ def _engine_flags(group: argparse._ArgumentGroup) -> None:
             group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:
             group.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
+
+
+def _chunking_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--chunking", choices=("mean", "windows"),
+                       help="cut each document into windows of the model's max length less its special tokens, as "
+                            "/embed's chunking does; mean: one row per document, its windows' vectors (or logits) "
+                            "averaged, weighted by content tokens; windows: one row per window, with its index, "
+                            "character span and content tokens")
+    group.add_argument("--chunk-overlap", type=int, metavar="N",
+                       help=f"tokens shared by neighbouring windows, 0 <= N < the window (default {DEFAULT_OVERLAP})")
 
 
 def _ray_flags(group: argparse._ArgumentGroup) -> None:
@@ -109,7 +124,7 @@ def _run_local(args: argparse.Namespace, settings: Settings):
     from service.runtime import StartupError
 
     try:
-        return run(_job(args), settings)
+        return run(_job(args, settings), settings)
     except StartupError as error:
         raise JobError(f"cannot load the bundle: {error}") from None
 
@@ -118,16 +133,26 @@ def _run_ray(args: argparse.Namespace, settings: Settings):
     from jobs.ray import RayOptions, run_on_ray
 
     options = RayOptions(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_batch_rows)
-    return run_on_ray(_job(args), settings, options)
+    return run_on_ray(_job(args, settings), settings, options)
 
 
-def _job(args: argparse.Namespace):
+def _job(args: argparse.Namespace, settings: Settings):
     from jobs.embed import Job
 
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
-               Output(args.normalize, args.classify, args.token_count), args.part_rows, args.overwrite)
+               Output(args.normalize, args.classify, args.token_count, _chunking(args, settings)), args.part_rows,
+               args.overwrite)
+
+
+def _chunking(args: argparse.Namespace, settings: Settings) -> Chunking | None:
+    if args.chunking is None:
+        if args.chunk_overlap is not None:
+            raise JobError("--chunk-overlap needs --chunking mean or windows")
+        return None
+    overlap = DEFAULT_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
+    return Chunking(args.chunking, overlap, settings.max_windows_per_input)
 
 
 def _stop(signum: int, frame: object) -> None:

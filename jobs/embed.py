@@ -3,9 +3,10 @@
 The runtime is the service's (`service.runtime.load_runtime`: bundle verified, provider and variant chosen
 by the same policy, sessions opened with the same options). The input is read as one row stream in bounded
 chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the service
-embeds them (jobs.rows), written atomically, then recorded in `_job.json` (jobs.parts). Memory holds one
-part at a time, whatever the size of the corpus. A re-run with the same arguments skips the recorded
-parts' rows and goes on; its output equals an uninterrupted run's, part for part.
+embeds them (jobs.rows; with --chunking, window by window: jobs.windows), written atomically, then recorded
+in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
+with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
+run's, part for part.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
-from jobs import inputs, parts, rows
+from jobs import inputs, parts, rows, windows
 from jobs.inputs import Chunk, Columns, Source
 from jobs.progress import Progress
 from jobs.rows import Batching, JobError, Output
@@ -65,6 +66,8 @@ def open_runtime(settings: Settings, output: Output) -> Runtime:
     runtime.variants.pop("attention", None)
     if output.classify and not runtime.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    if output.chunking is not None:
+        windows.check(runtime.tokenizer, output.chunking)
     return runtime
 
 
@@ -103,9 +106,9 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
 
 def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    good, rejects = rows.split(part)
+    good, rejects = rows.split(part, windows.too_long(runtime.tokenizer, job.output))
     progress.advance(len(rejects))
-    values = rows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)
+    values = windows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)
     table = rows.table([part.ids[i] for i in good], values, list(runtime.manifest.labels), output_schema(runtime, job))
     parts.write_part(job.out, index, table, rejects)
     wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))

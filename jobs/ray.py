@@ -1,10 +1,12 @@
 """`attnserve embed ... --ray [ADDRESS]`: the same job on Ray Data, for a corpus bigger than one machine.
 
     from_items(the input files, each with its first row number)      planned on the driver
-    -> map_batches(read_file)          the local job's reader and bad-row checks, one task per file, blocks of
-                                       --ray-batch-rows rows; bad rows go to OUT/_rejects/input-NNNNN.jsonl
+    -> map_batches(read_file)          the local job's reader and bad-row checks (with --chunking, the window
+                                       cap too), one task per file, blocks of --ray-batch-rows rows; bad rows
+                                       go to OUT/_rejects/input-NNNNN.jsonl
     -> map_batches(Embedder, actor pool)  one onnxruntime session per actor (threads = the actor's CPUs,
-                                       num_gpus with provider cuda); the local job's jobs.rows code
+                                       num_gpus with provider cuda); the local job's jobs.rows / jobs.windows
+                                       code, so with --chunking a document's windows stay in one actor call
     -> write_parquet(OUT)
 
 Files are read with the local job's reader, not Ray's `read_json`/`read_csv`/`read_text`: those cannot
@@ -32,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from jobs import inputs, parts, rows
+from jobs import inputs, parts, rows, windows
 from jobs.embed import Job, Summary, batching, open_runtime
 from jobs.rows import JobError, Output
 from service.settings import Settings
@@ -86,19 +88,20 @@ class Embedder:
                                   list(self.runtime.manifest.labels), output)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        values = rows.embed(self.runtime, batch.column("text").to_pylist(), self.output, batching(self.settings))
+        values = windows.embed(self.runtime, batch.column("text").to_pylist(), self.output, batching(self.settings))
         return rows.table(batch.column("id").to_pylist(), values, list(self.runtime.manifest.labels), self.schema)
 
 
-def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int) -> Iterator[pa.Table]:
+def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int,
+              too_long: rows.TooLong | None = None) -> Iterator[pa.Table]:
     """A Ray task: one input file's good rows as (id, text) blocks of at most `chunk_rows` rows, which Ray
-    spreads over the actor pool; its bad rows into _rejects (atomically)."""
+    spreads over the actor pool; its bad rows (`too_long`'s too) into _rejects (atomically)."""
     item = batch.to_pylist()[0]
     source = inputs.Source(Path(item["path"]), item["format"], item["rows"])
     id_type = rows.id_type(columns.id is not None)
     with _rejects_file(Path(out), item["index"]) as rejects:
         for chunk in inputs.read_source(source, columns, chunk_rows, 0, item["first_row"]):
-            good, bad = rows.split(chunk)
+            good, bad = rows.split(chunk, too_long)
             rejects.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in bad)
             yield pa.table({"id": pa.array([chunk.ids[i] for i in good], type=id_type),
                             "text": pa.array([chunk.texts[i] for i in good], type=pa.string())})
@@ -110,7 +113,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
     if any(s.rows is None for s in sources):
         raise JobError("--ray reads regular files only (a pipe cannot be planned or read by several workers)")
-    _check_bundle(settings, job.output)  # the actors choose the variant: the driver may have no GPU
+    too_long = _check_bundle(settings, job.output)  # the actors choose the variant: the driver may have no GPU
     args = {"runner": "ray", **_args(job, sources, settings)}
     state = _prepare(job.out, args, job.overwrite)
     if state.done:
@@ -119,7 +122,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     if not already_connected:
         ray.init(address=options.address, include_dashboard=False if options.address == "local" else None)
     try:
-        seconds = _execute(job, settings, options, sources)
+        seconds = _execute(job, settings, options, sources, too_long)
     finally:
         if not already_connected:
             ray.shutdown()
@@ -130,7 +133,8 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     return summary
 
 
-def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source]) -> float:
+def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source],
+             too_long: rows.TooLong | None) -> float:
     import ray
     import ray.data
 
@@ -139,7 +143,8 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
              for i, (s, first) in enumerate(zip(sources, _first_rows(sources), strict=True))]
     good = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
         read_file, batch_size=1, batch_format="pyarrow",  # type: ignore[arg-type]  # its stubs omit fn_kwargs
-        fn_kwargs={"columns": job.columns, "out": str(job.out.resolve()), "chunk_rows": options.batch_rows},
+        fn_kwargs={"columns": job.columns, "out": str(job.out.resolve()), "chunk_rows": options.batch_rows,
+                   "too_long": too_long},
         num_cpus=READ_CPUS)
     resources = actor_resources(settings.provider, options, ray.cluster_resources())
     engine = {"bundle": settings.bundle_dir, **{name: getattr(settings, name) for name in ENGINE_FIELDS}}
@@ -175,8 +180,9 @@ def _prepare(out: Path, args: dict[str, Any], overwrite: bool) -> parts.JobState
     return state
 
 
-def _check_bundle(settings: Settings, output: Output) -> None:
-    """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts."""
+def _check_bundle(settings: Settings, output: Output) -> windows.WindowCap | None:
+    """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts; and
+    with --chunking the overlap's, and the window cap the read tasks apply (the bundle's tokenizer)."""
     from service.runtime import StartupError, verify
 
     try:
@@ -185,6 +191,11 @@ def _check_bundle(settings: Settings, output: Output) -> None:
         raise JobError(f"cannot load the bundle: {error}") from None
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    if output.chunking is None:
+        return None
+    tokenizer = windows.load_tokenizer(settings.bundle_dir)
+    windows.check(tokenizer, output.chunking)
+    return windows.WindowCap(tokenizer, output.chunking)
 
 
 def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[str, Any]:
@@ -194,13 +205,20 @@ def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[st
 
 
 def _summary(out: Path, seconds: float, output: Output) -> Summary:
-    """Counted from what was written: Parquet footers, reject lines, and the tokens column when there is one."""
+    """Counted from what was written: Parquet footers (with --chunking windows, the rows of window 0: one per
+    document), reject lines, and the tokens column when there is one."""
     files = sorted(out.glob("*.parquet"))
-    written = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    by_window = output.chunking is not None and output.chunking.mode == "windows"
+    written = sum(_documents(f) if by_window else pq.ParquetFile(f).metadata.num_rows for f in files)
     rejected = sum(len(f.read_text().splitlines()) for f in (out / parts.REJECTS).glob("*.jsonl"))
     tokens = sum(pc.sum(pq.read_table(f, columns=["tokens"])["tokens"]).as_py() or 0 for f in files) \
-        if output.token_count else -1
+        if output.token_count or by_window else -1
     return Summary(written + rejected, written, rejected, tokens, seconds, len(files), str(out))
+
+
+def _documents(path: Path) -> int:
+    window = pq.read_table(path, columns=["window"])["window"]
+    return int(pc.sum(pc.equal(window, 0)).as_py() or 0)
 
 
 @contextmanager

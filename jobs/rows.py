@@ -5,17 +5,18 @@ good ones are tokenised by the service's `TextTokenizer` (truncation as the serv
 service's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
 and the size cap) with at most `window` rows waiting, as in the service's queue under full load, run by
 the runtime's `OrtRunner`, and post-processed by `service.postprocess` (normalisation, softmax). Same
-bundle, variant and batches as the service: the same vectors.
+bundle, variant and batches as the service: the same vectors. With --chunking, jobs.windows cuts the
+texts into windows instead and runs them through the same `run_batched`.
 
 Shape letters: N rows, D hidden, C labels, T tokens of one row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +27,11 @@ from service.batcher import BatchQueue
 from service.runtime import Runtime
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
+WINDOW_COLUMNS = ("window", "start", "stop", "tokens")  # with --chunking windows, after the id
 
 
-OnBatch = Callable[[int], None]  # told the size of each batch run (progress)
+OnBatch = Callable[[int], None]  # told how many rows each batch finished (progress)
+TooLong = Callable[[list[str]], list[str | None]]  # per text, why it is set aside (None: it is not)
 
 
 class JobError(Exception):
@@ -36,12 +39,22 @@ class JobError(Exception):
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """--chunking: long texts cut into service.chunking's windows instead of truncated."""
+
+    mode: Literal["mean", "windows"]  # mean: one pooled row per document; windows: one row per window
+    overlap: int  # tokens shared by neighbouring windows
+    max_windows: int  # a document that makes more windows is a bad row
+
+
+@dataclass(frozen=True)
 class Output:
-    """What each output row holds besides its id and embedding."""
+    """What the output rows are (one per document, or one per window) and hold besides id and embedding."""
 
     normalize: bool = True
     classify: bool = False
     token_count: bool = False
+    chunking: Chunking | None = None  # None: truncate, as the service's default
 
 
 @dataclass(frozen=True)
@@ -76,15 +89,17 @@ def reject_reason(row_id: Any, text: Any) -> str | None:
     return None
 
 
-def split(chunk: Chunk) -> tuple[list[int], list[dict[str, Any]]]:
-    """Indices of the good rows, and a {row, id, reason} record for each bad one."""
-    good, rejects = [], []
-    for offset, (row_id, text) in enumerate(zip(chunk.ids, chunk.texts, strict=True)):
-        reason = reject_reason(row_id, text)
-        if reason is None:
-            good.append(offset)
-        else:
-            rejects.append({"row": chunk.start + offset, "id": row_id, "reason": reason})
+def split(chunk: Chunk, too_long: TooLong | None = None) -> tuple[list[int], list[dict[str, Any]]]:
+    """Indices of the good rows, and a {row, id, reason} record for each bad one, in row order. `too_long`
+    (with --chunking: too many windows) is asked about the rows that pass the other checks."""
+    reasons = [reject_reason(row_id, text) for row_id, text in zip(chunk.ids, chunk.texts, strict=True)]
+    if too_long is not None:
+        kept = [offset for offset, reason in enumerate(reasons) if reason is None]
+        for offset, reason in zip(kept, too_long([chunk.texts[i] for i in kept]), strict=True):
+            reasons[offset] = reason
+    good = [offset for offset, reason in enumerate(reasons) if reason is None]
+    rejects = [{"row": chunk.start + offset, "id": chunk.ids[offset], "reason": reason}
+               for offset, reason in enumerate(reasons) if reason is not None]
     return good, rejects
 
 
@@ -93,7 +108,12 @@ def embed(
 ) -> dict[str, np.ndarray]:
     """embeddings (N, D) float32, tokens (N,) int32, and scores (N, C) float32 when classifying."""
     sequences = tokenize(runtime, texts)
-    results = run_batched(runtime, sequences, batching, on_batch)
+    results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
+    for batch in run_batched(runtime, sequences, batching):
+        for index, result in batch:
+            results[index] = result
+        if on_batch is not None:
+            on_batch(len(batch))
     vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, runtime.manifest.hidden_size))
     if not np.isfinite(vectors).all():
         raise JobError("the model produced NaN or Inf in an embedding")
@@ -114,29 +134,30 @@ def tokenize(runtime: Runtime, texts: list[str]) -> list[np.ndarray]:
 
 
 def run_batched(
-    runtime: Runtime, sequences: list[np.ndarray], batching: Batching, on_batch: OnBatch | None = None,
-) -> list[dict[str, np.ndarray]]:
-    """Per-row graph outputs, in row order, from batches chosen by the service's BatchQueue."""
-    pending = iter([_Item(index, ids) for index, ids in enumerate(sequences)])
+    runtime: Runtime, sequences: Iterable[np.ndarray], batching: Batching,
+) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
+    """Batch by batch, the graph outputs of each sequence with its index in `sequences`. Batches are chosen by
+    the service's BatchQueue from at most `batching.window` waiting sequences; `sequences` is drawn lazily,
+    only as the queue has room."""
+    pending = (_Item(index, ids) for index, ids in enumerate(sequences))
     queue: BatchQueue[_Item] = BatchQueue()
     queue.push(list(islice(pending, batching.window)))
-    results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
     while len(queue):
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
         outputs = runtime.run_batch("fast", [item.ids for item in batch])
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
-        for item, result in zip(batch, outputs, strict=True):
-            results[item.index] = result
-        if on_batch is not None:
-            on_batch(len(batch))
+        yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]
         queue.push(list(islice(pending, batching.window - len(queue))))
-    return results
 
 
 def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: Output) -> pa.Schema:
-    fields = [pa.field("id", id_type), pa.field("embedding", pa.list_(pa.float32(), hidden))]
-    if output.token_count:
+    """id, embedding, then tokens, label and scores as asked. With --chunking windows, one row per window:
+    id, window, start, stop, tokens (its content tokens: always), embedding, then label and scores."""
+    windows = output.chunking is not None and output.chunking.mode == "windows"
+    fields = [pa.field("id", id_type)] + [pa.field(name, pa.int32()) for name in WINDOW_COLUMNS if windows]
+    fields.append(pa.field("embedding", pa.list_(pa.float32(), hidden)))
+    if output.token_count and not windows:
         fields.append(pa.field("tokens", pa.int32()))
     if output.classify:
         fields += [pa.field("label", pa.string()), pa.field("scores", pa.list_(pa.float32(), len(labels)))]
@@ -144,11 +165,15 @@ def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: Output)
 
 
 def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], target: pa.Schema) -> pa.Table:
-    """The output rows: id, embedding, then tokens, label and scores when the schema has them."""
+    """The output rows: id, then the other columns of `target` from `values`. With --chunking windows,
+    values["doc"] (M,) is each row's document: its index in `ids`."""
+    if "doc" in values:
+        ids = [ids[doc] for doc in values["doc"].tolist()]
     columns: dict[str, pa.Array] = {"id": pa.array(ids, type=target.field("id").type),
                                     "embedding": _fixed(values["embeddings"])}
-    if "tokens" in target.names:
-        columns["tokens"] = pa.array(values["tokens"], type=pa.int32())
+    for name in WINDOW_COLUMNS:  # tokens among them: written in every mode that asks for it
+        if name in target.names:
+            columns[name] = pa.array(values[name], type=pa.int32())
     if "scores" in target.names:
         scores = values["scores"]  # (N, C)
         columns["label"] = pa.array([labels[i] for i in np.argmax(scores, axis=-1)] if len(scores) else [],

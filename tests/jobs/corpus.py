@@ -20,6 +20,13 @@ def texts(n: int) -> list[str]:
     return [" ".join(SENTENCES[(i * 7 + k) % len(SENTENCES)] for k in range(1 + i % 4)) for i in range(n)]
 
 
+def long_texts(n: int, sentences: int = 12) -> list[str]:
+    """n texts of about `sentences` to 2 x `sentences` tiny sentences each: several windows of the tiny model's 62
+    content tokens (deterministic)."""
+    return [" ".join(SENTENCES[(i * 11 + k * 3) % len(SENTENCES)] for k in range(sentences + (i * 13) % sentences))
+            for i in range(n)]
+
+
 def write(path: Path, rows: list[dict[str, Any]], row_group: int = 7) -> Path:
     """`rows` ({id, text}) as JSONL, CSV or Parquet (small row groups), by the file's extension."""
     if path.suffix == ".jsonl":
@@ -35,8 +42,9 @@ def write(path: Path, rows: list[dict[str, Any]], row_group: int = 7) -> Path:
 
 
 def output(out: Path) -> pa.Table:
-    """A job's output directory read as one table (the part files, nothing else), sorted by id."""
-    return ds.dataset(out, format="parquet").to_table().sort_by("id")
+    """A job's output directory read as one table (the part files, nothing else), sorted by id (and window)."""
+    table = ds.dataset(out, format="parquet").to_table()
+    return table.sort_by([(name, "ascending") for name in ("id", "window") if name in table.column_names])
 
 
 def vectors(table: pa.Table, column: str = "embedding") -> np.ndarray:

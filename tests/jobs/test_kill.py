@@ -1,5 +1,6 @@
 """A real `python -m attnserve embed` process, killed (SIGKILL) or interrupted (SIGINT) after two parts,
-then run again with the same arguments: the output equals an uninterrupted run's.
+then run again with the same arguments: the output equals an uninterrupted run's (also with --chunking
+windows, on documents of several windows).
 
 The input is a pipe the test feeds, so the kill lands at a known point without timing: the job has
 written and recorded two parts and waits for the rows of the third.
@@ -24,17 +25,25 @@ import pytest
 
 from bench.procs import clean_env
 from jobs.embed import Job, run
+from jobs.rows import Chunking, Output
 from service.settings import Settings
-from tests.jobs.corpus import rejects, texts
+from tests.jobs.corpus import long_texts, rejects, texts
 
 ROOT = Path(__file__).resolve().parents[2]
 PART_ROWS = 20
-LINES = [t if i % 11 else "" for i, t in enumerate(texts(70))]  # 4 parts; every 11th line is empty (a reject)
+WINDOWS = Chunking("windows", 8, 512)
 
 
-def _command(fifo: Path, bundle: Path, out: Path) -> list[str]:
+def _lines(chunking: Chunking | None) -> list[str]:
+    """4 parts; every 11th line is empty (a reject). With chunking, documents of 2 to 5 windows."""
+    docs = long_texts(70) if chunking is not None else texts(70)
+    return [t if i % 11 else "" for i, t in enumerate(docs)]
+
+
+def _command(fifo: Path, bundle: Path, out: Path, chunking: Chunking | None) -> list[str]:
+    flags = ["--chunking", chunking.mode, "--chunk-overlap", str(chunking.overlap)] if chunking is not None else []
     return [sys.executable, "-m", "attnserve", "embed", str(fifo), "--format", "text", "--bundle", str(bundle),
-            "--out", str(out), "--part-rows", str(PART_ROWS), "--intra-op-threads", "1"]
+            "--out", str(out), "--part-rows", str(PART_ROWS), "--intra-op-threads", "1", *flags]
 
 
 def _wait(condition: Callable[[], bool], proc: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
@@ -70,15 +79,18 @@ def _recorded_parts(out: Path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("signum, status", [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130)])
-def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_path: Path, signum, status) -> None:
-    fifo, out = tmp_path / "docs.fifo", tmp_path / "out"
+@pytest.mark.parametrize("signum, status, chunking", [(signal.SIGKILL, -signal.SIGKILL, None),
+                                                      (signal.SIGINT, 130, None),
+                                                      (signal.SIGKILL, -signal.SIGKILL, WINDOWS)])
+def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_path: Path, signum, status,
+                                                       chunking) -> None:
+    fifo, out, lines = tmp_path / "docs.fifo", tmp_path / "out", _lines(chunking)
     os.mkfifo(fifo)
-    data = "".join(line + "\n" for line in LINES).encode()
-    proc = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    data = "".join(line + "\n" for line in lines).encode()
+    proc = subprocess.Popen(_command(fifo, tiny_bundle, out, chunking), cwd=ROOT, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with _writer(fifo, proc) as pipe:
-        pipe.write(b"".join(line.encode() + b"\n" for line in LINES[:50]))  # 2.5 parts
+        pipe.write(b"".join(line.encode() + b"\n" for line in lines[:50]))  # 2.5 parts
         pipe.flush()
         _wait(lambda: _recorded_parts(out) == 2, proc)
         proc.send_signal(signum)
@@ -87,8 +99,8 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
     if signum == signal.SIGINT:
         assert "stopped by SIGINT; run the same command again to resume" in stderr
 
-    again = subprocess.Popen(_command(fifo, tiny_bundle, out), cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    again = subprocess.Popen(_command(fifo, tiny_bundle, out, chunking), cwd=ROOT, env=clean_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with _writer(fifo, again) as pipe:
         pipe.write(data)
     stdout, stderr = again.communicate(timeout=120)
@@ -98,8 +110,8 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
 
     whole = tmp_path / "whole"
     (tmp_path / "docs.txt").write_bytes(data)
-    run(Job((tmp_path / "docs.txt",), whole, "text", part_rows=PART_ROWS), Settings(bundle=tiny_bundle,
-        intra_op_threads=1), io.StringIO())
+    run(Job((tmp_path / "docs.txt",), whole, "text", part_rows=PART_ROWS, output=Output(chunking=chunking)),
+        Settings(bundle=tiny_bundle, intra_op_threads=1), io.StringIO())
     for index in range(4):
         name = f"part-{index:05d}.parquet"
         assert pq.read_table(out / name).equals(pq.read_table(whole / name)), name

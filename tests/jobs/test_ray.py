@@ -1,5 +1,6 @@
-"""The Ray Data path: the map_batches keyword per Ray version, the actors' resources, and a run on a local
-Ray instance (2 CPUs, no dashboard, no usage stats) whose rows, sorted by id, equal the local job's."""
+"""The Ray Data path: the map_batches keyword per Ray version, the actors' resources, and runs on one local
+Ray instance (2 CPUs, no dashboard, no usage stats; started once: that is the slow part) whose rows, sorted
+by id, equal the local job's, without and with --chunking."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import pytest
 from jobs.embed import Job, run
 from jobs.inputs import Columns
 from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
-from jobs.rows import JobError, Output
+from jobs.rows import Chunking, JobError, Output
 from service.settings import Settings
-from tests.jobs.corpus import output, rejects, texts, vectors, write
+from tests.jobs.corpus import long_texts, output, rejects, texts, vectors, write
 
 
 def _strategy(**kwargs: int) -> tuple[str, dict[str, int]]:
@@ -57,14 +58,15 @@ def test_no_room_for_an_actor_is_an_error() -> None:
         actor_resources("cpu", RayOptions("local"), {"CPU": 1.0})
 
 
-@pytest.fixture
-def local_ray(monkeypatch: pytest.MonkeyPatch):
+@pytest.fixture(scope="module")
+def local_ray():
     import ray  # the ray extra: make install puts it in, so a missing ray fails here rather than skips
 
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to the network
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to the network
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield ray
+        ray.shutdown()
 
 
 @pytest.mark.slow
@@ -87,3 +89,33 @@ def test_ray_rows_sorted_by_id_equal_the_local_jobs(local_ray, tiny_bundle: Path
     np.testing.assert_allclose(b, a, atol=1e-6)
     np.testing.assert_allclose(vectors(theirs, "scores"), vectors(ours, "scores"), atol=1e-6)
     assert rejects(tmp_path / "ray") == rejects(tmp_path / "local")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, columns", [("mean", ("id", "tokens", "label")),
+                                           ("windows", ("id", "window", "start", "stop", "tokens", "label"))])
+def test_ray_with_chunking_equals_the_local_job(local_ray, tiny_bundle: Path, tmp_path: Path, mode: str,
+                                                columns: tuple[str, ...]) -> None:
+    """--chunking on Ray (the same Ray instance): the same rows, spans and vectors as the local job; a
+    document over the window cap is rejected by the read task as the local job rejects it."""
+    docs = [t if i % 5 else "" for i, t in enumerate(long_texts(12))] + texts(20) + [" ".join(long_texts(12))]
+    rows = [{"id": f"d{i:03d}", "text": t} for i, t in enumerate(docs)]
+    first, second = write(tmp_path / "a.jsonl", rows[:20]), write(tmp_path / "b.parquet", rows[20:])
+    job = Job((first, second), tmp_path / "local", None, Columns("text", "id"),
+              Output(classify=True, token_count=True, chunking=Chunking(mode, 16, 30)))  # type: ignore[arg-type]
+    settings = Settings(bundle=tiny_bundle, intra_op_threads=1)
+    local = run(job, settings, io.StringIO())
+    on_ray = run_on_ray(Job(job.inputs, tmp_path / "ray", None, job.columns, job.output), settings,
+                        RayOptions("local", batch_rows=8))
+    assert (on_ray.rows, on_ray.written, on_ray.rejected, on_ray.tokens) == \
+        (local.rows, local.written, local.rejected, local.tokens) == (33, 29, 4, local.tokens)
+    assert rejects(tmp_path / "ray") == rejects(tmp_path / "local")
+    assert "windows, over the limit of 30" in rejects(tmp_path / "local")[-1]["reason"]
+    ours, theirs = output(tmp_path / "local"), output(tmp_path / "ray")
+    assert theirs.schema == ours.schema and theirs.num_rows == ours.num_rows
+    assert ours.num_rows == 29 if mode == "mean" else ours.num_rows >= 29 + 9  # 9 long ones: 2 windows or more
+    for column in columns:
+        assert theirs.column(column).equals(ours.column(column)), column
+    a, b = vectors(ours), vectors(theirs)  # (N, D) or (M, D)
+    assert ((a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min() >= 0.99999
+    np.testing.assert_allclose(vectors(theirs, "scores"), vectors(ours, "scores"), atol=1e-6)

@@ -1,0 +1,169 @@
+"""--chunking mean|windows: long documents cut into the service's windows, each run as its own item.
+
+The cutting and the pooling are `service.chunking`'s, so the job's windows, spans and pooled vectors are
+those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
+windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
+tokens. Every window is one item of `jobs.rows.run_batched`, where the service's BatchQueue batches
+windows by length under the token budget as it batches rows, so one document's windows may run in
+different batches. Documents are cut a few at a time, as the queue has room; a document's window
+outputs are kept until its last window has run, then pooled at once (mean: the content-token-weighted
+mean before normalisation, logits before softmax) or kept as one row per window (windows). A part is
+written once all its documents are done, so memory holds one part's answers and the waiting windows.
+
+A document that would make more windows than the cap (--max-windows-per-input, the service's setting) is
+a bad row: `WindowCap` counts its windows (`chunking.count_windows`) before any is built and gives the
+reason, and `rows.split` sets it aside with the other bad rows.
+
+Shape letters: N documents, M windows of all of them, K windows of one, D hidden, C labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from bundle.manifest import Manifest
+from jobs import rows
+from jobs.rows import Batching, Chunking, JobError, OnBatch, Output
+from service import chunking, postprocess
+from service.chunking import Window
+from service.runtime import Runtime
+from service.tokenize import TextTokenizer
+
+CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
+NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
+Outputs = dict[str, np.ndarray]
+
+
+def load_tokenizer(bundle: Path) -> TextTokenizer:
+    """The bundle's tokenizer alone (the driver of a Ray run checks the flags with it, opening no graph)."""
+    manifest = Manifest.read(bundle)
+    return TextTokenizer(Tokenizer.from_file(str(bundle / manifest.tokenizer)), manifest.max_length)
+
+
+def check(tokenizer: TextTokenizer, options: Chunking) -> None:
+    """--chunk-overlap must leave the windows room to advance: 0 <= N < W."""
+    size = chunking.window_size(tokenizer)
+    if not 0 <= options.overlap < size:
+        raise JobError(f"--chunk-overlap must be at least 0 and below the window of {size} tokens (the model's max "
+                       f"length of {tokenizer.max_length} less its {tokenizer.special_count} special tokens)")
+
+
+@dataclass(frozen=True)
+class WindowCap:
+    """Why each text is set aside for making too many windows (None: it is not). A `rows.TooLong`."""
+
+    tokenizer: TextTokenizer
+    options: Chunking
+
+    def __call__(self, texts: list[str]) -> list[str | None]:
+        counts = [len(e.ids) for start in range(0, len(texts), CUT_ROWS)
+                  for e in self.tokenizer.content(texts[start:start + CUT_ROWS])]
+        return [self._reason(tokens) for tokens in counts]
+
+    def _reason(self, tokens: int) -> str | None:
+        count = chunking.count_windows(tokens, chunking.window_size(self.tokenizer), self.options.overlap)
+        if count <= self.options.max_windows:
+            return None
+        return (f"{tokens} tokens make {count} windows, over the limit of {self.options.max_windows} "
+                "(--max-windows-per-input)")
+
+
+def too_long(tokenizer: TextTokenizer, output: Output) -> WindowCap | None:
+    return WindowCap(tokenizer, output.chunking) if output.chunking is not None else None
+
+
+def embed(
+    runtime: Runtime, texts: list[str], output: Output, batching: Batching, on_rows: OnBatch | None = None,
+) -> dict[str, np.ndarray]:
+    """`rows.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
+    window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
+    tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
+    if output.chunking is None:
+        return rows.embed(runtime, texts, output, batching, on_rows)
+    documents = _Documents(output.chunking)
+    sequences = documents.cut(runtime.tokenizer, texts)
+    for batch in rows.run_batched(runtime, sequences, batching):
+        done = documents.record(batch)
+        if on_rows is not None:
+            on_rows(done)
+    classes = len(runtime.manifest.labels) if output.classify else None
+    return documents.values(output, runtime.manifest.hidden_size, classes)
+
+
+class _Documents:
+    """The documents of one call: their windows (spans and weights), and their outputs as they come."""
+
+    def __init__(self, options: Chunking) -> None:
+        self.options = options
+        self.windows: list[list[Window]] = []  # per document, without their ids
+        self.run: list[int] = []  # per document, tokens run (special tokens included)
+        self.outputs: list[list[Outputs]] = []  # per document: per window, then pooled (mean) into one
+        self.left: list[int] = []  # per document, windows not yet run
+        self.where: list[tuple[int, int]] = []  # per window item: (document, window)
+
+    def cut(self, tokenizer: TextTokenizer, texts: list[str]) -> Iterator[np.ndarray]:
+        """Each window's ids, document after document, recording the windows as they are cut."""
+        for start in range(0, len(texts), CUT_ROWS):
+            for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.overlap,
+                                        self.options.max_windows):
+                document = len(self.windows)
+                self.windows.append([replace(w, ids=NO_IDS) for w in windows])
+                self.run.append(sum(w.length for w in windows))
+                self.outputs.append([{} for _ in windows])
+                self.left.append(len(windows))
+                self.where += [(document, k) for k in range(len(windows))]
+                yield from (w.ids for w in windows)
+
+    def record(self, batch: list[tuple[int, Outputs]]) -> int:
+        """Keep a batch's outputs; pool each document whose last window this was (mean). Documents done."""
+        done = 0
+        for index, result in batch:
+            document, k = self.where[index]
+            _check_finite(result)
+            self.outputs[document][k] = result
+            self.left[document] -= 1
+            if self.left[document] == 0:
+                done += 1
+                if self.options.mode == "mean":
+                    self.outputs[document] = [self._pooled(document)]
+        return done
+
+    def _pooled(self, document: int) -> Outputs:
+        outputs, windows = self.outputs[document], self.windows[document]
+        return {name: chunking.pool(np.stack([o[name] for o in outputs]), windows)  # (K, D) -> (D,)
+                for name in outputs[0]}
+
+    def values(self, output: Output, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
+        """What rows.table takes: per document (mean) or per window (windows), in input order."""
+        flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
+        values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
+        if classes is not None:
+            values["scores"] = postprocess.softmax(_stack(flat, "logits", classes)).astype(np.float32)
+        if self.options.mode == "mean":
+            values["tokens"] = np.array(self.run, dtype=np.int32)  # (N,)
+            return values
+        return values | self._spans()
+
+    def _spans(self) -> dict[str, np.ndarray]:
+        """doc, window, start, stop, tokens: (M,) each, in document and window order."""
+        flat = [(d, k, w) for d, windows in enumerate(self.windows) for k, w in enumerate(windows)]
+        return {"doc": np.array([d for d, _, _ in flat], dtype=np.int64),
+                "window": np.array([k for _, k, _ in flat], dtype=np.int32),
+                "start": np.array([w.start for _, _, w in flat], dtype=np.int32),
+                "stop": np.array([w.stop for _, _, w in flat], dtype=np.int32),
+                "tokens": np.array([w.tokens for _, _, w in flat], dtype=np.int32)}
+
+
+def _stack(outputs: Sequence[Outputs], name: str, width: int) -> np.ndarray:
+    return np.stack([o[name] for o in outputs]) if outputs else np.zeros((0, width), dtype=np.float32)
+
+
+def _check_finite(result: Outputs) -> None:
+    for name, value in result.items():
+        if not np.isfinite(value).all():
+            raise JobError(f"the model produced NaN or Inf in {name}")
