@@ -24,12 +24,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from bundle.manifest import Manifest
 from jobs import rows
 from jobs.rows import Batching, Chunking, JobError, OnBatch, Output
-from service import chunking, postprocess
+from service import chunking, postprocess, runtime
 from service.chunking import Window
 from service.runtime import Runtime
 from service.tokenize import TextTokenizer
@@ -41,8 +40,7 @@ Outputs = dict[str, np.ndarray]
 
 def load_tokenizer(bundle: Path) -> TextTokenizer:
     """The bundle's tokenizer alone (the driver of a Ray run checks the flags with it, opening no graph)."""
-    manifest = Manifest.read(bundle)
-    return TextTokenizer(Tokenizer.from_file(str(bundle / manifest.tokenizer)), manifest.max_length)
+    return runtime.load_tokenizer(bundle, Manifest.read(bundle))
 
 
 def check(tokenizer: TextTokenizer, options: Chunking) -> None:

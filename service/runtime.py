@@ -123,7 +123,7 @@ def _open(settings: Settings, manifest: Manifest, provider: str, opened: Opened)
         variants["attention"] = attention
     runners = {kind: _runner(settings, manifest, kind, v, provider, opened) for kind, v in variants.items()}
     tokenizer = _once(opened, ("tokenizer", manifest.tokenizer_sha256, str(manifest.max_length)),
-                      lambda: _tokenizer(settings.bundle_dir, manifest))
+                      lambda: load_tokenizer(settings.bundle_dir, manifest))
     probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
     for kind, runner in runners.items():
         _smoke_run(runner, probe, manifest.graph(kind, variants[kind]))
@@ -143,7 +143,8 @@ def _smoke_run(runner: OrtRunner, probe: np.ndarray, entry: GraphEntry | None) -
         raise StartupError(f"{name}: a first run failed ({type(error).__name__}: {str(error)[:200]})") from None
 
 
-def _tokenizer(bundle: Path, manifest: Manifest) -> TextTokenizer:
+def load_tokenizer(bundle: Path, manifest: Manifest) -> TextTokenizer:
+    """The bundle's tokenizer alone, truncating at its max length; StartupError names the file it cannot load."""
     try:
         return TextTokenizer(Tokenizer.from_file(str(bundle / manifest.tokenizer)), manifest.max_length)
     except Exception as error:  # tokenizers raises a bare Exception; name the file, keep the reason
