@@ -5,16 +5,51 @@ line or headers, and then stalls holds its connection for ever. Here a timer sta
 opens (and when a later request on a kept-alive connection begins) and stops when the headers are
 complete; if it fires first, the client gets 408 in the one JSON error shape and the connection closes.
 The body has its own deadline in `service.middleware` (ATTNSERVE_BODY_TIMEOUT_S).
+
+A connection closed while its client is still sending a request body (a 408 body deadline, a 413) closes
+lingering, as nginx and Apache do: the server sends the response and a FIN, then reads and drops what the
+client still sends until the client closes or LINGER_S passes. A plain close would answer the client's next
+bytes with a TCP reset, and the client's kernel would drop the response it had not yet read.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.errors import RequestTimeout, error_body
+
+LINGER_S = 2.0
+
+
+class LingeringTransport:
+    """The connection's transport as uvicorn sees it; `close()` lingers while `sending()` says the client is
+    mid-body: write_eof (the response is flushed, then a FIN), keep reading, close on the client's EOF or
+    after LINGER_S (asyncio closes a transport whose protocol's eof_received returns None)."""
+
+    def __init__(self, transport: asyncio.Transport, sending: Callable[[], bool]) -> None:
+        self._transport, self._sending = transport, sending
+        self.lingering = False
+
+    def close(self) -> None:
+        if self.lingering:
+            return
+        if self._transport.is_closing() or not self._transport.can_write_eof() or not self._sending():
+            self._transport.close()
+            return
+        self.lingering = True
+        self._transport.write_eof()
+        self._transport.resume_reading()  # uvicorn may have paused it: unread bytes would still be reset
+        asyncio.get_running_loop().call_later(LINGER_S, self._transport.close)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class HeadDeadlineProtocol(HttpToolsProtocol):
@@ -25,8 +60,15 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(LingeringTransport(transport, self._mid_body))  # type: ignore[arg-type]
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.transport.lingering:  # type: ignore[attr-defined]
+            super().data_received(data)
+
+    def _mid_body(self) -> bool:
+        return self.cycle is not None and self.cycle.more_body
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -53,10 +53,10 @@ async def slow_body(port: int) -> Closed:
         trickle.cancel()
 
 
-async def _trickle(writer: asyncio.StreamWriter, data: bytes) -> None:
+async def _trickle(writer: asyncio.StreamWriter, data: bytes, every_s: float = 0.2) -> None:
     for byte in data:  # bounded: at most len(data) writes
         writer.write(bytes([byte]))
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(every_s)
 
 
 async def _until_closed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, started: float) -> Closed:
@@ -95,6 +95,39 @@ async def test_slow_headers_and_bodies_are_cut_at_their_deadline_while_normal_tr
         assert DEADLINE_S <= seconds <= DEADLINE_S + 10, closed_after
     assert ledger.sent == 120 and ledger.by_status() == {200: 120}, ledger.summary()
     assert "Traceback" not in log, log
+
+
+async def still_sending(port: int, head: bytes) -> bytes:
+    """Send a request head, then keep sending a byte every 5 ms until the server's answer (or a reset) comes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head)
+    trickle = asyncio.create_task(_trickle(writer, b"x" * 2000, every_s=0.005))
+    try:
+        return await reader.read()
+    except ConnectionResetError:
+        return b"reset before the answer was read"
+    finally:
+        trickle.cancel()
+        writer.close()
+
+
+def _post_head(length: int) -> bytes:
+    return (b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % length)
+
+
+@pytest.mark.slow
+async def test_a_client_still_sending_reads_its_408_or_413_not_a_reset(tiny_bundle: Path, tmp_path: Path) -> None:
+    """The server closes such connections lingering (service.deadlines.LingeringTransport). With a plain
+    close, about half of these clients lost the answer to a reset."""
+    flags = ("--body-timeout-s", "1", "--payload-limit-bytes", "100000")
+    with running(tiny_bundle, tmp_path / "server.log", *flags) as server:
+        timed_out = await asyncio.gather(*(still_sending(server.port, _post_head(4096)) for _ in range(20)))
+        too_large = await asyncio.gather(*(still_sending(server.port, _post_head(200_000)) for _ in range(20)))
+    for answer in timed_out:
+        assert_408_and_closed(answer)
+    for answer in too_large:
+        assert answer.startswith(b"HTTP/1.1 413") and b'"code":"payload_too_large"' in answer, answer
 
 
 FLOOR_S = 0.010
