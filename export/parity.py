@@ -153,7 +153,7 @@ def gate_failures(variant: str, measured: dict[str, float]) -> list[str]:
             if key != figure and not (figure.startswith("*") and key.endswith(figure[1:])):
                 continue
             if (sense == "max" and not value <= limit) or (sense == "min" and not value >= limit):
-                misses.append(f"{key} {value:.3g} {'>' if sense == 'max' else '<'} {limit:g}")
+                misses.append(f"{key} {value:.4g} {'>' if sense == 'max' else '<'} {limit:g}")
     return misses
 
 

@@ -61,8 +61,9 @@ def test_auto_serves_the_fastest_batch_invariant_variant_by_the_manifest_figures
     every = measured_bundle(tiny_bundle)
     choice = choose_variant("auto", "cpu", every)
     assert choice.variant == "int8"
-    assert choice.reason.startswith("fastest batch-invariant variant measured at export on cpu: int8 520/48 ms")
-    assert "then fp32-opt 930/95 ms, fp32 1e+03/100 ms" in choice.reason
+    assert choice.reason.startswith("fastest batch-invariant variant measured at export on cpu: int8 520/48 ms "
+                                    "per 32x128/32x16 batch (1.92x/2.08x fp32, process cpu time)")
+    assert "then fp32-opt 930/95 ms, fp32 1000/100 ms" in choice.reason
     assert "int8-dynamic (not batch-invariant (0.00035))" in choice.reason
     slower = every.model_copy(update={"graphs": [
         g.model_copy(update={"measured": {"cpu": figures(1200, 120)}}) if g.variant == "int8" else g
