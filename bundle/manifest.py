@@ -9,8 +9,14 @@ Graph kinds:
                (batch, hidden), token_embeddings (batch, sequence, hidden), logits (batch, labels)
                when the model has a classification head.
     attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence).
-Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (dynamic
-quantisation, CPU), fp16 (CUDA).
+Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (static
+quantisation with calibrated activation scales, CPU), int8-dynamic (dynamic quantisation, CPU; its
+vectors depend on their batch partners), fp16 (CUDA).
+
+Schema 2 adds what export measured of each graph on each provider it ran on (`measured`): how far a
+text's outputs move between being run alone and in mixed batches, and the time per batch at fixed
+shapes. The service's `variant=auto` chooses from these figures. Schema 1 bundles (no figures) are
+still read; auto then serves fp32.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 MANIFEST_NAME = "manifest.json"
+# A graph is batch-invariant when a text's outputs alone and in any batch differ by at most this.
+BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 GraphKind = Literal["fast", "attention"]
-Variant = Literal["fp32", "fp32-opt", "int8", "fp16"]
+Variant = Literal["fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 
 
 class _Strict(BaseModel):
@@ -37,6 +46,18 @@ class TensorSpec(_Strict):
     shape: list[str | int]  # symbolic axes by name, fixed axes by size
 
 
+class Measured(_Strict):
+    """What export measured of one graph on one provider."""
+
+    batch_max_abs_diff: float  # embeddings and logits of texts run alone vs in mixed, padded batches
+    ms_per_batch: dict[str, float] = Field(default_factory=dict)  # "32x128" (B x T) -> median ms per batch
+    clock: Literal["process_cpu", "wall"] = "process_cpu"  # CPU time of this process, or wall time (CUDA)
+
+    @property
+    def batch_invariant(self) -> bool:
+        return self.batch_max_abs_diff <= BATCH_INVARIANCE_TOLERANCE
+
+
 class GraphEntry(_Strict):
     file: str
     sha256: str
@@ -46,6 +67,7 @@ class GraphEntry(_Strict):
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     parity: dict[str, float] = Field(default_factory=dict)
+    measured: dict[str, Measured] = Field(default_factory=dict)  # provider ("cpu", "cuda") -> figures
 
     @field_validator("file")
     @classmethod
@@ -82,8 +104,9 @@ class Manifest(_Strict):
     @field_validator("schema_version")
     @classmethod
     def _known_schema(cls, value: int) -> int:
-        if value != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {value} is not supported (expected {SCHEMA_VERSION})")
+        if value not in READABLE_SCHEMAS:
+            raise ValueError(f"schema_version {value} is not supported (this attnserve reads "
+                             f"{', '.join(map(str, READABLE_SCHEMAS))})")
         return value
 
     @field_validator("tokenizer")

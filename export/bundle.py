@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -22,17 +22,20 @@ from bundle.feeds import INPUT_NAMES
 from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
 from bundle.verify import verify_bundle
+from export import int8 as int8_static
 from export import variants as variants_mod
+from export.calibration import Int8Inputs, int8_inputs
 from export.graphs import KINDS, export_graph, output_shapes
-from export.parity import Batch, ParityError, check_graph, evaluation_texts, parity_batches, reference
+from export.measure import measure_entries
+from export.parity import Batch, ParityError, check_graph, check_sets, parity_batches, reference
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.load import load_model
+from model.tokenizer import pad_id, token_ids
 
 log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
-EVAL_BATCH = 32
 
 
 class ExportError(RuntimeError):
@@ -78,10 +81,13 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     config, max_length = model.encoder.config, bundle_max_length(model)
     tokenizer = tmp / "tokenizer.json"
     shutil.copyfile(model.path / "tokenizer.json", tokenizer)
+    int8 = int8_inputs(model, max_length) if any(v.startswith("int8") for v in chosen) else None
     graphs = []
     for kind in KINDS:
-        batches = _parity_inputs(model, max_length, kind, "int8" in chosen and kind == "fast")
-        graphs += _build_kind(model, tmp, kind, chosen, batches)
+        batches = {"parity": reference(model, parity_batches(), max_length, kind)}
+        graphs += _build_kind(model, tmp, kind, chosen, batches, int8 if kind == "fast" else None)
+    parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
+    graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
     return Manifest(
         name=name, version=version, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
@@ -92,18 +98,9 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     )
 
 
-def _parity_inputs(model: LoadedModel, max_length: int, kind: str, with_eval: bool) -> dict[str, list[Batch]]:
-    """Reference outputs: 'parity' (mixed batches) always, 'eval' (a few hundred texts) for int8."""
-    out = {"parity": reference(model, parity_batches(), max_length, kind)}
-    if with_eval:
-        texts = evaluation_texts()
-        chunks = [texts[i:i + EVAL_BATCH] for i in range(0, len(texts), EVAL_BATCH)]
-        out["eval"] = out["parity"] + reference(model, chunks, max_length, kind)
-    return out
-
-
 def _build_kind(
     model: LoadedModel, tmp: Path, kind: str, chosen: list[str], batches: dict[str, list[Batch]],
+    int8: Int8Inputs | None,
 ) -> list[GraphEntry]:
     fp32 = tmp / f"{kind}-fp32.onnx"
     export_graph(model.encoder, kind, fp32)
@@ -111,8 +108,9 @@ def _build_kind(
     for variant in (v for v in chosen if v in variants_mod.KIND_VARIANTS[kind]):
         path = tmp / f"{kind}-{variant}.onnx"
         providers = variants_mod.PROVIDERS[variant]
-        if variant == "int8":
-            parity = _build_int8(fp32, path, model.encoder.config, batches["eval"])
+        if variant.startswith("int8"):
+            assert int8 is not None  # int8 variants exist for the fast kind, which gets the int8 inputs
+            parity = _build_int8(variant, fp32, path, model.encoder.config, int8)
         else:
             if variant != "fp32":
                 variants_mod.build(variant, fp32, path, model.encoder.config)
@@ -122,16 +120,26 @@ def _build_kind(
     return entries
 
 
-def _build_int8(fp32: Path, path: Path, config: EncoderConfig, batches: list[Batch]) -> dict[str, float]:
-    """The widest int8 scope that passes the gate (variants.INT8_SCOPES); its MatMul count is recorded."""
+def _build_int8(variant: str, fp32: Path, path: Path, config: EncoderConfig, int8: Int8Inputs) -> dict[str, float]:
+    """int8 (static, export.int8) or int8-dynamic, each gated on the parity, short and held-out texts."""
+    def passes(graph: Path) -> dict[str, float]:
+        return check_sets(graph, variant, variants_mod.PROVIDERS[variant], int8.gate)
+
+    if variant == "int8":
+        return int8_static.build(fp32, path, config, int8.calibration_feeds, int8.calibration_reference, passes)
+    return _build_int8_dynamic(fp32, path, config, passes)
+
+
+def _build_int8_dynamic(fp32: Path, path: Path, config: EncoderConfig,
+                        passes: Callable[[Path], dict[str, float]]) -> dict[str, float]:
+    """The widest dynamic int8 scope that passes the gate (variants.INT8_SCOPES); its MatMul count is recorded."""
     error: ParityError | None = None
     for scope in variants_mod.INT8_SCOPES:
         count = variants_mod.quantize(fp32, path, config, scope)
         try:
-            return {**check_graph(path, "int8", variants_mod.PROVIDERS["int8"], batches),
-                    "quantized_matmuls": float(count)}
+            return {**passes(path), "quantized_matmuls": float(count)}
         except ParityError as err:
-            log.warning("int8 with %s projections quantised missed the gate (%s)", "/".join(scope), err)
+            log.warning("int8-dynamic with %s projections quantised missed the gate (%s)", "/".join(scope), err)
             error = err
     assert error is not None
     raise error

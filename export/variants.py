@@ -1,4 +1,6 @@
-"""Derived graphs: fp32-opt (transformer optimiser), int8 (dynamic quantisation), fp16 (CUDA).
+"""Derived graphs: fp32-opt (transformer optimiser), int8-dynamic (dynamic quantisation), fp16 (CUDA).
+
+The static int8 variant (calibrated, batch-invariant) is built by export.int8.
 
 Each function reads an fp32 graph and writes a new file; parity is checked by the caller
 (export.parity), never here. The choices below rest on measurements of MiniLM, batch 32 x 128
@@ -19,13 +21,14 @@ from model.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("fp32", "fp32-opt", "int8", "fp16")
+VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic", "fp16")
 # Variants each graph kind is built in; the attention graph is a debugging/inspection path.
 KIND_VARIANTS = {"fast": VARIANTS, "attention": ("fp32", "fp16")}
 PROVIDERS = {
     "fp32": ["CUDAExecutionProvider", "CPUExecutionProvider"],
     "fp32-opt": ["CPUExecutionProvider"],
     "int8": ["CPUExecutionProvider"],
+    "int8-dynamic": ["CPUExecutionProvider"],
     "fp16": ["CUDAExecutionProvider"],
 }
 
@@ -134,7 +137,7 @@ def to_fp16(src: Path, dst: Path) -> None:
 def build(variant: str, src: Path, dst: Path, config: EncoderConfig) -> None:
     if variant == "fp32-opt":
         optimize(src, dst, config)
-    elif variant == "int8":
+    elif variant == "int8-dynamic":
         quantize(src, dst, config)
     elif variant == "fp16":
         to_fp16(src, dst)

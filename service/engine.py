@@ -214,6 +214,7 @@ class Engine:
         return {
             "model": m.name, "version": m.version, "created_at": m.created_at, "source": m.source.kind,
             "provider": self.runtime.provider, "variants": self.runtime.variants,
+            "variant": {"served": self.runtime.variants.get("fast"), "reason": self.runtime.variant_reason},
             "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
             "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
             "hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_heads": m.num_heads,

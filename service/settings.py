@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Provider = Literal["auto", "cuda", "cpu"]
-VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "fp16"]
+VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
@@ -43,12 +43,14 @@ class Settings(BaseSettings):
         "cuda refuses to start without CUDA (no silent fallback).",
     )
     variant: VariantChoice = Field(
-        "auto", description="Graph variant: auto picks the fastest variant in the bundle that passed its parity gate "
-        "for the provider (fp16 on CUDA; int8, then fp32-opt, then fp32 on CPU). An explicit variant must exist.",
+        "auto", description="Graph variant: auto serves, among the bundle's variants for the provider (each passed "
+        "its parity gate), the fastest batch-invariant one (a text's vector does not depend on its batch partners), "
+        "by the speed and invariance measured at export and written in the manifest; /info says which and why. "
+        "An explicit variant must exist and is served even when it is not batch-invariant (int8-dynamic).",
     )
     allow_int8: bool = Field(
-        True, description="Let `variant=auto` choose the int8 graph on CPU (faster; small accuracy loss, within "
-        "its parity gate).",
+        True, description="Let `variant=auto` choose an int8 graph: faster on CPU, but its vectors are within its "
+        "parity gate (cosine >= 0.99) of PyTorch's, not equal to them; false keeps auto to the fp32 graphs.",
     )
     max_inputs: int = Field(256, ge=1, description="Most inputs in one request; more is refused with 422.")
     max_input_chars: int = Field(

@@ -133,3 +133,19 @@ def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> N
     (copy / "manifest.json").write_text("{not json")
     with pytest.raises(BundleError, match="manifest.json: .*Invalid JSON"):
         verify_bundle(copy)
+
+
+def test_schema_1_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Schema 2 added `measured`; a schema-1 manifest (no figures) still verifies, an unknown schema does not."""
+    copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["schema_version"] == 2 and manifest["graphs"][0]["measured"]["cpu"]["ms_per_batch"]
+    manifest["schema_version"] = 1
+    for graph in manifest["graphs"]:
+        del graph["measured"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert all(not g.measured for g in verify_bundle(copy).graphs)
+    manifest["schema_version"] = 3
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="schema_version 3 is not supported"):
+        verify_bundle(copy)

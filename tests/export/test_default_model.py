@@ -1,19 +1,24 @@
-"""The int8 variant passes its gate on the default model (real MiniLM with a classification head)."""
+"""The int8 variant passes its gate on the default model (real MiniLM with a classification head), and the
+variant `auto` serves from that bundle gives a text the same vector whatever its batch partners."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from bundle.manifest import BATCH_INVARIANCE_TOLERANCE
+from bundle.session import open_session
 from export.bundle import bundle_max_length, export_bundle
 from export.parity import GATES
 from model.checkpoint import save_checkpoint
 from model.encoder import Encoder, mean_pool
 from model.load import load_model
-from model.tokenizer import encode
+from model.tokenizer import encode, pad_id, token_ids
 from model.training.assets import minilm_dir, rotten_tomatoes
+from service.runtime import choose_variant
 
 pytestmark = pytest.mark.default_model
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "checkpoints" / "default"
@@ -67,13 +72,33 @@ def test_sentence_transformers_max_length_comes_from_its_config() -> None:
 
 
 @pytest.mark.slow
-def test_int8_passes_its_gate_on_the_default_model(default_checkpoint: Path, tmp_path: Path) -> None:
+def test_int8_passes_its_gate_and_auto_serves_a_batch_invariant_variant(
+    default_checkpoint: Path, tmp_path: Path,
+) -> None:
     manifest = export_bundle(default_checkpoint, tmp_path / "bundle", variants=("fp32", "int8"))
     int8 = manifest.graph("fast", "int8")
     assert int8 is not None
-    assert int8.parity["embeddings_min_cosine"] >= 0.99
-    assert int8.parity["label_agreement"] >= 0.99
+    for texts in ("parity", "short", "held_out"):  # each set on its own
+        assert int8.parity[f"{texts}_embeddings_min_cosine"] >= 0.99
+        assert int8.parity[f"{texts}_label_agreement"] >= 0.99
     assert {f for f, _, _ in GATES["int8"]} <= set(int8.parity)
     assert int8.parity["quantized_matmuls"] >= 2 * manifest.num_layers
     sizes = {v: (tmp_path / "bundle" / f"fast-{v}.onnx").stat().st_size for v in ("fp32", "int8")}
     assert sizes["int8"] < sizes["fp32"]
+
+    served = choose_variant("auto", "cpu", manifest).variant
+    assert manifest.graph("fast", served).measured["cpu"].batch_invariant  # type: ignore[union-attr]
+    tokenizer = load_model(default_checkpoint).tokenizer
+    session = open_session(tmp_path / "bundle" / f"fast-{served}.onnx", "cpu")
+    text, partners = "A three-hour cinema master class.", ["Dull.", " ".join(["A long, rambling review."] * 30)]
+    alone = _embeddings(session, tokenizer, [text], manifest.max_length)[0]
+    for batch in ([text, partners[0]], [partners[1], text], [partners[0], text, partners[1]]):
+        together = _embeddings(session, tokenizer, batch, manifest.max_length)[batch.index(text)]
+        assert np.abs(together - alone).max() <= BATCH_INVARIANCE_TOLERANCE, batch
+
+
+def _embeddings(session: object, tokenizer: object, texts: list[str], max_length: int) -> np.ndarray:
+    from bundle.feeds import pad
+
+    feed = pad(token_ids(tokenizer, texts, max_length), pad_id(tokenizer))  # type: ignore[arg-type]
+    return session.run(["embeddings"], feed)[0]  # type: ignore[attr-defined]  # (B, D)

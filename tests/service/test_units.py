@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from bundle.manifest import Manifest
+from bundle.manifest import Manifest, Measured
 from service import postprocess
 from service.cli import read_settings
 from service.runtime import StartupError, choose_attention_variant, choose_provider, choose_variant
@@ -31,30 +31,72 @@ def test_explicit_cuda_without_cuda_is_refused():
         choose_provider("cuda", [CPU])
 
 
-def manifest_with(tiny_bundle: Path, graphs: list[tuple[str, str, list[str]]]) -> Manifest:
+def manifest_with(tiny_bundle: Path, graphs: list[tuple]) -> Manifest:
+    """The tiny bundle's manifest with `graphs`: (kind, variant, providers[, {provider: Measured}])."""
     base = Manifest.read(tiny_bundle)
     template = base.graphs[0]
-    entries = [template.model_copy(update={"kind": k, "variant": v, "providers": p, "file": f"{k}-{v}.onnx"})
-               for k, v, p in graphs]
+    entries = [template.model_copy(update={
+        "kind": g[0], "variant": g[1], "providers": g[2], "file": f"{g[0]}-{g[1]}.onnx",
+        "measured": g[3] if len(g) > 3 else {}}) for g in graphs]
     return base.model_copy(update={"graphs": entries})
 
 
-def test_choose_variant_fastest_that_the_provider_can_run(tiny_bundle):
-    every = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU]), ("fast", "fp32-opt", [CUDA, CPU]),
-                                       ("fast", "int8", [CPU]), ("fast", "fp16", [CUDA]),
-                                       ("attention", "fp32", [CUDA, CPU])])
-    assert choose_variant("auto", "cuda", every) == "fp16"
-    assert choose_variant("auto", "cpu", every) == "int8"
-    assert choose_variant("auto", "cpu", every, allow_int8=False) == "fp32-opt"
-    assert choose_variant("fp32", "cpu", every) == "fp32"
+def figures(ms_128: float, ms_16: float, diff: float = 0.0, clock: str = "process_cpu") -> Measured:
+    return Measured(batch_max_abs_diff=diff, ms_per_batch={"32x128": ms_128, "32x16": ms_16}, clock=clock)
+
+
+def measured_bundle(tiny_bundle: Path) -> Manifest:
+    """Export's figures as they come out on CPU: int8-dynamic fastest but batch-dependent, int8 next."""
+    return manifest_with(tiny_bundle, [
+        ("fast", "fp32", [CUDA, CPU], {"cpu": figures(1000, 100), "cuda": figures(40, 5, clock="wall")}),
+        ("fast", "fp32-opt", [CPU], {"cpu": figures(930, 95, diff=3e-7)}),
+        ("fast", "int8", [CPU], {"cpu": figures(520, 48, diff=4e-7)}),
+        ("fast", "int8-dynamic", [CPU], {"cpu": figures(480, 40, diff=3.5e-4)}),
+        ("fast", "fp16", [CUDA], {"cuda": figures(20, 4, diff=2e-3, clock="wall")}),
+        ("attention", "fp32", [CUDA, CPU]),
+    ])
+
+
+def test_auto_serves_the_fastest_batch_invariant_variant_by_the_manifest_figures(tiny_bundle):
+    every = measured_bundle(tiny_bundle)
+    choice = choose_variant("auto", "cpu", every)
+    assert choice.variant == "int8"
+    assert choice.reason.startswith("fastest batch-invariant variant measured at export on cpu: int8 520/48 ms "
+                                    "per 32x128/32x16 batch (1.92x/2.08x fp32, process cpu time)")
+    assert "then fp32-opt 930/95 ms, fp32 1000/100 ms" in choice.reason
+    assert "int8-dynamic (not batch-invariant (0.00035))" in choice.reason
+    slower = every.model_copy(update={"graphs": [
+        g.model_copy(update={"measured": {"cpu": figures(1200, 120)}}) if g.variant == "int8" else g
+        for g in every.graphs]})
+    assert choose_variant("auto", "cpu", slower).variant == "fp32-opt"  # measured speed, not a fixed order
+    assert choose_variant("auto", "cpu", every, allow_int8=False).variant == "fp32-opt"
+    assert "int8 (ATTNSERVE_ALLOW_INT8=false)" in choose_variant("auto", "cpu", every, allow_int8=False).reason
+    assert choose_variant("auto", "cuda", every).variant == "fp32"  # fp16 measured batch-dependent on CUDA
     assert choose_attention_variant("int8", "cpu", every) == "fp32"
-    plain = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU])])
-    assert choose_variant("auto", "cpu", plain) == "fp32"
+
+
+def test_a_batch_dependent_variant_is_served_only_by_name(tiny_bundle):
+    every = measured_bundle(tiny_bundle)
+    for allow_int8 in (True, False):
+        assert choose_variant("auto", "cpu", every, allow_int8).variant != "int8-dynamic"
+    named = choose_variant("int8-dynamic", "cpu", every)
+    assert named.variant == "int8-dynamic" and "NOT batch-invariant" in named.reason
+    assert choose_variant("fp32", "cpu", every).reason == "asked for by name; batch-invariant"
+    only_dynamic = manifest_with(tiny_bundle, [("fast", "fp32", [CPU], {"cpu": figures(1000, 100, diff=2e-7)}),
+                                               ("fast", "int8-dynamic", [CPU], {"cpu": figures(10, 1, diff=1e-3)})])
+    assert choose_variant("auto", "cpu", only_dynamic).variant == "fp32"
+
+
+def test_choose_variant_without_figures_and_missing_variants(tiny_bundle):
+    plain = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU]), ("fast", "int8", [CPU])])  # schema 1
+    choice = choose_variant("auto", "cpu", plain)
+    assert choice.variant == "fp32" and "no batch-invariant variant with export-time speed figures" in choice.reason
+    assert "not measured" in choose_variant("int8", "cpu", plain).reason
     assert choose_attention_variant("fp32", "cpu", plain) is None
-    with pytest.raises(StartupError, match="int8"):
-        choose_variant("int8", "cpu", plain)
+    with pytest.raises(StartupError, match="fp32-opt"):
+        choose_variant("fp32-opt", "cpu", plain)
     with pytest.raises(StartupError, match="fp16"):
-        choose_variant("fp16", "cpu", every)  # built for CUDA only
+        choose_variant("fp16", "cpu", measured_bundle(tiny_bundle))  # built for CUDA only
 
 
 def test_settings_from_environment_and_validation(monkeypatch, tmp_path):

@@ -1,0 +1,107 @@
+"""What export measures of each fast graph besides parity: batch invariance and speed (manifest `measured`).
+
+Shape letters: B batch, T sequence.
+
+Batch invariance: every parity text is run alone (B = 1, no padding), in its parity batch (mixed
+lengths) and in one batch of all of them (padded to the longest, the model's max length); the figure
+is the largest absolute difference of its embeddings and logits between the runs. A graph whose
+activation scales depend on the batch (dynamic int8) moves by 1e-3 and more; fp32 graphs stay at float
+rounding or below.
+
+Speed: median time per batch at SPEED_SHAPES, every graph of one provider run once per round in turn
+(interleaved), so all of them see the same background load. On CPU the clock is this process's CPU
+time, which other jobs on a shared machine disturb far less than wall time; on CUDA it is wall time.
+Sessions are opened with the service's options (bundle.session), so these are the served sessions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bundle.feeds import pad
+from bundle.manifest import GraphEntry, Measured
+from bundle.session import ORT_PROVIDERS, open_session
+
+SPEED_SHAPES = ((32, 128), (32, 16))
+SPEED_ROUNDS = 5
+_COMPARED = ("embeddings", "logits")
+
+
+def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[list[list[int]]],
+                    pad_id: int) -> list[GraphEntry]:
+    """`entries` with `measured` filled in for every fast graph, on every provider here it is meant for.
+    `batches`: the parity texts' token ids in their batches; the longest text makes the speed feeds."""
+    import onnxruntime as ort
+
+    fast: dict[str, Path] = {e.variant: bundle_dir / e.file for e in entries if e.kind == "fast"}
+    providers = [p for p, name in ORT_PROVIDERS.items() if name in ort.get_available_providers()]
+    longest = max((ids for batch in batches for ids in batch), key=len)
+    figures: dict[str, dict[str, Measured]] = {variant: {} for variant in fast}
+    for provider in providers:
+        meant: set[str] = {e.variant for e in entries if e.kind == "fast" and ORT_PROVIDERS[provider] in e.providers}
+        paths: dict[str, Path] = {v: path for v, path in fast.items() if v in meant}
+        speed = ms_per_batch(paths, provider, speed_feeds(longest, pad_id)) if paths else {}
+        for variant, path in paths.items():
+            invariance = batch_max_abs_diff(open_session(path, provider), batches, pad_id)
+            figures[variant][provider] = measured(invariance, speed[variant], provider)
+    return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
+
+
+def batch_max_abs_diff(session: Any, batches: Sequence[Sequence[Sequence[int]]], pad_id: int = 0) -> float:
+    """Largest |alone - in batch| over the texts of `batches` (token-id sequences), embeddings and logits:
+    each batch as given, then all texts in one batch."""
+    names = [o.name for o in session.get_outputs() if o.name in _COMPARED]
+    texts = [ids for batch in batches for ids in batch]
+    alone = [_run(session, names, [ids], pad_id) for ids in texts]
+    starts = np.cumsum([0] + [len(b) for b in batches])
+    worst = 0.0
+    for start, group in [*zip(starts, batches, strict=False), (0, texts)]:
+        together = _run(session, names, group, pad_id)
+        for row in range(len(group)):
+            for name in names:
+                diff = np.abs(together[name][row] - alone[start + row][name][0])
+                worst = max(worst, float(diff.max()))
+    return worst
+
+
+def _run(session: Any, names: list[str], sequences: Sequence[Sequence[int]], pad_id: int) -> dict[str, np.ndarray]:
+    return dict(zip(names, session.run(names, pad(sequences, pad_id)), strict=True))
+
+
+def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarray]]:
+    """{"32x128": feed, ...}: the token ids of one long text (first [CLS], last [SEP]) cut to each T; a T over
+    the text's length (the model's max length) is cut to it, and the key says so."""
+    feeds = {}
+    for batch, length in SPEED_SHAPES:
+        row = [*ids[: min(length, len(ids)) - 1], ids[-1]]  # (T,)
+        feeds[f"{batch}x{len(row)}"] = pad([row] * batch, pad_id)  # (B, T) each
+    return feeds
+
+
+def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
+                 rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, float]]:
+    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring)."""
+    clock = time.process_time if provider == "cpu" else time.perf_counter
+    sessions = {name: open_session(path, provider) for name, path in paths.items()}
+    times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
+    for shape, feed in feeds.items():
+        for session in sessions.values():
+            session.run(["embeddings"], feed)  # warm-up: allocations and kernel choice
+        for turn in range(rounds):
+            order = list(sessions) if turn % 2 == 0 else list(sessions)[::-1]
+            for name in order:
+                started = clock()
+                sessions[name].run(["embeddings"], feed)
+                times[name][shape].append(1000 * (clock() - started))
+    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+
+
+def measured(invariance: float, speed: dict[str, float], provider: str) -> Measured:
+    return Measured(batch_max_abs_diff=invariance, ms_per_batch=speed,
+                    clock="process_cpu" if provider == "cpu" else "wall")
