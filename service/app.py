@@ -77,11 +77,12 @@ def _lifespan(settings: Settings, runtime: Runtime | None, metrics: Metrics) -> 
 
 
 def start_engine(settings: Settings, runtime: Runtime, metrics: Metrics) -> tuple[Engine, list[ThreadPoolExecutor]]:
-    graphs = ThreadPoolExecutor(1, thread_name_prefix="attnserve-graph")  # one graph run at a time
+    runs = settings.runs_in_flight(runtime.provider)
+    graphs = ThreadPoolExecutor(runs, thread_name_prefix="attnserve-graph")  # one thread per graph run in flight
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits = BatchLimits(
         settings.max_batch_tokens, settings.max_batch_size, settings.max_queue, settings.queue_timeout_s,
-        settings.batch_wait_ms / 1000,
+        settings.batch_wait_ms / 1000, runs,
     )
     batcher = Batcher(runtime.run_batch, limits, graphs, metrics)
     batcher.start()

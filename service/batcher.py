@@ -1,17 +1,21 @@
 """Dynamic batching: one asyncio task owns the queue and turns waiting inputs into graph runs.
 
 Every input of a request is one `WorkItem`. Admission is counted in inputs: a request of N inputs
-takes N permits at once or is refused (`Overloaded`, 429). The worker task takes the oldest item,
-fills the batch with same-kind items of the nearest lengths (less padding) under the token budget
-(batch size x longest sequence) and the size cap, runs the graph in an executor thread, and fans the
-per-input results back out. A failed batch fails every waiter in it; a request that waits past the
-queue timeout fails with `QueueTimeout` and is not run; a cancelled request (client gone) is
-dropped before it costs compute. On stop, admitted work is drained before the task ends.
+takes N permits at once or is refused (`Overloaded`, 429). Whenever an input waits and one of the
+`runs_in_flight` run slots is free, the worker task takes the oldest item, fills the batch with
+same-kind items of the nearest lengths (less padding) under the token budget (batch size x longest
+sequence) and the size cap (with several slots free, the waiting inputs are shared out among them, so
+one large request keeps every slot busy), runs the graph in an executor thread, and fans the
+per-input results back out while the other slots run. A failed batch fails every waiter in it; a
+request that waits past the queue timeout fails with `QueueTimeout` and is not run; a cancelled
+request (client gone) is dropped before it costs compute. On stop, admitted work is drained before
+the task ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -125,6 +129,7 @@ class BatchLimits:
     max_queue: int
     queue_timeout_s: float
     batch_wait_s: float = 0.0
+    runs_in_flight: int = 1
 
 
 class Batcher:
@@ -139,6 +144,7 @@ class Batcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self.last_ok = True
         self.runs = 0
 
@@ -223,22 +229,46 @@ class Batcher:
     async def _loop(self) -> None:
         while await self._wait_for_work():
             try:
-                await self._run(self._take_batch())
+                run = asyncio.get_running_loop().create_task(self._run(self._take_batch()))
             except Exception:  # a bug here must not kill the only worker
                 log.exception("batcher iteration failed")
+                continue
+            self._running.add(run)
+            run.add_done_callback(self._ran)
+        if self._running:
+            await asyncio.wait(self._running)  # drained: every admitted input has its answer
+
+    def _ran(self, run: asyncio.Task[None]) -> None:
+        self._running.discard(run)
+        self._wake.set()  # a slot is free
+        if not run.cancelled() and run.exception() is not None:
+            log.error("batch run failed", exc_info=run.exception())
 
     async def _wait_for_work(self) -> bool:
-        while not self.depth:
-            if self._stopping:
+        """Until an input waits and a run slot is free; False once stopping with nothing left to take."""
+        while not self.depth or len(self._running) >= self.limits.runs_in_flight:
+            if self._stopping and not self.depth:
                 return False
             self._wake.clear()
             await self._wake.wait()
-        if self.limits.batch_wait_s and self.depth < self.limits.max_batch_size:
-            await asyncio.sleep(self.limits.batch_wait_s)
+        if self.limits.batch_wait_s:
+            await self._gather(self.limits.batch_wait_s)
         return True
 
+    async def _gather(self, seconds: float) -> None:
+        """Wait up to `seconds` for more inputs, unless the batch fills (or stop begins) first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.depth < self.limits.max_batch_size and not self._stopping and (left := deadline - loop.time()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+
     def _take_batch(self) -> list[WorkItem]:
-        batch = self._queue.next_batch(self.limits.max_batch_size, self.limits.max_batch_tokens)
+        """The next batch; with several run slots free, the waiting inputs are shared out among them."""
+        free = self.limits.runs_in_flight - len(self._running)
+        size = min(self.limits.max_batch_size, -(-self.depth // free))
+        batch = self._queue.next_batch(size, self.limits.max_batch_tokens)
         self._observer.queue_depth(self.depth)
         return batch
 

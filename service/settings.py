@@ -12,8 +12,11 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bundle.session import cpu_cores
+
 Provider = Literal["auto", "cuda", "cpu"]
 VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "fp16"]
+MAX_AUTO_RUNS = 4  # graph_runs=0 on CPU: one run per thread up to this (each run in flight holds its own activations)
 
 
 class Settings(BaseSettings):
@@ -66,7 +69,8 @@ class Settings(BaseSettings):
     )
     batch_wait_ms: float = Field(
         0.0, ge=0, description="Extra milliseconds the batcher waits for more inputs before running a batch that is "
-        "not full: a little more throughput under light load for a little more latency.",
+        "not full (a batch that fills meanwhile runs at once): a little more throughput under light load for a "
+        "little more latency.",
     )
     attention_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "
@@ -97,8 +101,15 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
+    graph_runs: int = Field(
+        0, ge=0, description="Graph runs in flight at once, each in its own thread with its own batch, so one run's "
+        "results are answered while the next runs. 0 means one per intra-op thread (at most "
+        f"{MAX_AUTO_RUNS}) on CPU, each run on one thread: onnxruntime's per-run thread hand-offs cost small "
+        "batches more than the parallelism gains them; and 1 on CUDA.",
+    )
     intra_op_threads: int = Field(
-        0, ge=0, description="onnxruntime intra-op threads; 0 means one per CPU core available to the process.",
+        0, ge=0, description="onnxruntime intra-op threads in all, shared out among the graph runs in flight "
+        "(intra_op_threads / graph_runs each, at least 1); 0 means one per CPU core available to the process.",
     )
     intra_op_spinning: bool = Field(
         False, description="Let onnxruntime's intra-op threads spin after a graph run instead of sleeping: a "
@@ -108,6 +119,19 @@ class Settings(BaseSettings):
     graceful_timeout_s: float = Field(
         30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
     )
+
+    def runs_in_flight(self, provider: str) -> int:
+        """graph_runs, or its automatic value for `provider` ("cpu" or "cuda")."""
+        if self.graph_runs:
+            return self.graph_runs
+        return 1 if provider == "cuda" else min(self._threads(), MAX_AUTO_RUNS)
+
+    def threads_per_run(self, provider: str) -> int:
+        """Intra-op threads of one graph run's session: the threads shared out among the runs in flight."""
+        return max(1, self._threads() // self.runs_in_flight(provider))
+
+    def _threads(self) -> int:
+        return self.intra_op_threads or cpu_cores()
 
     @field_validator("cors_origins", mode="before")
     @classmethod
