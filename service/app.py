@@ -23,6 +23,7 @@ from service.middleware import EdgeMiddleware
 from service.routes import attention, openai, ops, tei
 from service.runtime import Runtime, load_runtime
 from service.settings import Settings
+from service.timing import HEADERS as TIMING_HEADERS
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
@@ -44,7 +45,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After"],
+            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS],
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,

@@ -49,6 +49,8 @@ class WorkItem:
     ids: np.ndarray  # (T,) int64
     future: asyncio.Future[Any]
     enqueued_at: float = field(default_factory=time.monotonic)
+    ran_at: float = 0.0  # its graph run started
+    done_at: float = 0.0  # its graph run ended
 
     @property
     def length(self) -> int:
@@ -56,10 +58,13 @@ class WorkItem:
 
 
 class Ticket:
-    """Permits taken by one request; those not turned into queued items are returned on exit."""
+    """Permits taken by one request; those not turned into queued items are returned on exit. After a
+    submit, `queue_s` is the longest wait of its inputs and `inference_s` the span of the graph runs that
+    carried them (first start to last end)."""
 
     def __init__(self, batcher: Batcher, permits: int) -> None:
         self._batcher, self.unused = batcher, permits
+        self.queue_s = self.inference_s = 0.0
 
     def take(self, n: int) -> None:
         if n > self.unused:
@@ -195,10 +200,13 @@ class Batcher:
         self._wake.set()
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
         try:
-            return list(await asyncio.gather(*(item.future for item in items)))
+            results = list(await asyncio.gather(*(item.future for item in items)))
         finally:
             timer.cancel()
             self._abandon(items)
+        ticket.queue_s = max(item.ran_at - item.enqueued_at for item in items)
+        ticket.inference_s = max(item.done_at for item in items) - min(item.ran_at for item in items)
+        return results
 
     def _expire(self, items: list[WorkItem]) -> None:
         for item in items:
@@ -291,6 +299,7 @@ class Batcher:
     async def _execute(self, live: list[WorkItem]) -> Sequence[Any]:
         now = time.monotonic()
         for item in live:
+            item.ran_at = now
             self._observer.queue_wait(now - item.enqueued_at)
         lengths = [item.length for item in live]
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
@@ -303,7 +312,10 @@ class Batcher:
         except Exception:
             self._observer.inference(live[0].kind, time.monotonic() - now, False)
             raise
-        self._observer.inference(live[0].kind, time.monotonic() - now, True)
+        done = time.monotonic()
+        for item in live:
+            item.done_at = done
+        self._observer.inference(live[0].kind, done - now, True)
         self.last_ok = True
         return outputs
 

@@ -1,6 +1,6 @@
 """The HTTP edge, as one pure ASGI middleware (no framework imports): request id, API key, body limit,
-per-route metrics, and the last line of defence for unknown errors (logged, answered with a
-generic 500 in the one error shape).
+per-route metrics, the request's timing headers (`service.timing`), and the last line of defence for
+unknown errors (logged, answered with a generic 500 in the one error shape).
 
 The API key is checked here, before the body is read or parsed, so a client without the key learns
 nothing about its body (no 422) and cannot make the server buffer one. CORS preflights (OPTIONS) and
@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from service import timing
 from service.errors import (
     GENERIC_500,
     Overloaded,
@@ -69,7 +70,8 @@ class EdgeMiddleware:
             return
         started, request_id = time.perf_counter(), _request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        response = _Response(send, request_id)
+        record, token = timing.begin()
+        response = _Response(send, request_id, record)
         try:
             if self._authorized(scope):
                 await self._handle(scope, receive, response)
@@ -80,6 +82,7 @@ class EdgeMiddleware:
             if not response.started:
                 await response.error(ServiceError(GENERIC_500))
         finally:
+            timing.end(token)
             route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.request(route, response.status, time.perf_counter() - started)
 
@@ -124,16 +127,18 @@ class _Disconnected(Exception):
 
 
 class _Response:
-    """Wraps `send`: adds X-Request-ID, remembers the status."""
+    """Wraps `send`: adds X-Request-ID and the request's timing headers, remembers the status."""
 
-    def __init__(self, send: Send, request_id: str) -> None:
-        self._send, self.request_id = send, request_id
+    def __init__(self, send: Send, request_id: str, record: timing.RequestTiming) -> None:
+        self._send, self.request_id, self.record = send, request_id, record
         self.started, self.status = False, 500
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started, self.status = True, int(message["status"])
-            message["headers"] = [*message.get("headers", []), (b"x-request-id", self.request_id.encode())]
+            message["headers"] = [
+                *message.get("headers", []), (b"x-request-id", self.request_id.encode()), *self.record.headers(),
+            ]
         await self._send(message)
 
     async def error(self, error: ServiceError) -> None:
