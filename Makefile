@@ -37,7 +37,7 @@ serve: $(STAMP) $(BUNDLE)/manifest.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bundle service export
+	$(BIN)/mypy bundle service export bench
 
 test: lint
 	$(BIN)/python -m pytest -q
