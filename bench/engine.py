@@ -2,9 +2,10 @@
 
 Sessions are opened with the service's own options (bundle.session.open_session) and run the way the
 service runs them (service.settings: `runs_in_flight` batches at once, `threads_per_run` intra-op threads
-each). That is the "service" configuration; "one run" is the other way to spend the same cores, one
-batch at a time on all of them. A ratio's reference is the faster of the two at its shape, so the
-service is compared with the best the bare graph does on this machine, not with its own choice.
+each). That is the "service" configuration; the others spend the same cores differently: one batch at
+a time on all of them, or one batch per core on one thread each. A ratio's reference is the fastest of
+them at its shape, so the service is compared with the best the bare graph does on this machine, not
+with its own choice.
 
 Each point runs one warm-up and then as many rounds as fit in `seconds` (at least `min_runs`); in each
 round every run slot runs the batch once. Figures: texts/s over the whole measurement, the median time
@@ -43,7 +44,7 @@ def service_config(bundle: Path) -> Config:
     """How `attnserve serve --bundle B` started from this environment runs the graph on CPU: its settings read
     as the CLI reads them, and the functions the service sizes its executor and sessions with."""
     settings = read_settings(["--bundle", str(bundle)], "attnserve serve")
-    return Config(settings.runs_in_flight("cpu"), settings.threads_per_run("cpu"))
+    return Config(settings.graph_runs, settings.session_threads())
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class EngineBench:
                  service: Config | None = None) -> None:
         self.variant, self.tokenizer, self.seconds, self.min_runs = variant, tokenizer, seconds, min_runs
         self.service = service or Config(1, cpu_cores())
-        self.configs = list(dict.fromkeys([self.service, Config(1, cpu_cores())]))  # service first
+        self.configs = list(dict.fromkeys([self.service, Config(1, cpu_cores()), Config(cpu_cores(), 1)]))
         self._sessions = {t: open_session(graph, "cpu", t) for t in {c.threads for c in self.configs}}
         self.cache: dict[tuple[int, int, bool, Config], EnginePoint] = {}
 

@@ -78,7 +78,7 @@ def _lifespan(settings: Settings, runtime: Runtime | None, metrics: Metrics) -> 
 
 
 def start_engine(settings: Settings, runtime: Runtime, metrics: Metrics) -> tuple[Engine, list[ThreadPoolExecutor]]:
-    runs = settings.runs_in_flight(runtime.provider)
+    runs = settings.graph_runs
     graphs = ThreadPoolExecutor(runs, thread_name_prefix="attnserve-graph")  # one thread per graph run in flight
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits = BatchLimits(

@@ -148,7 +148,7 @@ def _runner(settings: Settings, manifest: Manifest, kind: str, variant: str, pro
     outputs = ["attentions"] if kind == "attention" else ["embeddings"] + (["logits"] if manifest.labels else [])
     pad_id = int(manifest.model_config_.get("pad_token_id", 0))
     try:
-        session = open_session(settings.bundle / entry.file, provider, settings.threads_per_run(provider),
+        session = open_session(settings.bundle / entry.file, provider, settings.session_threads(),
                                settings.intra_op_spinning)
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error

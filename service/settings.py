@@ -16,7 +16,6 @@ from bundle.session import cpu_cores
 
 Provider = Literal["auto", "cuda", "cpu"]
 VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "fp16"]
-MAX_AUTO_RUNS = 4  # graph_runs=0 on CPU: one run per thread up to this (each run in flight holds its own activations)
 
 
 class Settings(BaseSettings):
@@ -102,14 +101,16 @@ class Settings(BaseSettings):
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
     graph_runs: int = Field(
-        0, ge=0, description="Graph runs in flight at once, each in its own thread with its own batch, so one run's "
-        "results are answered while the next runs. 0 means one per intra-op thread (at most "
-        f"{MAX_AUTO_RUNS}) on CPU, each run on one thread: onnxruntime's per-run thread hand-offs cost small "
-        "batches more than the parallelism gains them; and 1 on CUDA.",
+        1, ge=1, description="Graph runs in flight at once, each in its own thread with its own batch (the waiting "
+        "inputs are shared out among free runs). More than 1 pipelines the runs and, with one intra-op thread "
+        "each, spends less CPU per text (on 2 cores 2 runs x 1 thread took 10-30% less CPU per text than 1 x 2), "
+        "but a lone request then runs on fewer cores, and on a shared 2-core machine served throughput and "
+        "latency measured no better (docs/performance.md).",
     )
     intra_op_threads: int = Field(
-        0, ge=0, description="onnxruntime intra-op threads in all, shared out among the graph runs in flight "
-        "(intra_op_threads / graph_runs each, at least 1); 0 means one per CPU core available to the process.",
+        0, ge=0, description="onnxruntime intra-op threads of a graph session (the runs in flight share them); 0 "
+        "means the CPU cores available to the process shared out among graph_runs (cores / graph_runs, at "
+        "least 1).",
     )
     intra_op_spinning: bool = Field(
         False, description="Let onnxruntime's intra-op threads spin after a graph run instead of sleeping: a "
@@ -120,18 +121,9 @@ class Settings(BaseSettings):
         30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
     )
 
-    def runs_in_flight(self, provider: str) -> int:
-        """graph_runs, or its automatic value for `provider` ("cpu" or "cuda")."""
-        if self.graph_runs:
-            return self.graph_runs
-        return 1 if provider == "cuda" else min(self._threads(), MAX_AUTO_RUNS)
-
-    def threads_per_run(self, provider: str) -> int:
-        """Intra-op threads of one graph run's session: the threads shared out among the runs in flight."""
-        return max(1, self._threads() // self.runs_in_flight(provider))
-
-    def _threads(self) -> int:
-        return self.intra_op_threads or cpu_cores()
+    def session_threads(self) -> int:
+        """Intra-op threads to open each graph session with."""
+        return self.intra_op_threads or max(1, cpu_cores() // self.graph_runs)
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -27,9 +27,8 @@ async def serving(
     bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """An app with its lifespan running and an httpx client talking to it in process. `wrap` receives the
-    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes). One graph
-    run at a time unless `graph_runs` is given, so a plug (tests.helpers.fakes.held) holds the graph."""
-    settings = Settings(bundle=bundle, **{"graph_runs": 1, **overrides})
+    runtime loaded from `bundle` and returns what the app serves (a fake from tests.helpers.fakes)."""
+    settings = Settings(bundle=bundle, **overrides)
     runtime = wrap(load_runtime(settings)) if wrap is not None else None
     app = create_app(settings, runtime)
     async with app.router.lifespan_context(app):
