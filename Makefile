@@ -40,7 +40,7 @@ serve: $(STAMP) $(BUNDLE)/manifest.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bundle service export jobs
+	$(BIN)/mypy bundle service export jobs bench
 
 test: lint
 	$(BIN)/python -m pytest -q

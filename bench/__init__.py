@@ -1,5 +1,6 @@
 """Benchmarks for attnserve: figures and ratios printed, never asserted (see docs/performance.md).
 
 bench/ is service-side tooling: it imports onnxruntime, tokenizers, numpy, httpx, fastapi/uvicorn,
-orjson and the torch-free bundle package only, never torch.
+orjson, the torch-free bundle package and the service's settings (to run the engine as the service
+runs it), never torch.
 """

@@ -11,8 +11,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import report, runner, targets
-from bench.engine import EngineBench
+from tokenizers import Tokenizer
+
+from bench import invariance, report, runner, targets
+from bench.engine import Config, EngineBench, service_config
 from bench.scenarios import SCENARIOS
 from bench.texts import load_tokenizer
 from bundle.manifest import Manifest
@@ -81,12 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     if any(n > manifest.max_length for n in LENGTHS):
         print(f"note: texts longer than max_length={manifest.max_length} are clipped to it")
     plan = _plan(args, manifest)
-    engines = _engines(args, manifest, tokenizer, variants, plan.engine_s)
+    config = service_config(args.bundle)
+    print(f"service and engine: {config.runs} graph run(s) in flight x {config.threads} intra-op thread(s) each")
+    engines = _engines(args, manifest, tokenizer, variants, plan.engine_s, config)
+    _invariance(rec, engines, tokenizer, manifest)
     for variant in [] if args.no_grid else variants:
         print(f"## engine {variant}", flush=True)
         runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec, not args.quick)
     _serve(args, plan, variants, tokenizer, rec, engines)
-    targets.evaluate(rec, variants, engines.get("fp32") or _fp32(args, manifest, tokenizer, plan.engine_s))
+    targets.evaluate(rec, variants, engines.get("fp32") or _fp32(args, manifest, tokenizer, plan.engine_s, config))
     _print(rec, args.out)
     return 0
 
@@ -99,19 +104,40 @@ def _plan(args: argparse.Namespace, manifest: Manifest) -> runner.Plan:
                        embed_route=args.route, log_dir=log_dir)
 
 
-def _engines(args, manifest: Manifest, tokenizer, variants: list[str], seconds: float) -> dict[str, EngineBench]:
+def _engines(args: argparse.Namespace, manifest: Manifest, tokenizer: Tokenizer, variants: list[str], seconds: float,
+             config: Config) -> dict[str, EngineBench]:
     runs = 1 if args.quick else 2
-    return {v: EngineBench(v, args.bundle / manifest.graph("fast", v).file, tokenizer, seconds, runs)
-            for v in variants}
+    return {v: EngineBench(v, args.bundle / _file(manifest, v), tokenizer, seconds, runs, config) for v in variants}
 
 
-def _fp32(args, manifest: Manifest, tokenizer, seconds: float) -> EngineBench | None:
+def _fp32(args: argparse.Namespace, manifest: Manifest, tokenizer: Tokenizer, seconds: float,
+          config: Config) -> EngineBench | None:
     entry = manifest.graph("fast", "fp32")
-    return EngineBench("fp32", args.bundle / entry.file, tokenizer, seconds) if entry else None
+    return EngineBench("fp32", args.bundle / entry.file, tokenizer, seconds, service=config) if entry else None
 
 
-def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.Recorder,
-           engines: dict[str, EngineBench]) -> None:
+def _file(manifest: Manifest, variant: str) -> str:
+    entry = manifest.graph("fast", variant)
+    assert entry is not None  # pick_variants keeps only variants the bundle has
+    return entry.file
+
+
+def _invariance(rec: report.Recorder, engines: dict[str, EngineBench], tokenizer: Tokenizer,
+                manifest: Manifest) -> None:
+    """Per variant, the served session's largest |alone - batched| (and export's figure, when the manifest
+    carries one)."""
+    sequences = invariance.texts(tokenizer, manifest.max_length)
+    pad_id = int(manifest.model_config_.get("pad_token_id", 0))
+    for variant, engine in engines.items():
+        measured = getattr(manifest.graph("fast", variant), "measured", None) or {}
+        exported = getattr(measured.get("cpu"), "batch_max_abs_diff", None)
+        row = rec.add("invariance", variant=variant, texts=len(sequences), exported=exported,
+                      max_abs_diff=invariance.batch_max_abs_diff(engine.session, sequences, pad_id))
+        print(f"  batch invariance {variant:8s} largest |alone - batched| {row['max_abs_diff']:.2e}", flush=True)
+
+
+def _serve(args: argparse.Namespace, plan: runner.Plan, variants: list[str], tokenizer: Tokenizer,
+           rec: report.Recorder, engines: dict[str, EngineBench]) -> None:
     if not plan.scenarios:
         return
     for variant in variants:
@@ -126,6 +152,7 @@ def _serve(args, plan: runner.Plan, variants: list[str], tokenizer, rec: report.
 
 
 def _print(rec: report.Recorder, out: Path) -> None:
+    print("\n### Batch invariance (each text alone vs in one mixed batch)\n\n" + report.invariance_table(rec))
     print("\n### Engine (onnxruntime session in-process)\n\n" + report.engine_table(rec))
     if rec.of("load"):
         print("\n### Served (attnserve vs naive per-request server)\n\n" + report.load_table(rec))

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.engine import EngineBench
 from bench.report import Recorder, machine
@@ -61,7 +62,9 @@ def measure(bundle: Path, settings: Settings, length: int, rows: int, repeats: i
     variant, manifest = runtime.variants["fast"], runtime.manifest
     tokenizer = load_tokenizer(bundle, manifest.tokenizer, manifest.max_length)
     batch = settings.max_batch_size
-    engine = EngineBench(variant, bundle / manifest.graph("fast", variant).file, tokenizer, seconds=2.0)
+    entry = manifest.graph("fast", variant)
+    assert entry is not None  # the runtime chose it from this manifest
+    engine = EngineBench(variant, bundle / entry.file, tokenizer, seconds=2.0)
     with tempfile.TemporaryDirectory(prefix="attnserve-bench-job-") as tmp:
         texts_file = Path(tmp) / "texts.txt"
         texts_file.write_text("".join(t + "\n" for t in make_texts(tokenizer, length, rows, seed=length)))
@@ -69,7 +72,8 @@ def measure(bundle: Path, settings: Settings, length: int, rows: int, repeats: i
         for _ in range(repeats):
             engine_runs.append(engine_rates(engine, batch, length))
             job_runs.append(job_rates(texts_file, settings, Path(tmp) / "out"))
-    row = {"variant": variant, "batch": batch, "length": engine.point(batch, length).length, "rows": rows}
+    length = engine.point(batch, length).length
+    row: dict[str, Any] = {"variant": variant, "batch": batch, "length": length, "rows": rows}
     for index, clock in enumerate(("wall", "cpu")):
         row[f"engine_rows_per_{clock}_s"] = statistics.median(r[index] for r in engine_runs)
         row[f"job_rows_per_{clock}_s"] = statistics.median(r[index] for r in job_runs)

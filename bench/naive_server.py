@@ -25,7 +25,7 @@ from bundle.session import open_session
 
 def _texts(body: dict) -> list[str]:
     value = body.get("inputs", body.get("input"))
-    return [value] if isinstance(value, str) else list(value)
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def _json(value: object) -> Response:

@@ -130,6 +130,16 @@ def tree_rss_kb(pid: int) -> int:
     return _rss_kb(pid) + sum(tree_rss_kb(child) for child in children(pid))
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of pid plus its descendants (0 for processes already gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return own + sum(tree_cpu_s(child) for child in children(pid))
+
+
 def _rss_kb(pid: int) -> int:
     try:
         return _status(pid)["VmRSS"]

@@ -63,24 +63,32 @@ def engine_table(rec: Recorder) -> str:
     rows = []
     for raw in rec.of("engine", tokenize=False):
         tok = next(iter(rec.of("engine", variant=raw["variant"], batch=raw["batch"], length=raw["length"],
-                               tokenize=True)), None)
+                               config=raw["config"], tokenize=True)), None)
         overhead = (raw["texts_per_s"] / tok["texts_per_s"] - 1) * 100 if tok else None
-        rows.append([raw["variant"], raw["batch"], raw["length"], raw["texts_per_s"], raw["tokens_per_s"],
-                     tok and tok["texts_per_s"], overhead, raw["median_s"] * 1000, raw["runs"], raw["loadavg_1m"]])
-    return table(["variant", "batch", "tokens/text", "texts/s", "tokens/s", "texts/s incl. tokenise",
-                  "tokenise cost %", "ms/batch", "runs", "load 1m"], rows)
+        rows.append([raw["variant"], raw["config"], raw["batch"], raw["length"], raw["texts_per_s"],
+                     raw["tokens_per_s"], tok and tok["texts_per_s"], overhead, raw["median_s"] * 1000,
+                     raw["cpu_ms_per_text"], raw["runs"], raw["loadavg_1m"]])
+    return table(["variant", "runs x threads", "batch", "tokens/text", "texts/s", "tokens/s", "texts/s incl. tokenise",
+                  "tokenise cost %", "ms/run", "CPU ms/text", "runs", "load 1m"], rows)
 
 
 def load_table(rec: Recorder) -> str:
     rows = []
     for r in rec.of("load"):
-        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["texts_per_s"], r["tokens_per_s"],
-                     r["p50_ms"], r["p95_ms"], r["p99_ms"], f"{r['errors']}/{r['requests']}",
-                     r.get("engine_ref", "-"), _ratio(r.get("vs_engine")), _ratio(r.get("vs_naive")),
-                     r.get("batch_mean"), f"{r['client_cpu_frac']:.2f}", r["loadavg_1m"]])
-    return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "tokens/s", "p50 ms",
-                  "p95 ms", "p99 ms", "errors", "engine ref (BxT)", "÷ engine", "÷ naive", "mean batch",
-                  "client CPU", "load 1m"], rows)
+        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["texts_per_s"], r["p50_ms"], r["p99_ms"],
+                     f"{r['errors']}/{r['requests']}", r.get("cpu_ms_per_text"), r.get("engine_ref", "-"),
+                     _ratio(r.get("vs_engine")), _ratio(r.get("vs_engine_cpu")), _ms(r.get("over_engine_ms")),
+                     _ratio(r.get("vs_naive")), r.get("batch_mean"), r["loadavg_1m"]])
+    return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "p50 ms", "p99 ms", "errors",
+                  "CPU ms/text", "engine ref", "÷ engine", "÷ engine, CPU", "p50 - engine", "÷ naive",
+                  "mean batch", "load 1m"], rows)
+
+
+def invariance_table(rec: Recorder) -> str:
+    rows = [[r["variant"], f"{r['max_abs_diff']:.2e}", "-" if r["exported"] is None else f"{r['exported']:.2e}",
+             r["texts"]] for r in rec.of("invariance")]
+    return table(["variant", "largest |alone - batched|, served session", "export's figure (manifest)", "texts"],
+                 rows)
 
 
 def targets_table(rec: Recorder) -> str:
@@ -90,3 +98,7 @@ def targets_table(rec: Recorder) -> str:
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f} ms"

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from bench import procs, scenarios
 from bench.engine import EngineBench
 from bench.report import Recorder
-from bench.targets import engine_shape
+from bench.targets import engine_reference
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,9 @@ def engine_grid(bench: EngineBench, shapes: list[tuple[int, int]], rec: Recorder
         for tokenize in (False, True) if both else (False,):
             point = bench.point(batch, length, tokenize)
             rec.add("engine", **asdict(point))
-            print(f"  engine {point.variant:8s} B={batch:<3d} T={point.length:<4d} tokenise={tokenize!s:5s} "
-                  f"{point.texts_per_s:9.1f} texts/s {point.tokens_per_s:10.0f} tokens/s", flush=True)
+            print(f"  engine {point.variant:8s} {point.config} B={batch:<3d} T={point.length:<4d} "
+                  f"tokenise={tokenize!s:5s} {point.texts_per_s:9.1f} texts/s {point.tokens_per_s:10.0f} tokens/s "
+                  f"{point.cpu_ms_per_text:7.2f} CPU ms/text", flush=True)
 
 
 class RssSampler:
@@ -96,12 +97,11 @@ def _served_graphs(server: procs.Server) -> dict[str, str]:
 
 
 def _engine_reference(engine: EngineBench, row: dict | None, rec: Recorder) -> None:
-    shape = engine_shape(row, row.get("batch_mean")) if row else None
-    if shape:
-        point = engine.point(*shape)
+    point = engine_reference(engine, row) if row else None
+    if row and point:
         rec.add("engine_ref", scenario=row["scenario"], **asdict(point))
         print(f"  engine  {engine.variant:8s} ({row['scenario']}) {point.texts_per_s:8.1f} texts/s at "
-              f"{shape[0]}x{shape[1]}", flush=True)
+              f"{point.batch}x{point.length} {point.config}, {point.median_s * 1000:.1f} ms per run", flush=True)
 
 
 def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios.Scenario, plan: Plan,
@@ -111,7 +111,7 @@ def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios
     before = scenarios.read_histograms(server.url) if kind == "service" else {}
     with RssSampler(server):
         result = scenarios.run(server.url, server.port, scenario, bodies, plan.embed_route, plan.duration_s,
-                               0.0 if plan.quick else plan.warmup_s)
+                               0.0 if plan.quick else plan.warmup_s, lambda: procs.tree_cpu_s(server.proc.pid))
     means = scenarios.histogram_means(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
     length = min(scenario.length, plan.max_length)
     row = rec.add("load", server=kind, variant=variant, scenario=scenario.name, workers=scenario.workers,

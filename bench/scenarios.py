@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -78,11 +79,11 @@ def check_once(url: str, scenario: Scenario, payload: Payload, embed_route: str)
 
 
 def run(url: str, port: int, scenario: Scenario, bodies: list[Payload], embed_route: str, duration_s: float,
-        warmup_s: float) -> LoadResult:
+        warmup_s: float, server_cpu: Callable[[], float] | None = None) -> LoadResult:
     path = path_of(scenario, embed_route)
     if warmup_s > 0:
         asyncio.run(run_load(port, path, bodies, scenario.workers, warmup_s))
-    return asyncio.run(run_load(port, path, bodies, scenario.workers, duration_s))
+    return asyncio.run(run_load(port, path, bodies, scenario.workers, duration_s, server_cpu))
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")

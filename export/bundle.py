@@ -91,7 +91,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     return Manifest(
         name=name, version=version, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
-        model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type]
+        model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,

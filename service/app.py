@@ -25,6 +25,7 @@ from service.models import Models, load_runtimes, start_models
 from service.routes import attention, explore, openai, ops, tei, v2
 from service.runtime import Runtime
 from service.settings import Settings
+from service.timing import HEADERS as TIMING_HEADERS
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
@@ -49,7 +50,7 @@ def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None =
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After"],
+            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS],
         )
     api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,

@@ -1,17 +1,21 @@
 """Dynamic batching: one asyncio task owns the queue and turns waiting inputs into graph runs.
 
 Every input of a request is one `WorkItem`. Admission is counted in inputs: a request of N inputs
-takes N permits at once or is refused (`Overloaded`, 429). The worker task takes the oldest item,
-fills the batch with same-kind items of the nearest lengths (less padding) under the token budget
-(batch size x longest sequence) and the size cap, runs the graph in an executor thread, and fans the
-per-input results back out. A failed batch fails every waiter in it; a request that waits past the
-queue timeout fails with `QueueTimeout` and is not run; a cancelled request (client gone) is
-dropped before it costs compute. On stop, admitted work is drained before the task ends.
+takes N permits at once or is refused (`Overloaded`, 429). Whenever an input waits and one of the
+`runs_in_flight` run slots is free, the worker task takes the oldest item, fills the batch with
+same-kind items of the nearest lengths (less padding) under the token budget (batch size x longest
+sequence) and the size cap (with several slots free, the waiting inputs are shared out among them, so
+one large request keeps every slot busy), runs the graph in an executor thread, and fans the
+per-input results back out while the other slots run. A failed batch fails every waiter in it; a
+request that waits past the queue timeout fails with `QueueTimeout` and is not run; a cancelled
+request (client gone) is dropped before it costs compute. On stop, admitted work is drained before
+the task ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +49,8 @@ class WorkItem:
     ids: np.ndarray  # (T,) int64
     future: asyncio.Future[Any]
     enqueued_at: float = field(default_factory=time.monotonic)
+    ran_at: float = 0.0  # its graph run started
+    done_at: float = 0.0  # its graph run ended
 
     @property
     def length(self) -> int:
@@ -52,10 +58,13 @@ class WorkItem:
 
 
 class Ticket:
-    """Permits taken by one request; those not turned into queued items are returned on exit."""
+    """Permits taken by one request; those not turned into queued items are returned on exit. After a
+    submit, `queue_s` is the longest wait of its inputs and `inference_s` the span of the graph runs that
+    carried them (first start to last end)."""
 
     def __init__(self, batcher: Batcher, permits: int) -> None:
         self._batcher, self.unused = batcher, permits
+        self.queue_s = self.inference_s = 0.0
 
     def take(self, n: int) -> None:
         if n > self.unused:
@@ -125,6 +134,7 @@ class BatchLimits:
     max_queue: int
     queue_timeout_s: float
     batch_wait_s: float = 0.0
+    runs_in_flight: int = 1
 
 
 class Batcher:
@@ -139,6 +149,7 @@ class Batcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self.last_ok = True
         self.runs = 0
 
@@ -189,10 +200,13 @@ class Batcher:
         self._wake.set()
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
         try:
-            return list(await asyncio.gather(*(item.future for item in items)))
+            results = list(await asyncio.gather(*(item.future for item in items)))
         finally:
             timer.cancel()
             self._abandon(items)
+        ticket.queue_s = max(item.ran_at - item.enqueued_at for item in items)
+        ticket.inference_s = max(item.done_at for item in items) - min(item.ran_at for item in items)
+        return results
 
     def _expire(self, items: list[WorkItem]) -> None:
         for item in items:
@@ -223,22 +237,46 @@ class Batcher:
     async def _loop(self) -> None:
         while await self._wait_for_work():
             try:
-                await self._run(self._take_batch())
+                run = asyncio.get_running_loop().create_task(self._run(self._take_batch()))
             except Exception:  # a bug here must not kill the only worker
                 log.exception("batcher iteration failed")
+                continue
+            self._running.add(run)
+            run.add_done_callback(self._ran)
+        if self._running:
+            await asyncio.wait(self._running)  # drained: every admitted input has its answer
+
+    def _ran(self, run: asyncio.Task[None]) -> None:
+        self._running.discard(run)
+        self._wake.set()  # a slot is free
+        if not run.cancelled() and run.exception() is not None:
+            log.error("batch run failed", exc_info=run.exception())
 
     async def _wait_for_work(self) -> bool:
-        while not self.depth:
-            if self._stopping:
+        """Until an input waits and a run slot is free; False once stopping with nothing left to take."""
+        while not self.depth or len(self._running) >= self.limits.runs_in_flight:
+            if self._stopping and not self.depth:
                 return False
             self._wake.clear()
             await self._wake.wait()
-        if self.limits.batch_wait_s and self.depth < self.limits.max_batch_size:
-            await asyncio.sleep(self.limits.batch_wait_s)
+        if self.limits.batch_wait_s:
+            await self._gather(self.limits.batch_wait_s)
         return True
 
+    async def _gather(self, seconds: float) -> None:
+        """Wait up to `seconds` for more inputs, unless the batch fills (or stop begins) first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.depth < self.limits.max_batch_size and not self._stopping and (left := deadline - loop.time()) > 0:
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+
     def _take_batch(self) -> list[WorkItem]:
-        batch = self._queue.next_batch(self.limits.max_batch_size, self.limits.max_batch_tokens)
+        """The next batch; with several run slots free, the waiting inputs are shared out among them."""
+        free = self.limits.runs_in_flight - len(self._running)
+        size = min(self.limits.max_batch_size, -(-self.depth // free))
+        batch = self._queue.next_batch(size, self.limits.max_batch_tokens)
         self._observer.queue_depth(self.depth)
         return batch
 
@@ -261,6 +299,7 @@ class Batcher:
     async def _execute(self, live: list[WorkItem]) -> Sequence[Any]:
         now = time.monotonic()
         for item in live:
+            item.ran_at = now
             self._observer.queue_wait(now - item.enqueued_at)
         lengths = [item.length for item in live]
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
@@ -273,7 +312,10 @@ class Batcher:
         except Exception:
             self._observer.inference(live[0].kind, time.monotonic() - now, False)
             raise
-        self._observer.inference(live[0].kind, time.monotonic() - now, True)
+        done = time.monotonic()
+        for item in live:
+            item.done_at = done
+        self._observer.inference(live[0].kind, done - now, True)
         self.last_ok = True
         return outputs
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from service import chunking, postprocess
+from service import chunking, postprocess, timing
 from service.batcher import Batcher, BatchObserver, Ticket
 from service.errors import (
     AttentionTooLarge,
@@ -240,15 +240,22 @@ class Engine:
         windows = await self._maybe_off_loop(
             inputs, chunking.cut, self.runtime.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
         )
-        self._observer.tokenized(time.perf_counter() - started)
+        self._tokenized(time.perf_counter() - started)
         flat = [w.ids for ws in windows for w in ws]
         with self.batcher.admit(len(flat)) as ticket:
             outputs = await self._submit(ticket, "fast", flat)
         grouped = chunking.regroup(outputs, windows)
         return windows, [np.stack([o[name] for o in outs]) for outs in grouped]
 
+    def _tokenized(self, seconds: float) -> None:
+        self._observer.tokenized(seconds)
+        if (record := timing.current()) is not None:
+            record.tokenized(seconds)
+
     async def _submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
         outputs = await self.batcher.submit(ticket, kind, sequences)
+        if (record := timing.current()) is not None:
+            record.ran(ticket.queue_s, ticket.inference_s)
         for index, output in enumerate(outputs):
             for name, value in output.items():
                 if name != "attentions":  # checked once, on the map actually served, off the loop
@@ -284,7 +291,7 @@ class Engine:
         if isinstance(inputs[0], str):
             started = time.perf_counter()
             encoded = await self._maybe_off_loop(inputs, self.runtime.tokenizer.encode, inputs, cut, direction)
-            self._observer.tokenized(time.perf_counter() - started)
+            self._tokenized(time.perf_counter() - started)
             return encoded
         return self.runtime.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]
 

@@ -1,6 +1,6 @@
 """The HTTP edge, as one pure ASGI middleware (no framework imports): request id, API key, body limit,
-per-route metrics, and the last line of defence for unknown errors (logged, answered with a
-generic 500 in the one error shape).
+per-route metrics, the request's timing headers (`service.timing`), and the last line of defence for
+unknown errors (logged, answered with a generic 500 in the one error shape).
 
 The API key is checked here, before the body is read or parsed, so a client without the key learns
 nothing about its body (no 422) and cannot make the server buffer one. CORS preflights (OPTIONS) and
@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from service import timing
 from service.errors import (
     GENERIC_500,
     Overloaded,
@@ -79,7 +80,8 @@ class EdgeMiddleware:
             return
         started, request_id = time.perf_counter(), _request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
-        response = _Response(send, request_id, scope["path"])
+        record, token = timing.begin()
+        response = _Response(send, request_id, scope["path"], record)
         try:
             if self._authorized(scope):
                 await self._handle(scope, receive, response)
@@ -90,6 +92,7 @@ class EdgeMiddleware:
             if not response.started:
                 await response.error(ServiceError(GENERIC_500))
         finally:
+            timing.end(token)
             route = getattr(scope.get("route"), "path", "unmatched")
             model = scope["state"].get("model", "")  # set by the route's dependency once it resolved the model
             self.metrics.request(route, response.status, time.perf_counter() - started, model)
@@ -135,16 +138,18 @@ class _Disconnected(Exception):
 
 
 class _Response:
-    """Wraps `send`: adds X-Request-ID, remembers the status."""
+    """Wraps `send`: adds X-Request-ID and the request's timing headers, remembers the status."""
 
-    def __init__(self, send: Send, request_id: str, path: str) -> None:
-        self._send, self.request_id, self.path = send, request_id, path
+    def __init__(self, send: Send, request_id: str, path: str, record: timing.RequestTiming) -> None:
+        self._send, self.request_id, self.path, self.record = send, request_id, path, record
         self.started, self.status = False, 500
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started, self.status = True, int(message["status"])
-            message["headers"] = [*message.get("headers", []), (b"x-request-id", self.request_id.encode())]
+            message["headers"] = [
+                *message.get("headers", []), (b"x-request-id", self.request_id.encode()), *self.record.headers(),
+            ]
         await self._send(message)
 
     async def error(self, error: ServiceError) -> None:

@@ -3,8 +3,9 @@ in the order the bundles were given; the first is the default.
 
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets 404 listing the served names, and a request
-that names none goes to the first. All the engines share one graph thread, so graph runs never overlap
-on the CPU (each would otherwise take every core's intra-op threads), and one pool for tokenising.
+that names none goes to the first. All the engines share the graph threads (ATTNSERVE_GRAPH_RUNS, 1 by
+default), so no more graph runs overlap on the CPU than the session threads were sized for, and one pool
+for tokenising.
 """
 
 from __future__ import annotations
@@ -101,11 +102,12 @@ def start_models(
     settings: Settings, runtimes: Sequence[Runtime], metrics: Metrics,
 ) -> tuple[Models, list[ThreadPoolExecutor]]:
     """One engine and started batcher per runtime, sharing the graph thread and the tokenising pool."""
-    graphs = ThreadPoolExecutor(1, thread_name_prefix="attnserve-graph")  # one graph run at a time, all models
+    runs = settings.graph_runs
+    graphs = ThreadPoolExecutor(runs, thread_name_prefix="attnserve-graph")  # graph runs in flight, all models
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits = BatchLimits(
         settings.max_batch_tokens, settings.max_batch_size, settings.max_queue, settings.queue_timeout_s,
-        settings.batch_wait_ms / 1000,
+        settings.batch_wait_ms / 1000, runs,
     )
     engine_limits = EngineLimits(
         settings.max_inputs, settings.max_input_chars, settings.truncate, settings.attention_cap_bytes,

@@ -235,7 +235,7 @@ def _runner(
 
 def _session(settings: Settings, entry: GraphEntry, provider: str) -> Any:
     try:
-        session = open_session(settings.bundle_dir / entry.file, provider, settings.intra_op_threads,
+        session = open_session(settings.bundle_dir / entry.file, provider, settings.session_threads(),
                                settings.intra_op_spinning)
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error

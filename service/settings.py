@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bundle.session import cpu_cores
+
 Provider = Literal["auto", "cuda", "cpu"]
 VariantChoice = Literal["auto", "fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
@@ -83,7 +85,8 @@ class Settings(BaseSettings):
     )
     batch_wait_ms: float = Field(
         0.0, ge=0, description="Extra milliseconds the batcher waits for more inputs before running a batch that is "
-        "not full: a little more throughput under light load for a little more latency.",
+        "not full (a batch that fills meanwhile runs at once): a little more throughput under light load for a "
+        "little more latency.",
     )
     attention_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "
@@ -114,8 +117,17 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
+    graph_runs: int = Field(
+        1, ge=1, description="Graph runs in flight at once, each in its own thread with its own batch (the waiting "
+        "inputs are shared out among free runs). More than 1 pipelines the runs and, with one intra-op thread "
+        "each, spends less CPU per text (on 2 cores 2 runs x 1 thread took 10-30% less CPU per text than 1 x 2), "
+        "but a lone request then runs on fewer cores, and on a shared 2-core machine served throughput and "
+        "latency measured no better (docs/performance.md).",
+    )
     intra_op_threads: int = Field(
-        0, ge=0, description="onnxruntime intra-op threads; 0 means one per CPU core available to the process.",
+        0, ge=0, description="onnxruntime intra-op threads of a graph session (the runs in flight share them); 0 "
+        "means the CPU cores available to the process shared out among graph_runs (cores / graph_runs, at "
+        "least 1).",
     )
     intra_op_spinning: bool = Field(
         False, description="Let onnxruntime's intra-op threads spin after a graph run instead of sleeping: a "
@@ -125,6 +137,10 @@ class Settings(BaseSettings):
     graceful_timeout_s: float = Field(
         30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
     )
+
+    def session_threads(self) -> int:
+        """Intra-op threads to open each graph session with."""
+        return self.intra_op_threads or max(1, cpu_cores() // self.graph_runs)
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -27,11 +27,25 @@ _DESCRIPTIONS = {
 }
 INFERENCE_ERRORS = (401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
 TOKENIZE_ERRORS = (401, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
+_TIMING = {  # service.timing: what a route that runs the model answers with
+    "x-total-time": "Milliseconds the server spent on this request, whole",
+    "x-tokenization-time": "Milliseconds spent tokenising this request's inputs, whole",
+    "x-queue-time": "Milliseconds the request's inputs waited in the queue (the longest wait), whole",
+    "x-inference-time": "Milliseconds of the graph runs that carried this request's inputs, whole",
+}
 
 
 def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own)."""
-    return {status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses}
+    """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own); for the
+    routes that run the model (INFERENCE_ERRORS), the timing headers of their 200 answer too."""
+    documented: dict[int | str, dict[str, Any]] = {
+        status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses
+    }
+    if statuses == INFERENCE_ERRORS:
+        documented[200] = {"headers": {
+            name: {"description": text, "schema": {"type": "integer"}} for name, text in _TIMING.items()
+        }}
+    return documented
 
 
 def json_response(content: Any, status_code: int = 200) -> Response:

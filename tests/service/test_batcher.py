@@ -218,33 +218,97 @@ async def test_cancelled_requests_are_skipped(setup):
     await until(lambda: batcher.in_flight == 0)
 
 
-async def test_stop_drains_admitted_work_and_refuses_new():
+@pytest.mark.parametrize("runs", [1, 2])
+async def test_stop_drains_admitted_work_and_refuses_new(runs: int):
     runner = FakeRunner()
     runner.gate.clear()
-    executor = ThreadPoolExecutor(1)
-    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0), executor)
+    executor = ThreadPoolExecutor(runs)
+    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, runs_in_flight=runs), executor)
     batcher.start()
     tasks = [asyncio.create_task(submit(batcher, [2])) for _ in range(6)]
-    await asyncio.sleep(0.01)
+    await until(lambda: runner.waiting == runs and batcher.in_flight == 6)  # runs held at the gate, the rest queued
     stopping = asyncio.create_task(batcher.stop())
-    await asyncio.sleep(0.01)
-    with pytest.raises(NotReady):
-        batcher.admit(1)
+    await until(lambda: refuses(batcher))
+    assert not stopping.done()  # admitted work is not finished yet
     runner.gate.set()
     await stopping
     assert await asyncio.gather(*tasks) == [[("fast", 2)]] * 6
+    assert sum(len(b) for b in runner.batches) == 6 and batcher.in_flight == 0
     executor.shutdown()
 
 
-async def test_batch_wait_gathers_late_arrivals_then_flushes():
+def refuses(batcher: Batcher) -> bool:
+    """True once admission is refused because the batcher is stopping."""
+    try:
+        batcher.admit(1).__exit__()
+    except NotReady:
+        return True
+    return False
+
+
+async def test_batch_wait_gathers_late_arrivals_until_the_batch_is_full():
     runner = FakeRunner()
     executor = ThreadPoolExecutor(1)
-    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, batch_wait_s=0.1), executor)
+    batcher = Batcher(runner, BatchLimits(64, 2, 16, 5.0, batch_wait_s=3600), executor)
     batcher.start()
     first = asyncio.create_task(submit(batcher, [3]))
-    await asyncio.sleep(0.02)
+    await until(lambda: batcher.depth == 1)  # waiting for more: an hour, unless the batch fills
     second = asyncio.create_task(submit(batcher, [3]))
-    assert await asyncio.gather(first, second) == [[("fast", 3)]] * 2
-    assert runner.batches == [[3, 3]]  # one run; the not-full batch still ran after the wait
+    results = await asyncio.wait_for(asyncio.gather(first, second), 10)  # the full batch runs at once
+    assert results == [[("fast", 3)]] * 2 and runner.batches == [[3, 3]]
     await batcher.stop()
     executor.shutdown()
+
+
+async def test_batch_wait_flushes_a_batch_that_does_not_fill():
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(1)
+    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, batch_wait_s=0.01), executor)
+    batcher.start()
+    assert await submit(batcher, [3]) == [("fast", 3)]
+    assert runner.batches == [[3]]
+    await batcher.stop()
+    executor.shutdown()
+
+
+# -- several runs in flight -----------------------------------------------------------------------------
+@pytest_asyncio.fixture(loop_scope="function")
+async def two_slots():
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(2)
+    batcher = Batcher(runner, BatchLimits(256, 8, 32, 5.0, runs_in_flight=2), executor)
+    batcher.start()
+    yield batcher, runner
+    runner.gate.set()
+    await batcher.stop()
+    executor.shutdown()
+
+
+async def test_a_second_batch_runs_while_the_first_is_running(two_slots):
+    batcher, runner = two_slots
+    async with plugged(batcher, runner):  # the plug holds one slot
+        later = asyncio.create_task(submit(batcher, [5, 5, 5]))
+        await until(lambda: runner.waiting == 2)  # taken by the free slot, not queued behind the plug
+        assert batcher.depth == 0
+    assert await later == [("fast", 5)] * 3
+    assert runner.batches == [[5, 5, 5]]
+
+
+async def test_waiting_inputs_are_shared_out_among_free_slots(two_slots):
+    batcher, runner = two_slots
+    runner.gate.clear()
+    request = asyncio.create_task(submit(batcher, [4] * 8))  # size cap 8, but two slots are free
+    await until(lambda: runner.waiting == 2)
+    assert batcher.depth == 0
+    runner.gate.set()
+    assert await request == [("fast", 4)] * 8
+    assert runner.batches == [[4] * 4, [4] * 4]
+
+
+async def test_a_busy_slot_leaves_the_whole_queue_to_the_free_one(two_slots):
+    batcher, runner = two_slots
+    async with plugged(batcher, runner):
+        waiting = asyncio.create_task(submit(batcher, [4] * 8))
+        await until(lambda: runner.waiting == 2)
+    assert await waiting == [("fast", 4)] * 8
+    assert runner.batches == [[4] * 8]  # one free slot: one batch up to the size cap

@@ -1,0 +1,98 @@
+"""The bench's own arithmetic (no timing is asserted): which engine point a scenario is compared with, the
+ratios, and the batch-invariance figure against a graph known to be invariant and a session known not to be."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bench import invariance, targets
+from bench.engine import Config, EnginePoint
+from bench.texts import load_tokenizer
+from bundle.manifest import Manifest
+from bundle.session import open_session
+
+
+def point(batch: int, length: int, config: str, texts_per_s: float, median_s: float, cpu: float) -> EnginePoint:
+    return EnginePoint("fp32", batch, length, False, config, 5, median_s, texts_per_s, texts_per_s * length, cpu)
+
+
+class Engine:
+    """Answers reference() and latency() from fixed points, recording what was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int, int]] = []
+
+    def reference(self, batch: int, length: int) -> EnginePoint:
+        self.asked.append(("reference", batch, length))
+        return point(batch, length, "2x1t", 400.0, 0.16, 4.0)
+
+    def latency(self, length: int) -> EnginePoint:
+        self.asked.append(("latency", 1, length))
+        return point(1, length, "1x2t", 125.0, 0.006, 8.0)
+
+
+def row(scenario: str, workers: int, texts: int, length: int, **fields: Any) -> dict[str, Any]:
+    return {"scenario": scenario, "workers": workers, "texts": texts, "length": length, **fields}
+
+
+@pytest.mark.parametrize(("scenario", "shape", "asked"), [
+    ("a", (32, 1, 16), ("reference", 32, 16)),  # small callers: the engine at batch 32, not the batch formed
+    ("b", (4, 32, 128), ("reference", 32, 128)),  # client-side batches: the same shape
+    ("c", (4, 8, 256), ("reference", 8, 256)),
+    ("d", (1, 1, 16), ("latency", 1, 16)),  # one request at a time: one batch-1 run at a time
+    ("e-embed", (1, 1, 128), ("latency", 1, 128)),
+])
+def test_each_scenario_is_compared_with_the_engine_point_the_targets_name(scenario, shape, asked):
+    engine = Engine()
+    assert targets.engine_reference(engine, row(scenario, *shape)) is not None  # type: ignore[arg-type]
+    assert engine.asked == [asked]
+    assert targets.engine_reference(engine, row("e", 1, 1, 128)) is None  # type: ignore[arg-type]
+
+
+def test_ratios_to_the_engine_in_wall_and_cpu_time_and_the_latency_margin():
+    small = row("a", 32, 1, 16, texts_per_s=320.0, cpu_ms_per_text=5.0, p50_ms=100.0)
+    targets._compare(small, point(32, 16, "2x1t", 400.0, 0.16, 4.0))
+    assert small["vs_engine"] == pytest.approx(0.8) and small["vs_engine_cpu"] == pytest.approx(0.8)
+    assert "over_engine_ms" not in small and small["engine_ref"].startswith("32x16 2x1t")
+    one = row("d", 1, 1, 16, texts_per_s=100.0, cpu_ms_per_text=10.0, p50_ms=7.5)
+    targets._compare(one, point(1, 16, "1x2t", 125.0, 0.006, 8.0))
+    assert one["over_engine_ms"] == pytest.approx(1.5) and one["vs_engine"] == pytest.approx(0.8)
+
+
+def test_config_labels():
+    assert Config(2, 1).label == "2x1t" and Config(1, 2).label == "1x2t"
+
+
+@pytest.fixture(scope="module")
+def sequences(tiny_bundle: Path) -> list[list[int]]:
+    manifest = Manifest.read(tiny_bundle)
+    return invariance.texts(load_tokenizer(tiny_bundle, manifest.tokenizer, manifest.max_length),
+                            manifest.max_length)
+
+
+def test_an_fp32_graph_is_batch_invariant_to_float_rounding(tiny_bundle, sequences):
+    assert len({len(s) for s in sequences}) > 3  # mixed lengths: the batch really pads
+    session = open_session(tiny_bundle / Manifest.read(tiny_bundle).graph("fast", "fp32").file, "cpu", 1)
+    assert invariance.batch_max_abs_diff(session, sequences) < 1e-5
+
+
+class BatchDependent:
+    """A session whose embeddings are scaled by the batch's largest value: what per-batch scales do."""
+
+    class Output:
+        name = "embeddings"
+
+    def get_outputs(self) -> list[Any]:
+        return [self.Output()]
+
+    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        ids = feeds["input_ids"].astype(np.float32)  # (B, T)
+        return [ids[:, :2] / ids.max()]  # (B, 2)
+
+
+def test_a_batch_dependent_session_is_caught(sequences):
+    assert invariance.batch_max_abs_diff(BatchDependent(), sequences) > 1e-3
