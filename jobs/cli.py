@@ -65,7 +65,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def _engine_flags(group: argparse._ArgumentGroup) -> None:
     for name in ENGINE_SETTINGS:
         field = Settings.model_fields[name]
-        help_ = f"{JOB_HELP.get(name, field.description)} [env ATTNSERVE_{name.upper()}]"
+        text = (JOB_HELP.get(name, field.description) or "").replace("%", "%%")  # argparse formats help with %
+        help_ = f"{text} [env ATTNSERVE_{name.upper()}]"
         flag = "--" + name.replace("_", "-")
         if field.annotation is bool:
             group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)

@@ -27,7 +27,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         env = f"ATTNSERVE_{name.upper()}"
-        help_ = f"{field.description} [env {env}]"
+        help_ = f"{(field.description or '').replace('%', '%%')} [env {env}]"  # argparse formats help with %
         if field.annotation is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         elif typing.get_origin(field.annotation) is list:  # repeatable; each value may hold comma-separated items

@@ -37,11 +37,11 @@ _TIMING = {  # service.timing: what a route that runs the model answers with
 
 def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses=` entries: each status with the one error model (or `model`: /v2's own); for the
-    routes that run the model (INFERENCE_ERRORS), the timing headers of their 200 answer too."""
+    routes that queue for the model (those that may answer 429), the timing headers of their 200 too."""
     documented: dict[int | str, dict[str, Any]] = {
         status: {"model": model, "description": _DESCRIPTIONS[status]} for status in statuses
     }
-    if statuses == INFERENCE_ERRORS:
+    if 429 in statuses:
         documented[200] = {"headers": {
             name: {"description": text, "schema": {"type": "integer"}} for name, text in _TIMING.items()
         }}

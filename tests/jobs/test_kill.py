@@ -34,6 +34,13 @@ PART_ROWS = 20
 WINDOWS = Chunking("windows", 8, 512)
 
 
+def _as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT's default action, as for a command run in a terminal. A shell
+    without job control starts background commands (CI runners, `make test &`) with SIGINT ignored, the
+    job inherits that like any Unix program, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _lines(chunking: Chunking | None) -> list[str]:
     """4 parts; every 11th line is empty (a reject). With chunking, documents of 2 to 5 windows."""
     docs = long_texts(70) if chunking is not None else texts(70)
@@ -88,7 +95,7 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
     os.mkfifo(fifo)
     data = "".join(line + "\n" for line in lines).encode()
     proc = subprocess.Popen(_command(fifo, tiny_bundle, out, chunking), cwd=ROOT, env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_in_a_terminal)
     with _writer(fifo, proc) as pipe:
         pipe.write(b"".join(line.encode() + b"\n" for line in lines[:50]))  # 2.5 parts
         pipe.flush()

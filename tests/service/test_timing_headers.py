@@ -48,6 +48,7 @@ def test_headers_are_whole_milliseconds_and_only_once_the_engine_was_used() -> N
     ("/similarity", {"inputs": {"source_sentence": "a film", "sentences": ["a movie", "a cat"]}}),
     ("/embed", {"inputs": "a good film " * 40, "chunking": "mean", "chunk_overlap": 4}),
     ("/attention", {"inputs": "a good film"}),
+    ("/v2/models/tiny/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["a film"]}]}),
 ])
 async def test_routes_that_run_the_model_send_the_headers(tiny_bundle, path, body):
     async with serving(tiny_bundle) as (_, client):
