@@ -105,11 +105,17 @@ async def open_loop(
     return ledger
 
 
-async def unloaded_p99(url: str, make: Callable[[int], Request], count: int = 60) -> float:
-    """p99 latency of `count` requests sent one at a time (nothing else in flight)."""
+async def unloaded_p99(url: str, make: Callable[[int], Request], count: int = 60, pause_s: float = 0.1) -> float:
+    """p99 latency of `count` requests sent one at a time (nothing else in flight), `pause_s` apart.
+
+    The pause keeps the server as idle between requests as the ramp's first step (10/s) does: sent back
+    to back, onnxruntime's threads never go to sleep, and that baseline (7.5-13.6 ms on the tiny model)
+    sat under the 10/s step's own p99 (18-25 ms, nothing queued), so the ramp found no rate at all."""
     ledger, http = Ledger(), Client(url)
     try:
         for i in range(count):
+            if i:
+                await asyncio.sleep(pause_s)
             await _one(http, make(i), ledger)
     finally:
         await http.aclose()
