@@ -3,9 +3,11 @@ slow-body connections (a Content-Length larger than what is sent, trickled) are 
 shape and closed at their documented deadlines (ATTNSERVE_HEADER_TIMEOUT_S, ATTNSERVE_BODY_TIMEOUT_S; here
 2 s each, 10 s and 30 s by default), while normal traffic is served.
 
-In CI: every slow connection gets the 408 and is closed no earlier than its deadline (the client starts its
-clock before it connects, so before the server's timer starts: this bound is exact) and within the deadline
-+ 10 s (a generous bound: a shared machine may be slow to run the timer); every normal request is a 200. The limit check
+In CI: every slow connection gets the 408 and is closed no earlier than its deadline less TIMER_SLACK_S
+(the client starts its clock before it connects, so before the server's timer starts; but uvloop's
+timers count from the loop's cached time in whole milliseconds, so one may fire up to about a millisecond
+early: a fresh-clone run saw 1.99990 s for a 2 s deadline) and within the deadline + 10 s (a generous
+bound: a shared machine may be slow to run the timer); every normal request is a 200. The limit check
 (`make reliability`) holds the close to the deadline + 1.5 s, and normal traffic's p99 within 2x of the
 unloaded p99 (taken as at least 10 ms: when it is ~6 ms, 2x is one scheduler slice of a shared 2-core
 machine, and the check would measure other jobs, not the slow clients).
@@ -25,6 +27,7 @@ from tests.reliability.figures import Figures
 from tests.reliability.load import Ledger, mixed_requests, open_loop, unloaded_p99
 
 DEADLINE_S = 2.0
+TIMER_SLACK_S = 0.01  # uvloop (libuv) timers: millisecond granularity from the loop's cached clock
 FLAGS = ("--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DEADLINE_S))
 SLOW_CLIENTS = 16  # of each kind
 NORMAL = mixed_requests((1, 2, 4))
@@ -92,7 +95,7 @@ async def test_slow_headers_and_bodies_are_cut_at_their_deadline_while_normal_tr
     closed_after = sorted(round(seconds, 2) for seconds, _ in closed)
     for seconds, answer in closed:
         assert_408_and_closed(answer)
-        assert DEADLINE_S <= seconds <= DEADLINE_S + 10, closed_after
+        assert DEADLINE_S - TIMER_SLACK_S <= seconds <= DEADLINE_S + 10, closed_after
     assert ledger.sent == 120 and ledger.by_status() == {200: 120}, ledger.summary()
     assert "Traceback" not in log, log
 
@@ -141,7 +144,7 @@ async def test_slow_clients_limits(tiny_bundle: Path, tmp_path: Path, figures: F
     latest = max(seconds for seconds, _ in closed)
     figures.limit("slow connections answered 408 and closed", sum(a.startswith(b"HTTP/1.1 408") for _, a in closed),
                   "==", len(closed))
-    figures.limit("earliest close", min(seconds for seconds, _ in closed), ">=", DEADLINE_S, "s")
+    figures.limit("earliest close", min(seconds for seconds, _ in closed), ">=", DEADLINE_S - TIMER_SLACK_S, "s")
     figures.limit("latest close", latest, "<=", DEADLINE_S + 1.5, "s")
     figures.limit("normal requests not 200", ledger.sent - ledger.by_status()[200], "==", 0)
     figures.limit("normal p99 / max(unloaded p99, 10 ms)", ledger.p99() / max(unloaded, FLOOR_S), "<=", 2, "x")
