@@ -81,6 +81,7 @@ class Ticket:
 
 class Queued(Protocol):
     kind: str
+    enqueued_at: float
 
     @property
     def length(self) -> int: ...
@@ -102,6 +103,10 @@ class BatchQueue(Generic[Q]):
     def push(self, items: Sequence[Q]) -> None:
         for item in items:
             self._items[id(item)] = item
+
+    def oldest(self) -> Q | None:
+        """The item that has waited longest, if any."""
+        return next(iter(self._items.values()), None)
 
     def remove(self, item: Q) -> bool:
         """Take `item` out if it is still waiting; False when it already left (taken or removed)."""
@@ -237,12 +242,14 @@ class Batcher:
     async def _loop(self) -> None:
         while await self._wait_for_work():
             try:
-                run = asyncio.get_running_loop().create_task(self._run(self._take_batch()))
+                batches = self._take_batches()
             except Exception:  # a bug here must not kill the only worker
                 log.exception("batcher iteration failed")
                 continue
-            self._running.add(run)
-            run.add_done_callback(self._ran)
+            for batch in batches:
+                run = asyncio.get_running_loop().create_task(self._run(batch))
+                self._running.add(run)
+                run.add_done_callback(self._ran)
         if self._running:
             await asyncio.wait(self._running)  # drained: every admitted input has its answer
 
@@ -264,21 +271,34 @@ class Batcher:
         return True
 
     async def _gather(self, seconds: float) -> None:
-        """Wait up to `seconds` for more inputs, unless the batch fills (or stop begins) first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while self.depth < self.limits.max_batch_size and not self._stopping and (left := deadline - loop.time()) > 0:
+        """Wait for more inputs until the oldest waiting input has waited `seconds`, unless the batch fills (or
+        stop begins) first. Counted from that input's arrival, not from now: inputs left over when a batch
+        was shared out among run slots, or queued behind a long run, have waited already and run at once
+        (counted from now, n inputs shared out among 2 slots waited about log2(n) times `seconds`)."""
+        oldest = self._queue.oldest()
+        if oldest is None:
+            return
+        deadline = oldest.enqueued_at + seconds  # time.monotonic(), as enqueued_at
+        while self.depth < self.limits.max_batch_size and not self._stopping and (
+            left := deadline - time.monotonic()
+        ) > 0:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), left)
 
-    def _take_batch(self) -> list[WorkItem]:
-        """The next batch; with several run slots free, the waiting inputs are shared out among them."""
+    def _take_batches(self) -> list[list[WorkItem]]:
+        """A batch for each free run slot, the waiting inputs shared out among them, all taken at once: an
+        input left for a later slot would otherwise wait out batch_wait_s again."""
         free = self.limits.runs_in_flight - len(self._running)
         size = min(self.limits.max_batch_size, -(-self.depth // free))
-        batch = self._queue.next_batch(size, self.limits.max_batch_tokens)
+        batches = []
+        for _ in range(free):
+            batch = self._queue.next_batch(size, self.limits.max_batch_tokens)
+            if not batch:
+                break
+            batches.append(batch)
         self._observer.queue_depth(self.depth)
-        return batch
+        return batches
 
     async def _run(self, batch: list[WorkItem]) -> None:
         live = [item for item in batch if not item.future.done()]  # clients gone: skip

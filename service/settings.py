@@ -85,8 +85,9 @@ class Settings(BaseSettings):
     )
     batch_wait_ms: float = Field(
         0.0, ge=0, description="Extra milliseconds the batcher waits for more inputs before running a batch that is "
-        "not full (a batch that fills meanwhile runs at once): a little more throughput under light load for a "
-        "little more latency.",
+        "not full, counted from the arrival of the oldest waiting input (a batch that fills meanwhile runs at "
+        "once; inputs that waited behind a run do not wait again): a little more throughput under light load "
+        "for a little more latency.",
     )
     attention_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest /attention response (estimated before computing); bigger "

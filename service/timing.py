@@ -60,5 +60,6 @@ def end(token: Token[RequestTiming | None]) -> None:
 
 
 def current() -> RequestTiming | None:
-    """The record of the request being handled, or None outside a request (warm-up, readiness probe)."""
+    """The record of the request being handled, or None outside a request (warm-up). The readiness probe
+    after a failed inference runs inside `/ready`, so that answer carries the probe's times."""
     return _current.get()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -312,3 +313,44 @@ async def test_a_busy_slot_leaves_the_whole_queue_to_the_free_one(two_slots):
         await until(lambda: runner.waiting == 2)
     assert await waiting == [("fast", 4)] * 8
     assert runner.batches == [[4] * 8]  # one free slot: one batch up to the size cap
+
+
+@pytest.mark.parametrize("runs", [1, 2])
+async def test_a_full_batch_shared_out_among_slots_runs_whole_under_batch_wait(runs: int):
+    """With batch_wait an hour, a queue that fills a batch runs at once, on every free slot: no input is
+    left behind to wait out the hour again (it was, with two slots, before the batches were taken together)."""
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(runs)
+    batcher = Batcher(runner, BatchLimits(256, 8, 32, 5.0, batch_wait_s=3600, runs_in_flight=runs), executor)
+    batcher.start()
+    runner.gate.clear()
+    request = asyncio.create_task(submit(batcher, [4] * 8))
+    await until(lambda: runner.waiting == runs)  # every slot took its share before any run ended
+    assert batcher.depth == 0
+    runner.gate.set()
+    assert await asyncio.wait_for(request, 10) == [("fast", 4)] * 8
+    assert sorted(map(len, runner.batches)) == [8 // runs] * runs
+    await batcher.stop()
+    executor.shutdown()
+
+
+async def test_inputs_that_waited_behind_a_long_run_are_not_held_for_batch_wait_again():
+    """batch_wait counts from the oldest waiting input's arrival: inputs queued behind a long run have
+    waited already, so they run as soon as the slot frees, not batch_wait later."""
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(1)
+    batcher = Batcher(runner, BatchLimits(256, 8, 32, 5.0, batch_wait_s=1.0), executor)
+    batcher.start()
+    runner.gate.clear()
+    first = asyncio.create_task(submit(batcher, [3]))
+    await until(lambda: runner.waiting == 1)  # taken after its 1 s wait; now held at the gate
+    second = asyncio.create_task(submit(batcher, [3]))
+    await until(lambda: batcher.depth == 1)
+    await asyncio.sleep(1.1)  # longer than batch_wait: the second input has waited it out behind the run
+    runner.gate.set()
+    await first
+    started = time.monotonic()
+    await second
+    assert time.monotonic() - started < 1.0  # counted from now, it would wait 1 s more (a lower bound)
+    await batcher.stop()
+    executor.shutdown()
