@@ -1,9 +1,10 @@
 """The operations the routes expose: embed, classify, similarity, per-token embeddings, attention,
 tokenize, decode. Plain asyncio + numpy.
 
-Each request is checked (count, characters), admitted to the batcher as one permit per input (or
-refused at once), tokenised in one batch (on the event loop when small: a hand-off to the executor
-costs more than encoding a few short texts; off the loop otherwise), queued, and post-processed.
+Each request is checked (`service.limits`: counts, characters, answer sizes), admitted to the batcher as
+one permit per input (or refused at once), tokenised in one batch (on the event loop when small: a
+hand-off to the executor costs more than encoding a few short texts; off the loop otherwise), queued,
+and post-processed.
 A chunked request (`overlap` given) is tokenised first, since its windows are only known then; each
 window then takes one permit and runs as its own item (`service.chunking`).
 Errors are domain errors from `service.errors`; nothing here knows about HTTP.
@@ -16,54 +17,32 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from service import chunking, postprocess, timing
 from service.batcher import Batcher, BatchObserver, Ticket
-from service.errors import (
-    AttentionTooLarge,
-    InputTooLong,
-    InvalidRequest,
-    NonFiniteOutput,
-    OutOfRange,
-    ResponseTooLarge,
-    ServiceError,
-    TooManyInputs,
-    Unsupported,
+from service.errors import ServiceError, Unsupported
+from service.limits import (
+    AttentionQuery,
+    EngineLimits,
+    Inputs,
+    check_attention_size,
+    check_dimensions,
+    check_embed_all_size,
+    check_finite,
+    check_indices,
+    check_inputs,
 )
 from service.runner import TOKENS
 from service.runtime import Runtime
 from service.tokenize import Direction, Encoded
 
 T = TypeVar("T")
-Inputs = Sequence[str] | Sequence[Sequence[int]]
 Scores = postprocess.ScoreFunction
-TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in a response
 WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph at (attention: 1 x 128)
 INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    max_inputs: int
-    max_input_chars: int
-    truncate: bool
-    attention_cap_bytes: int
-    max_chunked_input_chars: int = 100_000
-    max_windows_per_input: int = 512
-    embed_all_cap_bytes: int = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class AttentionQuery:
-    layers: list[int] | None
-    heads: list[int] | None
-    aggregation: str
-    encoding: str
-    dtype: str
 
 
 class Engine:
@@ -110,7 +89,7 @@ class Engine:
     ) -> tuple[np.ndarray, int]:
         """(N, D') embeddings and the number of tokens run. With `overlap`, each input is chunked and its
         vector is the token-weighted mean of its windows' pooled vectors, before normalisation."""
-        self._check_dimensions(dimensions)
+        check_dimensions(dimensions, self.runtime.manifest.hidden_size)
         if overlap is not None:
             windows, values = await self._run_windows(inputs, overlap, "embeddings")
             vectors = np.stack([chunking.pool(v, ws) for v, ws in zip(values, windows, strict=True)])  # (N, D)
@@ -123,7 +102,7 @@ class Engine:
         self, inputs: Inputs, *, overlap: int, normalize: bool, dimensions: int | None,
     ) -> tuple[list[list[dict[str, Any]]], int]:
         """Per input, each window's span and embedding; and the number of tokens run."""
-        self._check_dimensions(dimensions)
+        check_dimensions(dimensions, self.runtime.manifest.hidden_size)
         windows, values = await self._run_windows(inputs, overlap, "embeddings")
         return [
             chunking.answers(ws, postprocess.embeddings(v, normalize, dimensions), "embedding")  # (K, D')
@@ -171,10 +150,10 @@ class Engine:
         """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens included)."""
         if TOKENS not in self.runtime.runners:
             raise Unsupported("this bundle's fast graph has no token_embeddings output")
-        self._check_inputs(inputs)
+        check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
-            self._check_embed_all_size(encoded)
+            check_embed_all_size(self.limits, encoded, self.runtime.manifest.hidden_size)
             outputs = await self._submit(ticket, TOKENS, [e.ids for e in encoded])
         return [o["token_embeddings"] for o in outputs]
 
@@ -192,21 +171,22 @@ class Engine:
     ) -> list[dict[str, Any]]:
         if "attention" not in self.runtime.runners:
             raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
-        self._check_indices(query)
-        self._check_inputs(inputs)
+        check_indices(query, self.runtime.manifest.num_layers, self.runtime.manifest.num_heads)
+        check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
-            self._check_attention_size(encoded, query)
+            check_attention_size(self.limits, encoded, query, self.runtime.manifest.num_layers,
+                                 self.runtime.manifest.num_heads)
             outputs = await self._submit(ticket, "attention", [e.ids for e in encoded])
         return await self._off_loop(_attention_views, encoded, outputs, query)
 
     async def tokenize(self, inputs: Sequence[str], add_special_tokens: bool) -> list[list[dict[str, Any]]]:
-        self._check_inputs(inputs)
+        check_inputs(self.limits, inputs)
         encoded = await self._maybe_off_loop(inputs, self.runtime.tokenizer.encode_plain, inputs, add_special_tokens)
         return [token_list(e) for e in encoded]
 
     async def decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
-        self._check_inputs(sequences)
+        check_inputs(self.limits, sequences)
         return await self._maybe_off_loop(sequences, self.runtime.tokenizer.decode, sequences, skip_special_tokens)
 
     def info(self) -> dict[str, Any]:
@@ -225,7 +205,7 @@ class Engine:
     async def _run(
         self, kind: str, inputs: Inputs, truncate: bool | None, direction: Direction,
     ) -> tuple[list[Encoded], list[dict[str, np.ndarray]]]:
-        self._check_inputs(inputs)
+        check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs)) as ticket:
             encoded = await self._encode(inputs, truncate, direction)
             return encoded, await self._submit(ticket, kind, [e.ids for e in encoded])
@@ -235,7 +215,7 @@ class Engine:
     ) -> tuple[list[list[chunking.Window]], list[np.ndarray]]:
         """Chunk (off the loop when large), admit every window (one permit each, all or none), run; per input
         its windows and their `name` outputs (K, D) or (K, C)."""
-        self._check_inputs(inputs, chunked=True)
+        check_inputs(self.limits, inputs, chunked=True)
         started = time.perf_counter()
         windows = await self._maybe_off_loop(
             inputs, chunking.cut, self.runtime.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
@@ -259,26 +239,8 @@ class Engine:
         for index, output in enumerate(outputs):
             for name, value in output.items():
                 if name != "attentions":  # checked once, on the map actually served, off the loop
-                    _check_finite(value, name, index)
+                    check_finite(value, name, index)
         return outputs
-
-    def _check_inputs(self, inputs: Inputs, chunked: bool = False) -> None:
-        if not inputs:
-            raise InvalidRequest("inputs must not be empty")
-        if len(inputs) > self.limits.max_inputs:
-            raise TooManyInputs(
-                f"{len(inputs)} inputs exceed the limit of {self.limits.max_inputs} per request (ATTNSERVE_MAX_INPUTS)"
-            )
-        limit = self.limits.max_chunked_input_chars if chunked else self.limits.max_input_chars
-        setting = "ATTNSERVE_MAX_CHUNKED_INPUT_CHARS" if chunked else "ATTNSERVE_MAX_INPUT_CHARS"
-        for index, text in enumerate(inputs):
-            if isinstance(text, str) and len(text) > limit:
-                raise InputTooLong(f"input {index} has {len(text)} characters, over the limit of {limit} ({setting})")
-
-    def _check_dimensions(self, dimensions: int | None) -> None:
-        hidden = self.runtime.manifest.hidden_size
-        if dimensions is not None and not 1 <= dimensions <= hidden:
-            raise OutOfRange(f"dimensions must be between 1 and the model's {hidden}")
 
     def _labels(self) -> list[str]:
         labels = list(self.runtime.manifest.labels)
@@ -304,37 +266,6 @@ class Engine:
             return fn(*args)
         return await self._off_loop(fn, *args)
 
-    def _check_indices(self, query: AttentionQuery) -> None:
-        m = self.runtime.manifest
-        for name, chosen, size in (("layers", query.layers, m.num_layers), ("heads", query.heads, m.num_heads)):
-            if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
-                raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
-
-    def _check_attention_size(self, encoded: list[Encoded], query: AttentionQuery) -> None:
-        m = self.runtime.manifest
-        layers = len(query.layers) if query.layers is not None else m.num_layers
-        heads = len(query.heads) if query.heads is not None else m.num_heads
-        total = 0
-        for e in encoded:
-            count = int(np.prod(postprocess.aggregated_shape(layers, heads, e.length, query.aggregation)))
-            total += postprocess.estimated_bytes(count, query.encoding, query.dtype) + TOKEN_JSON_BYTES * e.length
-        cap = self.limits.attention_cap_bytes
-        if total > cap:
-            raise AttentionTooLarge(
-                f"the attention response would take about {total} bytes, over the cap of {cap} bytes "
-                "(ATTNSERVE_ATTENTION_CAP_BYTES); ask for fewer inputs, layers or heads, or aggregate them"
-            )
-
-
-    def _check_embed_all_size(self, encoded: list[Encoded]) -> None:
-        hidden, cap = self.runtime.manifest.hidden_size, self.limits.embed_all_cap_bytes
-        total = postprocess.estimated_bytes(sum(e.length for e in encoded) * hidden, "float", "float32")
-        if total > cap:
-            raise ResponseTooLarge(
-                f"the /embed_all response would take about {total} bytes, over the cap of {cap} bytes "
-                "(ATTNSERVE_EMBED_ALL_CAP_BYTES); send fewer or shorter inputs"
-            )
-
 
 def _tokens_run(windows: list[list[chunking.Window]]) -> int:
     return sum(w.length for ws in windows for w in ws)
@@ -347,11 +278,6 @@ def token_list(e: Encoded) -> list[dict[str, Any]]:
     ]
 
 
-def _check_finite(value: np.ndarray, name: str, index: int) -> None:
-    if not np.isfinite(value).all():
-        raise NonFiniteOutput(f"the model produced NaN or Inf in {name} for input {index}")
-
-
 def _attention_views(
     encoded: list[Encoded], outputs: list[dict[str, np.ndarray]], query: AttentionQuery,
 ) -> list[dict[str, Any]]:
@@ -360,7 +286,7 @@ def _attention_views(
     for index, (e, out) in enumerate(zip(encoded, outputs, strict=True)):
         chosen = postprocess.select(out["attentions"], query.layers, query.heads)  # (l, h, n, n)
         maps = postprocess.aggregate(chosen, query.aggregation)
-        _check_finite(maps, "attentions", index)  # probabilities in [0, 1]: no overflow in the float16 cast
+        check_finite(maps, "attentions", index)  # probabilities in [0, 1]: no overflow in the float16 cast
         views.append({
             "tokens": token_list(e), "shape": list(maps.shape),
             "attention": postprocess.encode_array(maps, query.encoding, query.dtype),

@@ -14,8 +14,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from service.batcher import Batcher, BatchLimits
-from service.engine import Engine, EngineLimits
+from service.engine import Engine
 from service.errors import ModelNotFound, NotReady
+from service.limits import EngineLimits
 from service.metrics import Metrics
 from service.runtime import Opened, Runtime, StartupError, load_runtime
 from service.settings import MODEL_NAME, Settings

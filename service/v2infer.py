@@ -22,8 +22,9 @@ import numpy as np
 
 from attnserve import __version__
 from service import postprocess
-from service.engine import AttentionQuery, Engine, Inputs
+from service.engine import Engine
 from service.errors import InvalidRequest, ModelNotFound
+from service.limits import AttentionQuery, Inputs
 from service.models import quoted
 from service.v2codec import Output
 from service.v2schemas import InferParameters, InferRequest, index_list

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Response
 
 from service.dependencies import JobDep, ModelQuery, PickDep, require_json
-from service.engine import AttentionQuery
+from service.limits import AttentionQuery
 from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
 
