@@ -81,7 +81,6 @@ class Ticket:
 
 class Queued(Protocol):
     kind: str
-    enqueued_at: float
 
     @property
     def length(self) -> int: ...
