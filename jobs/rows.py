@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from jobs.inputs import Bad, Chunk
 from service import postprocess
-from service.batcher import BatchQueue
+from service.batchqueue import BatchQueue
 from service.runtime import Runtime
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept

@@ -1,4 +1,4 @@
-"""The batch queue as a plain structure, and the batcher with a fake runner: batching, caps, admission,
+"""The batcher with a fake runner (the queue on its own: test_batchqueue.py): batching, caps, admission,
 timeouts, failures, cancellation, drain.
 
 Batching is proven without timing: the fake runner holds its first run (a one-input "plug") at a gate, so
@@ -13,13 +13,12 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import pytest_asyncio
 
-from service.batcher import Batcher, BatchLimits, BatchQueue
+from service.batcher import Batcher, BatchLimits
 from service.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
 from tests.helpers.serving import until
 
@@ -81,40 +80,6 @@ async def plugged(batcher: Batcher, runner: FakeRunner) -> AsyncIterator[None]:
         runner.gate.set()
         await plug
         runner.batches.remove([1])
-
-
-# -- the queue on its own: no event loop, no clock -------------------------------------------------------
-@dataclass(eq=False)
-class Item:
-    kind: str
-    length: int
-
-
-def test_queue_takes_oldest_then_nearest_lengths_within_caps() -> None:
-    queue: BatchQueue[Item] = BatchQueue()
-    items = [Item("fast", n) for n in (2, 30, 3, 31, 2, 30)]
-    queue.push(items)
-    batches = []
-    while len(queue):
-        batches.append([i.length for i in queue.next_batch(max_size=4, max_tokens=64)])
-    # oldest first, then nearest lengths: short inputs never pad up to the long ones (budget 64, size 4)
-    assert batches == [[2, 2, 3], [30, 30], [31]]
-
-
-def test_queue_size_and_token_caps_and_kinds() -> None:
-    queue: BatchQueue[Item] = BatchQueue()
-    queue.push([Item("fast", 2) for _ in range(6)] + [Item("fast", 40), Item("fast", 40), Item("attention", 2)])
-    batches = [queue.next_batch(4, 64) for _ in range(5)]
-    assert [[i.length for i in b] for b in batches] == [[2, 2, 2, 2], [2, 2], [40], [40], [2]]
-    assert {i.kind for i in batches[4]} == {"attention"} and len(queue) == 0 and queue.next_batch(4, 64) == []
-
-
-def test_queue_remove_reports_whether_the_item_was_still_waiting() -> None:
-    queue: BatchQueue[Item] = BatchQueue()
-    a, b = Item("fast", 3), Item("fast", 3)
-    queue.push([a, b])
-    assert queue.remove(a) and not queue.remove(a)
-    assert queue.next_batch(4, 64) == [b] and not queue.remove(b)
 
 
 # -- the batcher ----------------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""The batching policy on its own: the waiting items in arrival order, and which of them make the next
+batch (the oldest, then same-kind items of the nearest lengths, under a size cap and a token budget).
+A plain structure with no event loop and no clock, shared by the service's batcher and the corpus job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
+
+
+class Queued(Protocol):
+    kind: str
+
+    @property
+    def length(self) -> int: ...
+
+
+Q = TypeVar("Q", bound=Queued)
+
+
+class BatchQueue(Generic[Q]):
+    """The waiting items in arrival order, and the choice of the next batch. A plain structure: no
+    event loop, no clock, so the batching policy is tested on its own."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, Q] = {}  # insertion order = arrival order
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def push(self, items: Sequence[Q]) -> None:
+        for item in items:
+            self._items[id(item)] = item
+
+    def oldest(self) -> Q | None:
+        """The item that has waited longest, if any."""
+        return next(iter(self._items.values()), None)
+
+    def remove(self, item: Q) -> bool:
+        """Take `item` out if it is still waiting; False when it already left (taken or removed)."""
+        return self._items.pop(id(item), None) is not None
+
+    def next_batch(self, max_size: int, max_tokens: int) -> list[Q]:
+        """The oldest item, then same-kind items closest to it in length (less padding), while the batch
+        stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
+        head = self.oldest()
+        if head is None:
+            return []
+        others = [i for i in self._items.values() if i.kind == head.kind and i is not head]
+        others.sort(key=lambda i: abs(i.length - head.length))
+        batch, longest = [head], head.length
+        for item in others:
+            if len(batch) >= max_size:
+                break
+            if max(longest, item.length) * (len(batch) + 1) <= max_tokens:
+                batch.append(item)
+                longest = max(longest, item.length)
+        for item in batch:
+            del self._items[id(item)]
+        return batch
