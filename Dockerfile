@@ -35,10 +35,12 @@ WORKDIR /app
 COPY deploy/requirements-${ORT_EXTRA}.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --requirement /tmp/requirements.txt
 COPY pyproject.toml README.md ./
-# The service needs the bundle contract, the service and the CLI, and `attnserve embed` the jobs package;
+# The server needs the bundle contract, the inference core, the HTTP front and the CLI, and `attnserve embed`
+# the jobs package;
 # model/ and export/ (torch) stay out.
 COPY attnserve ./attnserve
 COPY bundle ./bundle
+COPY inference ./inference
 COPY service ./service
 COPY jobs ./jobs
 RUN pip install --no-cache-dir --no-deps . \

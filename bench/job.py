@@ -2,7 +2,7 @@
 
 For each length L, a text file of `rows` texts of L tokens (bench.texts) is embedded by the local job
 (jobs.embed.run: reading, tokenising, batching, the graph, post-processing, Parquet parts), and the same
-graph is timed in a bare onnxruntime session (bench.engine.EngineBench, the service's session options) at
+graph is timed in a bare onnxruntime session (bench.engine.EngineBench, the server's session options) at
 the shape the job's batches take: all texts are L tokens long, so every batch is max_batch_size x L. The
 job's rows/s is its streaming figure (its parts' seconds: start-up aside); runs are interleaved (engine,
 job, engine, job ...) and the medians compared, per wall second and per CPU second of the process (all
@@ -24,9 +24,9 @@ from typing import Any
 from bench.engine import EngineBench
 from bench.report import Recorder, machine
 from bench.texts import load_tokenizer, make_texts
-from jobs.embed import Job, open_runtime, run
-from jobs.rows import Output
-from service.settings import Settings
+from inference.options import LoadOptions
+from jobs.embed import Job, JobModel, open_bundle, run
+from jobs.rows import JobOutput
 
 TARGET = 0.9
 
@@ -43,9 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def job_rates(texts_file: Path, settings: Settings, scratch: Path) -> tuple[float, float]:
+def job_rates(texts_file: Path, model: JobModel, scratch: Path) -> tuple[float, float]:
     """Rows per wall second and per CPU second (this process, all threads) of the job's parts."""
-    summary = run(Job((texts_file,), scratch, "text", output=Output(), overwrite=True), settings, io.StringIO())
+    summary = run(Job((texts_file,), scratch, "text", output=JobOutput(), overwrite=True), model, io.StringIO())
     return summary.rows / summary.seconds, summary.rows / summary.cpu_seconds
 
 
@@ -57,13 +57,13 @@ def engine_rates(engine: EngineBench, batch: int, length: int) -> tuple[float, f
     return point.texts_per_s, batch * (point.runs + 1) / (time.process_time() - started)
 
 
-def measure(bundle: Path, settings: Settings, length: int, rows: int, repeats: int, rec: Recorder) -> dict:
-    runtime = open_runtime(settings, Output())
-    variant, manifest = runtime.variants["fast"], runtime.manifest
-    tokenizer = load_tokenizer(bundle, manifest.tokenizer, manifest.max_length)
-    batch = settings.max_batch_size
+def measure(model: JobModel, length: int, rows: int, repeats: int, rec: Recorder) -> dict:
+    loaded = open_bundle(model, JobOutput())
+    variant, manifest, bundle = loaded.variants["fast"], loaded.manifest, model.bundle
+    tokenizer = load_tokenizer(bundle, manifest)
+    batch = model.batching.max_size
     entry = manifest.graph("fast", variant)
-    assert entry is not None  # the runtime chose it from this manifest
+    assert entry is not None  # chosen from this manifest
     engine = EngineBench(variant, bundle / entry.file, tokenizer, seconds=2.0)
     with tempfile.TemporaryDirectory(prefix="attnserve-bench-job-") as tmp:
         texts_file = Path(tmp) / "texts.txt"
@@ -71,7 +71,7 @@ def measure(bundle: Path, settings: Settings, length: int, rows: int, repeats: i
         engine_runs, job_runs = [], []
         for _ in range(repeats):
             engine_runs.append(engine_rates(engine, batch, length))
-            job_runs.append(job_rates(texts_file, settings, Path(tmp) / "out"))
+            job_runs.append(job_rates(texts_file, model, Path(tmp) / "out"))
     length = engine.point(batch, length).length
     row: dict[str, Any] = {"variant": variant, "batch": batch, "length": length, "rows": rows}
     for index, clock in enumerate(("wall", "cpu")):
@@ -83,7 +83,7 @@ def measure(bundle: Path, settings: Settings, length: int, rows: int, repeats: i
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = Settings(bundle=args.bundle, variant=args.variant)
+    model = JobModel(args.bundle, LoadOptions(variant=args.variant))
     rec = Recorder(args.out)
     info = rec.add("machine", bundle=str(args.bundle), bench="job", **machine())
     print(f"# attnserve embed vs engine {rec.run_id}: {info['cpu']}, {info['cores']} cores, "
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
           "job rows/CPU-s | job / engine (CPU) | target >= 0.9 | load |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for length in (int(n) for n in args.lengths.split(",")):
-        r = measure(args.bundle, settings, length, args.rows, args.repeats, rec)
+        r = measure(model, length, args.rows, args.repeats, rec)
         met = "met" if min(r["ratio_wall"], r["ratio_cpu"]) >= TARGET else "MISSED"
         print(f"| {r['variant']} | {r['batch']} x {r['length']} | {r['engine_rows_per_wall_s']:,.1f} | "
               f"{r['job_rows_per_wall_s']:,.1f} | {r['ratio_wall']:.2f}x | {r['engine_rows_per_cpu_s']:,.1f} | "

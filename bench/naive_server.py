@@ -34,7 +34,7 @@ def _json(value: object) -> Response:
 
 def create_app(bundle: Path, variant: str) -> FastAPI:
     manifest = Manifest.read(bundle)
-    tokenizer = load_tokenizer(bundle, manifest.tokenizer, manifest.max_length)
+    tokenizer = load_tokenizer(bundle, manifest)
     fast = open_session(bundle / _graph(manifest, "fast", variant))
     attention = manifest.graph("attention", "fp32")
     attention_session = open_session(bundle / attention.file) if attention else None

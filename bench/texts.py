@@ -7,6 +7,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from bundle.manifest import Manifest
+from inference import tokenize
+
 # Common English words, each one word piece in BERT vocabularies, so token counts move in steps of one.
 _WORD_LIST = (
     "the of and to in is was for on that with as by at from his her they this had not are but "
@@ -21,12 +24,10 @@ _WORD_LIST = (
 WORDS = tuple(_WORD_LIST.split())
 
 
-def load_tokenizer(bundle: Path, name: str, max_length: int) -> Tokenizer:
-    """The bundle's tokenizer with its own padding/truncation replaced: we clip to max_length only."""
-    tokenizer = Tokenizer.from_file(str(bundle / name))
-    tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length)
-    return tokenizer
+def load_tokenizer(bundle: Path, manifest: Manifest | None = None) -> Tokenizer:
+    """The bundle's tokenizer as the server loads it (inference.tokenize.load_tokenizer), cutting at its max
+    length and never padding."""
+    return tokenize.load_tokenizer(bundle, manifest or Manifest.read(bundle)).truncating
 
 
 def make_text(tokenizer: Tokenizer, tokens: int, seed: int) -> str:

@@ -1,11 +1,12 @@
 """How a bundle's graph is opened in onnxruntime: the one set of session options.
 
-The service serves with these options, the bench measures with them, and the parity gate checks
+The server serves with these options, the bench measures with them, and the parity gate checks
 with them, so a figure measured at export or in the bench is a figure of the served session.
-Graph runs never overlap inside one session (the service's batcher runs one at a time), so
-inter-op parallelism is off; intra-op threads default to the CPU cores this process may use; and
-by default those threads sleep after a run instead of spinning, so an idle session leaves the CPU
-to the event loop and to other sessions.
+Inter-op parallelism is off: each run is one sequential pass over the graph, and a server that runs
+several batches at once (graph_runs >= 2) runs them in separate threads on the same session, each run
+using the session's intra-op threads. Intra-op threads default to the CPU cores this process may use
+(the server shares them out among its runs); by default they sleep after a run instead of spinning, so
+an idle session leaves the CPU to the event loop and to other sessions.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import hashlib
 import logging
 import shutil
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bundle.feeds import INPUT_NAMES
@@ -89,7 +89,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
     return Manifest(
-        name=name, version=version, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        name=name, version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,

@@ -2,11 +2,8 @@
 
 Shape letters: B batch, T sequence.
 
-Batch invariance: every parity text is run alone (B = 1, no padding), in its parity batch (mixed
-lengths) and in one batch of all of them (padded to the longest, the model's max length); the figure
-is the largest absolute difference of its embeddings and logits between the runs. A graph whose
-activation scales depend on the batch (dynamic int8) moves by 1e-3 and more; fp32 graphs stay at float
-rounding or below.
+Batch invariance (bundle.invariance): every parity text is run alone, in its parity batch (mixed lengths)
+and in one batch of all of them (padded to the longest, the model's max length).
 
 Speed: median time per batch at SPEED_SHAPES, every graph of one provider run once per round in turn
 (interleaved), so all of them see the same background load. On CPU the clock is this process's CPU
@@ -20,17 +17,16 @@ import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from bundle.feeds import pad
+from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
 
 SPEED_SHAPES = ((32, 128), (32, 16))
 SPEED_ROUNDS = 5
-_COMPARED = ("embeddings", "logits")
 
 
 def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[list[list[int]]],
@@ -51,27 +47,6 @@ def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[l
             invariance = batch_max_abs_diff(open_session(path, provider), batches, pad_id)
             figures[variant][provider] = measured(invariance, speed[variant], provider)
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
-
-
-def batch_max_abs_diff(session: Any, batches: Sequence[Sequence[Sequence[int]]], pad_id: int = 0) -> float:
-    """Largest |alone - in batch| over the texts of `batches` (token-id sequences), embeddings and logits:
-    each batch as given, then all texts in one batch."""
-    names = [o.name for o in session.get_outputs() if o.name in _COMPARED]
-    texts = [ids for batch in batches for ids in batch]
-    alone = [_run(session, names, [ids], pad_id) for ids in texts]
-    starts = np.cumsum([0] + [len(b) for b in batches])
-    worst = 0.0
-    for start, group in [*zip(starts, batches, strict=False), (0, texts)]:
-        together = _run(session, names, group, pad_id)
-        for row in range(len(group)):
-            for name in names:
-                diff = np.abs(together[name][row] - alone[start + row][name][0])
-                worst = max(worst, float(diff.max()))
-    return worst
-
-
-def _run(session: Any, names: list[str], sequences: Sequence[Sequence[int]], pad_id: int) -> dict[str, np.ndarray]:
-    return dict(zip(names, session.run(names, pad(sequences, pad_id)), strict=True))
 
 
 def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarray]]:

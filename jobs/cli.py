@@ -1,7 +1,8 @@
 """`attnserve embed INPUT... --bundle DIR --out OUT`: embed a corpus into Parquet, on one machine or with Ray.
 
-The engine flags (provider, variant, batching, threads) are the service's settings, with the same names,
-descriptions and ATTNSERVE_* variables, so the job picks the variant and forms batches as the server does.
+The model flags (provider, variant, batching, threads) are the inference core's options, with the same names,
+descriptions and ATTNSERVE_* variables as the server's, so the job picks the variant and forms batches as
+the server does.
 Exit status: 0 done, 2 bad arguments or a job that cannot run, 130 interrupted (Ctrl-C), 143 terminated
 (SIGTERM); after 130, 143 or a kill, the same command resumes.
 """
@@ -13,17 +14,19 @@ import signal
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
+from attnserve.flags import add_flags, given, report
+from inference.chunking import DEFAULT_OVERLAP
+from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
+from jobs.embed import JobModel
 from jobs.inputs import FORMATS, Columns, InputError
-from jobs.rows import Chunking, JobError, Output
-from service.chunking import DEFAULT_OVERLAP
-from service.settings import Settings
+from jobs.rows import Batching, Chunking, JobError, JobOutput
 
-ENGINE_SETTINGS = ("bundle", "provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue",
-                   "intra_op_threads", "max_windows_per_input")
-JOB_HELP = {  # where the job's use of a setting differs from the server's
-    "bundle": "Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve export`; one bundle.",
+LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
+BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")
+LIMITS = ("max_windows_per_input",)
+JOB_HELP = {  # where the job's use of an option differs from the server's
     "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
                  "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
                  "sort per batch.",
@@ -57,21 +60,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help="input rows per output part: the unit of progress kept after a kill")
     parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
     _chunking_flags(parser.add_argument_group("long documents (default: truncated to the model's max length)"))
-    _engine_flags(parser.add_argument_group("engine (the service's settings)"))
+    _model_flags(parser.add_argument_group("model (the server's options)"))
     _ray_flags(parser.add_argument_group("Ray"))
     return parser
 
 
-def _engine_flags(group: argparse._ArgumentGroup) -> None:
-    for name in ENGINE_SETTINGS:
-        field = Settings.model_fields[name]
-        text = (JOB_HELP.get(name, field.description) or "").replace("%", "%%")  # argparse formats help with %
-        help_ = f"{text} [env ATTNSERVE_{name.upper()}]"
-        flag = "--" + name.replace("_", "-")
-        if field.annotation is bool:
-            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        else:
-            group.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
+def _model_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--bundle", type=Path, default=None, help="Bundle directory (manifest.json, tokenizer.json, "
+                       "*.onnx) made by `attnserve export`; one bundle. [env ATTNSERVE_BUNDLE]")
+    add_flags(group, LoadOptions, LOAD, JOB_HELP)
+    add_flags(group, BatchOptions, BATCH, JOB_HELP)
+    add_flags(group, RequestLimits, LIMITS, JOB_HELP)
 
 
 def _chunking_flags(group: argparse._ArgumentGroup) -> None:
@@ -98,18 +97,12 @@ def _ray_flags(group: argparse._ArgumentGroup) -> None:
 def main(argv: list[str], prog: str = "attnserve embed") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        settings = Settings(**{k: v for k in ENGINE_SETTINGS if (v := getattr(args, k)) is not None})
+        model, max_windows = _model(args)
     except ValidationError as error:
-        for err in error.errors():
-            name = ".".join(str(p) for p in err["loc"])
-            print(f"{prog}: --{name.replace('_', '-')} (ATTNSERVE_{name.upper()}): {err['msg']}", file=sys.stderr)
-        return 2
-    if len(settings.bundle) != 1:
-        print(f"{prog}: --bundle: the job embeds with one bundle, {len(settings.bundle)} were given", file=sys.stderr)
-        return 2
+        return report(prog, error)
     signal.signal(signal.SIGTERM, _stop)
     try:
-        print((_run_ray if args.ray else _run_local)(args, settings).line())
+        print((_run_ray if args.ray else _run_local)(args, model, max_windows).line())
     except (JobError, InputError) as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2
@@ -120,40 +113,51 @@ def main(argv: list[str], prog: str = "attnserve embed") -> int:
     return 0
 
 
-def _run_local(args: argparse.Namespace, settings: Settings):
+class _Bundle(BaseModel):
+    bundle: Path = Field(description="the bundle directory: --bundle, or ATTNSERVE_BUNDLE")
+
+
+def _model(args: argparse.Namespace) -> tuple[JobModel, int]:
+    """The bundle and the core's options from the flags, then the ATTNSERVE_* variables (ValidationError names
+    a bad one); and the window cap."""
+    bundle = from_environment(_Bundle, **given(args, ("bundle",))).bundle
+    load = from_environment(LoadOptions, **given(args, LOAD))
+    batch = from_environment(BatchOptions, **given(args, BATCH))
+    limits = from_environment(RequestLimits, **given(args, LIMITS))
+    batching = Batching(batch.max_batch_tokens, batch.max_batch_size, batch.max_queue)
+    return JobModel(bundle, load, batching), limits.max_windows_per_input
+
+
+def _run_local(args: argparse.Namespace, model: JobModel, max_windows: int):
     from jobs.embed import run
-    from service.runtime import StartupError
 
-    try:
-        return run(_job(args, settings), settings)
-    except StartupError as error:
-        raise JobError(f"cannot load the bundle: {error}") from None
+    return run(_job(args, max_windows), model)
 
 
-def _run_ray(args: argparse.Namespace, settings: Settings):
+def _run_ray(args: argparse.Namespace, model: JobModel, max_windows: int):
     from jobs.ray import RayOptions, run_on_ray
 
     options = RayOptions(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_batch_rows)
-    return run_on_ray(_job(args, settings), settings, options)
+    return run_on_ray(_job(args, max_windows), model, options)
 
 
-def _job(args: argparse.Namespace, settings: Settings):
+def _job(args: argparse.Namespace, max_windows: int):
     from jobs.embed import Job
 
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
-               Output(args.normalize, args.classify, args.token_count, _chunking(args, settings)), args.part_rows,
-               args.overwrite)
+               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows)),
+               args.part_rows, args.overwrite)
 
 
-def _chunking(args: argparse.Namespace, settings: Settings) -> Chunking | None:
+def _chunking(args: argparse.Namespace, max_windows: int) -> Chunking | None:
     if args.chunking is None:
         if args.chunk_overlap is not None:
             raise JobError("--chunk-overlap needs --chunking mean or windows")
         return None
     overlap = DEFAULT_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
-    return Chunking(args.chunking, overlap, settings.max_windows_per_input)
+    return Chunking(args.chunking, overlap, max_windows)
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -1,8 +1,9 @@
 """`attnserve embed` on one machine: a corpus in, numbered Parquet parts out, resumable.
 
-The runtime is the service's (`service.runtime.load_runtime`: bundle verified, provider and variant chosen
-by the same policy, sessions opened with the same options). The input is read as one row stream in bounded
-chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the service
+The bundle is loaded by the inference core as the server loads it (`inference.loading.load_bundle`: verified,
+provider and variant chosen by the same policy, sessions opened with the same options), with the fast graph
+only. The input is read as one row stream in bounded
+chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the server
 embeds them (jobs.rows; with --chunking, window by window: jobs.windows), written atomically, then recorded
 in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
 with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
@@ -20,12 +21,13 @@ from typing import Any, TextIO
 
 import pyarrow as pa
 
+from inference.errors import StartupError
+from inference.loading import LoadedBundle, load_bundle
+from inference.options import LoadOptions
 from jobs import inputs, parts, rows, windows
 from jobs.inputs import Chunk, Columns, Source
 from jobs.progress import Progress
-from jobs.rows import Batching, JobError, Output
-from service.runtime import Runtime, load_runtime
-from service.settings import Settings
+from jobs.rows import Batching, JobError, JobOutput
 
 READ_ROWS = 4096  # rows read from an input at a time
 
@@ -36,7 +38,7 @@ class Job:
     out: Path
     format: str | None = None  # None: from each file's extension
     columns: Columns = field(default_factory=Columns)
-    output: Output = field(default_factory=Output)
+    output: JobOutput = field(default_factory=JobOutput)
     part_rows: int = 10_000
     overwrite: bool = False
 
@@ -59,34 +61,41 @@ class Summary:
                 f"{tokens}, {self.seconds:.1f} s, {rate:,.0f} rows/s -> {self.out}")
 
 
-def open_runtime(settings: Settings, output: Output) -> Runtime:
-    """The service's runtime, less the attention graph (the job only embeds: one session less)."""
-    runtime = load_runtime(settings)
-    runtime.runners.pop("attention", None)
-    runtime.variants.pop("attention", None)
-    if output.classify and not runtime.manifest.labels:
+@dataclass(frozen=True)
+class JobModel:
+    """The bundle a job embeds with, how it is opened, and how its rows are batched."""
+
+    bundle: Path
+    load: LoadOptions = field(default_factory=LoadOptions)
+    batching: Batching = field(default_factory=lambda: Batching(16_384, 64, 2048))
+
+
+def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
+    """The bundle with its fast graph only (the job embeds: no attention session), checked for what the
+    output asks of it."""
+    try:
+        bundle = load_bundle(model.bundle, model.load, kinds=("fast",))
+    except StartupError as error:
+        raise JobError(f"cannot load the bundle: {error.message}") from None
+    if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     if output.chunking is not None:
-        windows.check(runtime.tokenizer, output.chunking)
-    return runtime
+        windows.check(bundle.tokenizer, output.chunking)
+    return bundle
 
 
-def batching(settings: Settings) -> Batching:
-    return Batching(settings.max_batch_tokens, settings.max_batch_size, settings.max_queue)
-
-
-def output_schema(runtime: Runtime, job: Job) -> pa.Schema:
-    m = runtime.manifest
+def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
+    m = bundle.manifest
     return rows.schema(rows.id_type(job.columns.id is not None), m.hidden_size, list(m.labels), job.output)
 
 
-def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
-    runtime = open_runtime(settings, job.output)
+def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
+    bundle = open_bundle(model, job.output)
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
-    state = parts.prepare(job.out, job_args(job, sources, runtime, settings), job.overwrite)
+    state = parts.prepare(job.out, job_args(job, sources, bundle, model), job.overwrite)
     skip = len(state.parts) * job.part_rows
     total = None if any(s.rows is None for s in sources) else sum(s.rows or 0 for s in sources)
-    stream.write(_header(runtime, total, len(sources), state))
+    stream.write(_header(bundle, total, len(sources), state))
     progress = Progress(stream, total, min(skip, total) if total is not None else skip)
     pa.array([0])  # pyarrow imports pandas (where installed) at its first list conversion: start-up, paid here
     try:
@@ -94,7 +103,7 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
             chunks = inputs.read(sources, job.columns, min(READ_ROWS, job.part_rows), skip)
             started = _clocks()  # a part's seconds: reading, embedding and writing it, start-up aside
             for index, part in enumerate(in_parts(chunks, job.part_rows), start=len(state.parts)):
-                state.parts.append(run_part(runtime, job, index, part, settings, progress, started))
+                state.parts.append(run_part(bundle, job, index, part, model.batching, progress, started))
                 state.save(job.out)
                 started = _clocks()
             state.done = True
@@ -104,12 +113,12 @@ def run(job: Job, settings: Settings, stream: TextIO = sys.stderr) -> Summary:
     return summary(state, job.out)
 
 
-def run_part(runtime: Runtime, job: Job, index: int, part: Chunk, settings: Settings, progress: Progress,
+def run_part(bundle: LoadedBundle, job: Job, index: int, part: Chunk, batching: Batching, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    good, rejects = rows.split(part, windows.too_long(runtime.tokenizer, job.output))
+    good, rejects = rows.split(part, windows.too_long(bundle.tokenizer, job.output))
     progress.advance(len(rejects))
-    values = windows.embed(runtime, [part.texts[i] for i in good], job.output, batching(settings), progress.advance)
-    table = rows.table([part.ids[i] for i in good], values, list(runtime.manifest.labels), output_schema(runtime, job))
+    values = windows.embed(bundle, [part.texts[i] for i in good], job.output, batching, progress.advance)
+    table = rows.table([part.ids[i] for i in good], values, list(bundle.manifest.labels), output_schema(bundle, job))
     parts.write_part(job.out, index, table, rejects)
     wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
     return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
@@ -120,11 +129,11 @@ def _clocks() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def _header(runtime: Runtime, total: int | None, files: int, state: parts.JobState) -> str:
-    m, rows_ = runtime.manifest, f"{total:,}" if total is not None else "?"
+def _header(bundle: LoadedBundle, total: int | None, files: int, state: parts.JobState) -> str:
+    m, rows_ = bundle.manifest, f"{total:,}" if total is not None else "?"
     resuming = f"; resuming after {len(state.parts)} parts" if state.parts else ""
     resuming = "; already complete" if state.done else resuming
-    return f"{m.name} {m.version}, variant {runtime.variants['fast']} on {runtime.provider}: " \
+    return f"{m.name} {m.version}, variant {bundle.variants['fast']} on {bundle.provider}: " \
            f"{rows_} rows in {files} inputs{resuming}\n"
 
 
@@ -150,15 +159,15 @@ def in_parts(chunks: Iterator[Chunk], size: int) -> Iterator[Chunk]:
         yield _join(pending)
 
 
-def job_args(job: Job, sources: list[Source], runtime: Runtime, settings: Settings) -> dict[str, Any]:
+def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobModel) -> dict[str, Any]:
     """What decides the output, as recorded in _job.json: a re-run resumes only when all of it is unchanged."""
-    m = runtime.manifest
-    graph = m.graph("fast", runtime.variants["fast"])
+    m = bundle.manifest
+    graph = m.graph("fast", bundle.variants["fast"])
     return {
         "inputs": [_identity(s.path) for s in sources], "formats": [s.format for s in sources],
         "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
-        "part_rows": job.part_rows, "batching": asdict(batching(settings)),
-        "model": f"{m.name} {m.version}", "provider": runtime.provider, "variant": runtime.variants["fast"],
+        "part_rows": job.part_rows, "batching": asdict(model.batching),
+        "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
     }
 

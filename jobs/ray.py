@@ -34,15 +34,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from inference.errors import StartupError
+from inference.loading import verify
+from inference.tokenize import load_tokenizer
 from jobs import inputs, parts, rows, windows
-from jobs.embed import Job, Summary, batching, open_runtime
-from jobs.rows import JobError, Output
-from service.settings import Settings
+from jobs.embed import Job, JobModel, Summary, open_bundle
+from jobs.rows import JobError, JobOutput
 
 # A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
 # file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
 READ_CPUS = 0.5
-ENGINE_FIELDS = ("provider", "variant", "allow_int8", "max_batch_tokens", "max_batch_size", "max_queue")
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,19 @@ def actor_resources(provider: str, options: RayOptions, cluster: dict[str, float
 
 
 class Embedder:
-    """A Ray actor: the service's runtime, opened once, embedding one batch of good rows per call."""
+    """A Ray actor: the bundle, loaded once with `threads` intra-op threads, embedding one batch of good rows per
+    call."""
 
-    def __init__(self, engine: dict[str, Any], output: Output, has_id_column: bool, threads: int) -> None:
-        self.settings = Settings(**engine, intra_op_threads=threads)
-        self.output, self.runtime = output, open_runtime(self.settings, output)
-        self.schema = rows.schema(rows.id_type(has_id_column), self.runtime.manifest.hidden_size,
-                                  list(self.runtime.manifest.labels), output)
+    def __init__(self, model: JobModel, output: JobOutput, has_id_column: bool, threads: int) -> None:
+        load = model.load.model_copy(update={"intra_op_threads": threads})
+        self.batching, self.output = model.batching, output
+        self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
+        self.schema = rows.schema(rows.id_type(has_id_column), self.bundle.manifest.hidden_size,
+                                  list(self.bundle.manifest.labels), output)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        values = windows.embed(self.runtime, batch.column("text").to_pylist(), self.output, batching(self.settings))
-        return rows.table(batch.column("id").to_pylist(), values, list(self.runtime.manifest.labels), self.schema)
+        values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)
+        return rows.table(batch.column("id").to_pylist(), values, list(self.bundle.manifest.labels), self.schema)
 
 
 def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int,
@@ -107,14 +110,14 @@ def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: in
                             "text": pa.array([chunk.texts[i] for i in good], type=pa.string())})
 
 
-def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
+def run_on_ray(job: Job, model: JobModel, options: RayOptions) -> Summary:
     import ray
 
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
     if any(s.rows is None for s in sources):
         raise JobError("--ray reads regular files only (a pipe cannot be planned or read by several workers)")
-    too_long = _check_bundle(settings, job.output)  # the actors choose the variant: the driver may have no GPU
-    args = {"runner": "ray", **_args(job, sources, settings)}
+    too_long = _check_bundle(model, job.output)  # the actors choose the variant: the driver may have no GPU
+    args = {"runner": "ray", **_args(job, sources, model)}
     state = _prepare(job.out, args, job.overwrite)
     if state.done:
         return _summary(job.out, state.parts[0].seconds, job.output)
@@ -122,7 +125,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     if not already_connected:
         ray.init(address=options.address, include_dashboard=False if options.address == "local" else None)
     try:
-        seconds = _execute(job, settings, options, sources, too_long)
+        seconds = _execute(job, model, options, sources, too_long)
     finally:
         if not already_connected:
             ray.shutdown()
@@ -133,7 +136,7 @@ def run_on_ray(job: Job, settings: Settings, options: RayOptions) -> Summary:
     return summary
 
 
-def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[inputs.Source],
+def _execute(job: Job, model: JobModel, options: RayOptions, sources: list[inputs.Source],
              too_long: rows.TooLong | None) -> float:
     import ray
     import ray.data
@@ -146,11 +149,10 @@ def _execute(job: Job, settings: Settings, options: RayOptions, sources: list[in
         fn_kwargs={"columns": job.columns, "out": str(job.out.resolve()), "chunk_rows": options.batch_rows,
                    "too_long": too_long},
         num_cpus=READ_CPUS)
-    resources = actor_resources(settings.provider, options, ray.cluster_resources())
-    engine = {"bundle": settings.bundle_dir, **{name: getattr(settings, name) for name in ENGINE_FIELDS}}
+    resources = actor_resources(model.load.provider, options, ray.cluster_resources())
     embedded = good.map_batches(
         Embedder, batch_size=options.batch_rows, batch_format="pyarrow",
-        fn_constructor_kwargs={"engine": engine, "output": job.output, "has_id_column": job.columns.id is not None,
+        fn_constructor_kwargs={"model": model, "output": job.output, "has_id_column": job.columns.id is not None,
                                "threads": options.cpus_per_actor},
         num_cpus=resources["num_cpus"], num_gpus=resources["num_gpus"] or None,
         **pool_arguments(ray.__version__, resources["actors"], ray.data.ActorPoolStrategy))
@@ -180,31 +182,30 @@ def _prepare(out: Path, args: dict[str, Any], overwrite: bool) -> parts.JobState
     return state
 
 
-def _check_bundle(settings: Settings, output: Output) -> windows.WindowCap | None:
+def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | None:
     """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts; and
-    with --chunking the overlap's, and the window cap the read tasks apply (the bundle's tokenizer)."""
-    from service.runtime import StartupError, verify
-
+    with --chunking the overlap's, and the window cap the read tasks apply (the bundle's tokenizer; no graph
+    is opened)."""
     try:
-        manifest = verify(settings.bundle_dir)
+        manifest = verify(model.bundle)
+        tokenizer = load_tokenizer(model.bundle, manifest) if output.chunking is not None else None
     except StartupError as error:
-        raise JobError(f"cannot load the bundle: {error}") from None
+        raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
-    if output.chunking is None:
+    if output.chunking is None or tokenizer is None:
         return None
-    tokenizer = windows.load_tokenizer(settings.bundle_dir)
     windows.check(tokenizer, output.chunking)
     return windows.WindowCap(tokenizer, output.chunking)
 
 
-def _args(job: Job, sources: list[inputs.Source], settings: Settings) -> dict[str, Any]:
+def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:
     return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
             "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
-            "bundle": str(settings.bundle_dir.resolve()), "provider": settings.provider, "variant": settings.variant}
+            "bundle": str(model.bundle.resolve()), "provider": model.load.provider, "variant": model.load.variant}
 
 
-def _summary(out: Path, seconds: float, output: Output) -> Summary:
+def _summary(out: Path, seconds: float, output: JobOutput) -> Summary:
     """Counted from what was written: Parquet footers (with --chunking windows, the rows of window 0: one per
     document), reject lines, and the tokens column when there is one."""
     files = sorted(out.glob("*.parquet"))

@@ -1,11 +1,11 @@
-"""From a chunk of rows to an Arrow table, with the service's own pieces; the local job and Ray both call this.
+"""From a chunk of rows to an Arrow table, with the inference core's pieces; the local job and Ray both call this.
 
 Bad rows (no text, a text that is not a string or is empty, no id) are set aside with their reason. The
-good ones are tokenised by the service's `TextTokenizer` (truncation as the service does), batched by the
-service's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
-and the size cap) with at most `window` rows waiting, as in the service's queue under full load, run by
-the runtime's `OrtRunner`, and post-processed by `service.postprocess` (normalisation, softmax). Same
-bundle, variant and batches as the service: the same vectors. With --chunking, jobs.windows cuts the
+good ones are tokenised by the core's `TextTokenizer` (truncation as the server does), batched by the
+core's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
+and the size cap) with at most `window` rows waiting, as in the server's queue under full load, run by
+the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, softmax).
+Same bundle, variant and batches as the server: the same vectors. With --chunking, jobs.windows cuts the
 texts into windows instead and runs them through the same `run_batched`.
 
 Shape letters: N rows, D hidden, C labels, T tokens of one row.
@@ -16,15 +16,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from inference import postprocess
+from inference.batchqueue import BatchQueue
+from inference.chunking import Mode
+from inference.errors import NonFiniteOutput
+from inference.limits import check_finite
+from inference.loading import LoadedBundle
 from jobs.inputs import Bad, Chunk
-from service import postprocess
-from service.batchqueue import BatchQueue
-from service.runtime import Runtime
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
 WINDOW_COLUMNS = ("window", "start", "stop", "tokens")  # with --chunking windows, after the id
@@ -40,28 +43,28 @@ class JobError(Exception):
 
 @dataclass(frozen=True)
 class Chunking:
-    """--chunking: long texts cut into service.chunking's windows instead of truncated."""
+    """--chunking: long texts cut into inference.chunking's windows instead of truncated."""
 
-    mode: Literal["mean", "windows"]  # mean: one pooled row per document; windows: one row per window
+    mode: Mode  # mean: one pooled row per document; windows: one row per window
     overlap: int  # tokens shared by neighbouring windows
     max_windows: int  # a document that makes more windows is a bad row
 
 
 @dataclass(frozen=True)
-class Output:
+class JobOutput:
     """What the output rows are (one per document, or one per window) and hold besides id and embedding."""
 
     normalize: bool = True
     classify: bool = False
     token_count: bool = False
-    chunking: Chunking | None = None  # None: truncate, as the service's default
+    chunking: Chunking | None = None  # None: truncate, as the server's default
 
 
 @dataclass(frozen=True)
 class Batching:
-    max_tokens: int  # the service's max_batch_tokens
-    max_size: int  # the service's max_batch_size
-    window: int  # the service's max_queue: rows waiting to be batched at once
+    max_tokens: int  # the server's max_batch_tokens
+    max_size: int  # the server's max_batch_size
+    window: int  # the server's max_queue: rows waiting to be batched at once
 
 
 @dataclass(eq=False)
@@ -104,37 +107,36 @@ def split(chunk: Chunk, too_long: TooLong | None = None) -> tuple[list[int], lis
 
 
 def embed(
-    runtime: Runtime, texts: list[str], output: Output, batching: Batching, on_batch: OnBatch | None = None,
+    bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: Batching, on_batch: OnBatch | None = None,
 ) -> dict[str, np.ndarray]:
     """embeddings (N, D) float32, tokens (N,) int32, and scores (N, C) float32 when classifying."""
-    sequences = tokenize(runtime, texts)
+    sequences = tokenize(bundle, texts)
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
-    for batch in run_batched(runtime, sequences, batching):
+    for batch in run_batched(bundle, sequences, batching):
         for index, result in batch:
             results[index] = result
         if on_batch is not None:
             on_batch(len(batch))
-    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, runtime.manifest.hidden_size))
-    if not np.isfinite(vectors).all():
-        raise JobError("the model produced NaN or Inf in an embedding")
+    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.hidden_size))
+    finite(vectors, "embeddings")
     values = {"embeddings": postprocess.embeddings(vectors, output.normalize, None),  # (N, D)
               "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
     if output.classify:
-        logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(runtime.manifest.labels)))
+        logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(bundle.manifest.labels)))
         values["scores"] = postprocess.softmax(logits).astype(np.float32)  # (N, C)
     return values
 
 
-def tokenize(runtime: Runtime, texts: list[str]) -> list[np.ndarray]:
+def tokenize(bundle: LoadedBundle, texts: list[str]) -> list[np.ndarray]:
     """Token ids per text, truncated to the model's max length from the right, as the service's default."""
     sequences: list[np.ndarray] = []
     for start in range(0, len(texts), TOKENIZE_ROWS):
-        sequences.extend(runtime.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS]))
+        sequences.extend(bundle.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS]))
     return sequences
 
 
 def run_batched(
-    runtime: Runtime, sequences: Iterable[np.ndarray], batching: Batching,
+    bundle: LoadedBundle, sequences: Iterable[np.ndarray], batching: Batching,
 ) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
     """Batch by batch, the graph outputs of each sequence with its index in `sequences`. Batches are chosen by
     the service's BatchQueue from at most `batching.window` waiting sequences; `sequences` is drawn lazily,
@@ -144,14 +146,22 @@ def run_batched(
     queue.push(list(islice(pending, batching.window)))
     while len(queue):
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
-        outputs = runtime.run_batch("fast", [item.ids for item in batch])
+        outputs = bundle.run_batch("fast", [item.ids for item in batch])
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
         yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]
         queue.push(list(islice(pending, batching.window - len(queue))))
 
 
-def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: Output) -> pa.Schema:
+def finite(values: np.ndarray, name: str) -> None:
+    """JobError when the model produced NaN or Inf in `values` (the core's check, the job's error)."""
+    try:
+        check_finite(values, name, 0)
+    except NonFiniteOutput:
+        raise JobError(f"the model produced NaN or Inf in {name}") from None
+
+
+def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutput) -> pa.Schema:
     """id, embedding, then tokens, label and scores as asked. With --chunking windows, one row per window:
     id, window, start, stop, tokens (its content tokens: always), embedding, then label and scores."""
     windows = output.chunking is not None and output.chunking.mode == "windows"

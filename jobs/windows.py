@@ -1,6 +1,6 @@
-"""--chunking mean|windows: long documents cut into the service's windows, each run as its own item.
+"""--chunking mean|windows: long documents cut into the server's windows, each run as its own item.
 
-The cutting and the pooling are `service.chunking`'s, so the job's windows, spans and pooled vectors are
+The cutting, the checks and the pooling are `inference.chunking`'s, so the job's windows, spans and pooled vectors are
 those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
 windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
 tokens. Every window is one item of `jobs.rows.run_batched`, where the service's BatchQueue batches
@@ -10,8 +10,8 @@ outputs are kept until its last window has run, then pooled at once (mean: the c
 mean before normalisation, logits before softmax) or kept as one row per window (windows). A part is
 written once all its documents are done, so memory holds one part's answers and the waiting windows.
 
-A document that would make more windows than the cap (--max-windows-per-input, the service's setting) is
-a bad row: `WindowCap` counts its windows (`chunking.count_windows`) before any is built and gives the
+A document that would make more windows than the cap (--max-windows-per-input, the server's setting) is
+a bad row: `WindowCap` counts its windows (`chunking.too_many_windows`) before any is built and gives the
 reason, and `rows.split` sets it aside with the other bad rows.
 
 Shape letters: N documents, M windows of all of them, K windows of one, D hidden, C labels.
@@ -21,34 +21,28 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
-from bundle.manifest import Manifest
+from inference import chunking, postprocess
+from inference.chunking import Window
+from inference.errors import OutOfRange
+from inference.loading import LoadedBundle
+from inference.tokenize import TextTokenizer
 from jobs import rows
-from jobs.rows import Batching, Chunking, JobError, OnBatch, Output
-from service import chunking, postprocess, runtime
-from service.chunking import Window
-from service.runtime import Runtime
-from service.tokenize import TextTokenizer
+from jobs.rows import Batching, Chunking, JobError, JobOutput, OnBatch
 
 CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
 NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
 Outputs = dict[str, np.ndarray]
 
 
-def load_tokenizer(bundle: Path) -> TextTokenizer:
-    """The bundle's tokenizer alone (the driver of a Ray run checks the flags with it, opening no graph)."""
-    return runtime.load_tokenizer(bundle, Manifest.read(bundle))
-
-
 def check(tokenizer: TextTokenizer, options: Chunking) -> None:
-    """--chunk-overlap must leave the windows room to advance: 0 <= N < W."""
-    size = chunking.window_size(tokenizer)
-    if not 0 <= options.overlap < size:
-        raise JobError(f"--chunk-overlap must be at least 0 and below the window of {size} tokens (the model's max "
-                       f"length of {tokenizer.max_length} less its {tokenizer.special_count} special tokens)")
+    """--chunk-overlap must leave the windows room to advance: 0 <= N < W (the core's rule)."""
+    try:
+        chunking.check_overlap(tokenizer, options.overlap)
+    except OutOfRange as error:
+        raise JobError(error.message.replace("chunk_overlap", "--chunk-overlap", 1)) from None
 
 
 @dataclass(frozen=True)
@@ -64,33 +58,31 @@ class WindowCap:
         return [self._reason(tokens) for tokens in counts]
 
     def _reason(self, tokens: int) -> str | None:
-        count = chunking.count_windows(tokens, chunking.window_size(self.tokenizer), self.options.overlap)
-        if count <= self.options.max_windows:
-            return None
-        return (f"{tokens} tokens make {count} windows, over the limit of {self.options.max_windows} "
-                "(--max-windows-per-input)")
+        size = chunking.window_size(self.tokenizer)
+        reason = chunking.too_many_windows(tokens, size, self.options.overlap, self.options.max_windows)
+        return None if reason is None else f"{reason} (--max-windows-per-input)"
 
 
-def too_long(tokenizer: TextTokenizer, output: Output) -> WindowCap | None:
+def too_long(tokenizer: TextTokenizer, output: JobOutput) -> WindowCap | None:
     return WindowCap(tokenizer, output.chunking) if output.chunking is not None else None
 
 
 def embed(
-    runtime: Runtime, texts: list[str], output: Output, batching: Batching, on_rows: OnBatch | None = None,
+    bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: Batching, on_rows: OnBatch | None = None,
 ) -> dict[str, np.ndarray]:
     """`rows.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
     if output.chunking is None:
-        return rows.embed(runtime, texts, output, batching, on_rows)
+        return rows.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
-    sequences = documents.cut(runtime.tokenizer, texts)
-    for batch in rows.run_batched(runtime, sequences, batching):
+    sequences = documents.cut(bundle.tokenizer, texts)
+    for batch in rows.run_batched(bundle, sequences, batching):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
-    classes = len(runtime.manifest.labels) if output.classify else None
-    return documents.values(output, runtime.manifest.hidden_size, classes)
+    classes = len(bundle.manifest.labels) if output.classify else None
+    return documents.values(output, bundle.manifest.hidden_size, classes)
 
 
 class _Documents:
@@ -122,7 +114,8 @@ class _Documents:
         done = 0
         for index, result in batch:
             document, k = self.where[index]
-            _check_finite(result)
+            for name, value in result.items():
+                rows.finite(value, name)
             self.outputs[document][k] = result
             self.left[document] -= 1
             if self.left[document] == 0:
@@ -136,7 +129,7 @@ class _Documents:
         return {name: chunking.pool(np.stack([o[name] for o in outputs]), windows)  # (K, D) -> (D,)
                 for name in outputs[0]}
 
-    def values(self, output: Output, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
+    def values(self, output: JobOutput, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
         """What rows.table takes: per document (mean) or per window (windows), in input order."""
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
@@ -159,9 +152,3 @@ class _Documents:
 
 def _stack(outputs: Sequence[Outputs], name: str, width: int) -> np.ndarray:
     return np.stack([o[name] for o in outputs]) if outputs else np.zeros((0, width), dtype=np.float32)
-
-
-def _check_finite(result: Outputs) -> None:
-    for name, value in result.items():
-        if not np.isfinite(value).all():
-            raise JobError(f"the model produced NaN or Inf in {name}")

@@ -1,6 +1,6 @@
 """The app factory: `create_app(settings)` wires routes, middleware, the one exception handler and the
-lifespan (load and verify the bundles, start one batcher per model, warm up; on shutdown drain admitted
-work)."""
+lifespan (load and verify the bundles, start the served models with one batcher each, warm up; on shutdown
+drain admitted work)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from attnserve import __version__
-from service.errors import InvalidRequest, ServiceError, error_body_for, for_status
+from inference.errors import InferenceError, InvalidRequest
+from inference.loading import LoadedBundle
+from inference.registry import ModelRegistry, load_bundles, served_names, start_models
+from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
 from service.metrics import Metrics
-from service.middleware import EdgeMiddleware, Scope
-from service.models import Models, load_runtimes, start_models
-from service.routes import attention, explore, openai, ops, tei, v2
-from service.runtime import Runtime
+from service.middleware import TIMING_HEADERS, EdgeMiddleware, Scope
+from service.oip import routes as oip
+from service.routes import attention, explore, openai, ops, tei
 from service.settings import Settings
-from service.timing import HEADERS as TIMING_HEADERS
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
@@ -34,17 +35,16 @@ ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or co
 V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 
 
-def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None = None) -> FastAPI:
-    """The ASGI app. The runtimes may be given, one per bundle of `settings` (the CLI loads them first,
+def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle] | None = None) -> FastAPI:
+    """The ASGI app. The loaded bundles may be given, one per bundle of `settings` (the CLI loads them first,
     tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
-    runtimes = [runtime] if isinstance(runtime, Runtime) else runtime
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, runtimes, metrics))
-    # models: every served model; engine: the default one (the first bundle's), where unnamed requests go
-    app.state.settings, app.state.metrics, app.state.models, app.state.engine = settings, metrics, None, None
-    for module in (openai, tei, attention, ops, v2, explore):
+    bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics))
+    app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
+    for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
-    for exc_type in (ServiceError, StarletteHTTPException, RequestValidationError):
+    for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
     if settings.cors_origins:
         app.add_middleware(
@@ -61,7 +61,7 @@ def create_app(settings: Settings, runtime: Runtime | Sequence[Runtime] | None =
 def _busy(app: FastAPI, scope: Scope) -> bool:
     """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
     only the body can name it) has no free permit."""
-    models: Models | None = app.state.models
+    models: ModelRegistry | None = app.state.models
     path, infer = scope["path"], V2_INFER.match(scope["path"])
     if models is None or not (path in ADMITTED_PATHS or infer):
         return False
@@ -71,31 +71,32 @@ def _busy(app: FastAPI, scope: Scope) -> bool:
     return models.busy(query[-1] if query else None)
 
 
-def _lifespan(settings: Settings, runtimes: Sequence[Runtime] | None, metrics: Metrics) -> Any:
+def _lifespan(settings: Settings, bundles: Sequence[LoadedBundle] | None, metrics: Metrics) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        models, executors = start_models(settings, runtimes or load_runtimes(settings), metrics)
-        app.state.models, app.state.engine = models, models.default
+        loaded = bundles or load_bundles(settings.bundle, settings.load_options())
+        models, executors = start_models(served_names(settings.bundle, loaded), loaded, settings, metrics.for_model)
+        app.state.models = models
         try:
-            for engine in models:
-                await engine.warm_up()
-                log.info("ready: %s on %s, variants %s", engine.name, engine.runtime.provider, engine.runtime.variants)
+            for model in models:
+                await model.warm_up()
+                log.info("ready: %s on %s, variants %s", model.name, model.bundle.provider, model.bundle.variants)
             yield
         finally:
-            for engine in models:
-                await engine.batcher.stop()  # admitted work is finished first
-            app.state.models = app.state.engine = None
+            for model in models:
+                await model.batcher.stop()  # admitted work is finished first
+            app.state.models = None
             for executor in executors:
                 executor.shutdown(wait=True)
 
     return lifespan
 
 
-def to_service_error(exc: Exception) -> ServiceError:
-    if isinstance(exc, ServiceError):
+def to_domain_error(exc: Exception) -> InferenceError:
+    if isinstance(exc, InferenceError):
         return exc
     if isinstance(exc, RequestValidationError):
-        return InvalidRequest(_describe(exc), code="validation_error")
+        return InvalidRequest("invalid request: " + describe_validation(exc.errors()), code="validation_error")
     if isinstance(exc, StarletteHTTPException):
         return for_status(exc.status_code, str(exc.detail))
     raise TypeError(f"not a handled error type: {type(exc).__name__}")
@@ -103,14 +104,15 @@ def to_service_error(exc: Exception) -> ServiceError:
 
 async def handle_error(request: Request, exc: Exception) -> Response:
     """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
-    error = to_service_error(exc)
-    headers = dict(error.headers())
+    error = to_domain_error(exc)
+    status, _ = status_of(error)
+    headers = headers_of(error)
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    if error.status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
         headers["Allow"] = ", ".join(_allowed_methods(request))
     body = error_body_for(request.scope["path"], error)
-    return Response(body, status_code=error.status, headers=headers, media_type="application/json")
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -122,11 +124,3 @@ def _allowed_methods(request: Request) -> list[str]:
     routes = request.app.router.routes
     return [method for method in _METHODS
             if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
-
-
-def _describe(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)

@@ -1,8 +1,8 @@
 """`attnserve serve`: every setting is a flag (and an ATTNSERVE_* variable); flags win.
 
-The bundle is loaded and verified before the server binds: an invalid bundle, a missing provider or
+The bundles are loaded and verified before the server binds: an invalid bundle, a missing provider or
 variant ends the process with one log line naming the fault and exit status 2. SIGTERM drains: uvicorn
-stops accepting, admitted requests finish, the lifespan drains the batcher, and the exit status is 0.
+stops accepting, admitted requests finish, the lifespan drains the batchers, and the exit status is 0.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import contextlib
 import logging
 import math
 import signal
-import sys
-import typing
 
 from pydantic import ValidationError
 
+from attnserve.flags import add_flags, given, report
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -24,32 +23,21 @@ log = logging.getLogger("attnserve")
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
-    for name, field in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        env = f"ATTNSERVE_{name.upper()}"
-        help_ = f"{(field.description or '').replace('%', '%%')} [env {env}]"  # argparse formats help with %
-        if field.annotation is bool:
-            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        elif typing.get_origin(field.annotation) is list:  # repeatable; each value may hold comma-separated items
-            parser.add_argument(flag, dest=name, action="append", default=None, metavar=name.upper(), help=help_)
-        else:
-            parser.add_argument(flag, dest=name, default=None, metavar=name.upper(), help=help_)
+    own = [name for name in Settings.model_fields if name in Settings.__annotations__]  # the server's own first
+    add_flags(parser, Settings, own + [name for name in Settings.model_fields if name not in own])
     return parser
 
 
 def read_settings(argv: list[str], prog: str) -> Settings:
     args = build_parser(prog).parse_args(argv)
-    return Settings(**{k: v for k, v in vars(args).items() if v is not None})
+    return Settings(**given(args, Settings.model_fields))  # type: ignore[arg-type]
 
 
 def main(argv: list[str], prog: str = "attnserve serve") -> int:
     try:
         settings = read_settings(argv, prog)
     except ValidationError as error:
-        for err in error.errors():
-            name = ".".join(str(p) for p in err["loc"])
-            print(f"{prog}: --{name.replace('_', '-')} (ATTNSERVE_{name.upper()}): {err['msg']}", file=sys.stderr)
-        return 2
+        return report(prog, error)
     from service import logs
 
     logs.configure(settings.log_format)
@@ -59,14 +47,14 @@ def main(argv: list[str], prog: str = "attnserve serve") -> int:
 def serve(settings: Settings) -> int:
     import uvicorn
 
+    from inference.errors import StartupError
+    from inference.registry import load_bundles, served_names
     from service.app import create_app
     from service.deadlines import with_header_timeout
-    from service.models import load_runtimes, served_names
-    from service.runtime import StartupError
 
     try:
-        runtimes = load_runtimes(settings)
-        served_names(settings, runtimes)
+        loaded = load_bundles(settings.bundle, settings.load_options())
+        served_names(settings.bundle, loaded)
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
@@ -75,7 +63,7 @@ def serve(settings: Settings) -> int:
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
         uvicorn.run(
-            create_app(settings, runtimes), host=settings.host, port=settings.port, log_config=None,
+            create_app(settings, loaded), host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
             timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
         )

@@ -16,34 +16,37 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Query, Request
 
-from service.engine import Engine
-from service.errors import ClientGone, InvalidRequest, NotReady, UnsupportedMediaType
-from service.models import Models, quoted
+from inference.errors import InvalidRequest, NotReady
+from inference.registry import ModelRegistry, quoted
+from inference.served import ServedModel
+from service.errors import ClientGone, UnsupportedMediaType
 
 T = TypeVar("T")
 Job = Callable[[Awaitable[T]], Awaitable[T]]
 
 
-async def get_models(request: Request) -> Models:
-    models: Models | None = request.app.state.models
+async def get_models(request: Request) -> ModelRegistry:
+    models: ModelRegistry | None = request.app.state.models
     if models is None:
         raise NotReady("the model is not loaded yet")
     return models
 
 
-async def model_picker(request: Request, models: Annotated[Models, Depends(get_models)]) -> Callable[..., Engine]:
-    """`pick(*names)`: the engine of the model the request names (in its body, query or path; None where a
+async def model_picker(
+    request: Request, models: Annotated[ModelRegistry, Depends(get_models)],
+) -> Callable[..., ServedModel]:
+    """`pick(*names)`: the served model the request names (in its body, query or path; None where a
     place names none), recorded for the request metrics' `model` label. With several models served, two
     different names are a 422 (model_conflict); with one, any name reaches it, as a single name does."""
 
-    def pick(*names: str | None) -> Engine:
+    def pick(*names: str | None) -> ServedModel:
         given = {name for name in names if name is not None}
         if len(given) > 1 and len(models) > 1:
             names_given = ", ".join(quoted(n) for n in sorted(given))
             raise InvalidRequest(f"the request names two models: {names_given}", code="model_conflict")
-        engine = models.resolve(given.pop() if given else None)
-        request.state.model = engine.name
-        return engine
+        model = models.resolve(given.pop() if given else None)
+        request.state.model = model.name
+        return model
 
     return pick
 
@@ -79,8 +82,8 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-ModelsDep = Annotated[Models, Depends(get_models)]
-PickDep = Annotated[Callable[..., Engine], Depends(model_picker)]
+ModelsDep = Annotated[ModelRegistry, Depends(get_models)]
+PickDep = Annotated[Callable[..., ServedModel], Depends(model_picker)]
 ModelQuery = Annotated[str | None, Query(
     description="The served model to use (GET /v1/models lists them); default: the first. With one model "
     "served, any name is accepted. May also be given as the body's `model`.",

@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per app (so several apps in one process never collide).
 
-Every series carries a `model` label: the served model's name (`for_model` gives each engine and batcher
-a view that writes its own), or "" on requests that reached no model (/health, unknown paths)."""
+Every series carries a `model` label: the served model's name (`for_model` gives each served model and
+batcher a view that writes its own), or "" on requests that reached no model (/health, unknown paths)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import copy
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.batcher import BatchObserver
+from inference.batcher import BatchObserver
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

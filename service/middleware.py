@@ -1,5 +1,7 @@
 """The HTTP edge, as one pure ASGI middleware (no framework imports): request id, API key, body limit,
-per-route metrics, the request's timing headers (`service.timing`), and the last line of defence for
+per-route metrics, the request's timing headers (from `inference.timing`'s record: whole milliseconds in
+`x-tokenization-time`, `x-queue-time`, `x-inference-time`, and `x-total-time` for the whole request as the
+server saw it, as text-embeddings-inference sends them), and the last line of defence for
 unknown errors (logged, answered with a generic 500 in the one error shape).
 
 The API key is checked here, before the body is read or parsed, so a client without the key learns
@@ -32,15 +34,16 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from service import timing
+from inference import timing
+from inference.errors import InferenceError, Overloaded
 from service.errors import (
     GENERIC_500,
-    Overloaded,
     PayloadTooLarge,
     RequestTimeout,
-    ServiceError,
     Unauthorized,
     error_body_for,
+    headers_of,
+    status_of,
 )
 from service.metrics import Metrics
 
@@ -52,6 +55,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+TIMING_HEADERS = ("x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-time")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH"}
 
@@ -90,7 +94,7 @@ class EdgeMiddleware:
         except Exception:
             log.exception("unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id)
             if not response.started:
-                await response.error(ServiceError(GENERIC_500))
+                await response.error(InferenceError(GENERIC_500))
         finally:
             timing.end(token)
             route = getattr(scope.get("route"), "path", "unmatched")
@@ -148,18 +152,26 @@ class _Response:
         if message["type"] == "http.response.start":
             self.started, self.status = True, int(message["status"])
             message["headers"] = [
-                *message.get("headers", []), (b"x-request-id", self.request_id.encode()), *self.record.headers(),
+                *message.get("headers", []), (b"x-request-id", self.request_id.encode()), *timing_headers(self.record),
             ]
         await self._send(message)
 
-    async def error(self, error: ServiceError) -> None:
+    async def error(self, error: InferenceError) -> None:
         body = error_body_for(self.path, error)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
+        headers += [(k.lower().encode(), v.encode()) for k, v in headers_of(error).items()]
         if isinstance(error, PayloadTooLarge | RequestTimeout):
             headers.append((b"connection", b"close"))  # the rest of the body is not read
-        await self.send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await self.send({"type": "http.response.start", "status": status_of(error)[0], "headers": headers})
         await self.send({"type": "http.response.body", "body": body})
+
+
+def timing_headers(record: timing.RequestTiming) -> list[tuple[bytes, bytes]]:
+    """The timing headers, in whole milliseconds (what TEI sends); none when no model was used."""
+    if not record.used:
+        return []
+    values = (record.total_s, record.tokenize_s, record.queue_s, record.inference_s)
+    return [(name.encode(), b"%d" % (seconds * 1000)) for name, seconds in zip(TIMING_HEADERS, values, strict=True)]
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -70,7 +70,7 @@ def test_config_labels():
 @pytest.fixture(scope="module")
 def sequences(tiny_bundle: Path) -> list[list[int]]:
     manifest = Manifest.read(tiny_bundle)
-    return invariance.texts(load_tokenizer(tiny_bundle, manifest.tokenizer, manifest.max_length),
+    return invariance.texts(load_tokenizer(tiny_bundle, manifest),
                             manifest.max_length)
 
 

@@ -1,1 +1,1 @@
-"""HTTP routes: thin adapters from request models to engine calls and back to JSON."""
+"""HTTP routes: thin adapters from request models to core calls and back to JSON."""

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
+from inference import inspection
+from inference.limits import AttentionQuery
 from service.dependencies import JobDep, ModelQuery, PickDep, require_json
-from service.limits import AttentionQuery
-from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
+from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
+from service.wire import attention_item
 
 router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
 
@@ -15,13 +17,12 @@ router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
 @router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS))
 async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
-    engine = pick(body.model, model)
+    served = pick(body.model, model)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
-    data = await job(engine.attention(
-        as_list(body.inputs), query, truncate=body.truncate,
-        direction=body.truncation_direction.lower(),  # type: ignore[arg-type]
-    ))
+    maps = await job(inspection.attention(served, as_list(body.inputs), query, truncate=body.truncate,
+                                          direction=direction(body)))
     return json_response({
-        "model": engine.name, "aggregation": body.aggregation, "encoding": body.encoding,
-        "dtype": body.dtype if body.encoding == "base64" else "float32", "data": data,
+        "model": served.name, "aggregation": body.aggregation, "encoding": body.encoding,
+        "dtype": body.dtype if body.encoding == "base64" else "float32",
+        "data": [attention_item(m, body.encoding, body.dtype) for m in maps],
     })

@@ -8,8 +8,9 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel
 
+from inference.chunking import Chunking
+from inference.tokenize import Direction
 from service.schemas import ErrorResponse
-from service.tokenize import Direction
 
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
@@ -27,7 +28,7 @@ _DESCRIPTIONS = {
 }
 INFERENCE_ERRORS = (401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
 TOKENIZE_ERRORS = (401, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
-_TIMING = {  # service.timing: what a route that runs the model answers with
+_TIMING = {  # service.middleware's timing headers: what a route that runs a model answers with
     "x-total-time": "Milliseconds the server spent on this request, whole",
     "x-tokenization-time": "Milliseconds spent tokenising this request's inputs, whole",
     "x-queue-time": "Milliseconds the request's inputs waited in the queue (the longest wait), whole",
@@ -59,10 +60,10 @@ def as_list(inputs: str | list[Any]) -> list[Any]:
 
 
 def direction(body: Any) -> Direction:
-    """The request's truncation_direction (Left/Right in either case) as the engine spells it."""
+    """The request's truncation_direction (Left/Right in either case) as the core spells it."""
     return body.truncation_direction.lower()  # type: ignore[no-any-return]
 
 
-def pooled_overlap(body: Any) -> int | None:
-    """The chunk overlap when the request asks for pooled chunking ("mean"); None to truncate."""
-    return body.chunk_overlap if body.chunking == "mean" else None
+def chunking(body: Any) -> Chunking | None:
+    """The request's chunking (mode and overlap), or None to truncate."""
+    return Chunking(body.chunking, body.chunk_overlap) if body.chunking is not None else None

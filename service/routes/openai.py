@@ -6,11 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
+from inference import operations
+from inference.results import grouped
+from inference.served import ServedModel
 from service.dependencies import JobDep, ModelsDep, PickDep, require_json
-from service.engine import Engine
-from service.postprocess import base64_floats
-from service.routes.common import INFERENCE_ERRORS, errors, json_response, pooled_overlap
+from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
 from service.schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
+from service.wire import base64_floats, span
 
 router = APIRouter(tags=["openai"])
 
@@ -22,11 +24,11 @@ router = APIRouter(tags=["openai"])
 async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: JobDep) -> Response:
     """One embedding per input; with chunking=windows, one per window of each input, in order, each with
     its `input_index` and span. `usage` counts the tokens run (every window's, special tokens included)."""
-    engine = pick(body.model)
+    served = pick(body.model)
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
-    data, tokens = await job(_data(engine, body, inputs))
+    data, tokens = await job(_data(served, body, inputs))
     return json_response({
-        "object": "list", "data": data, "model": body.model or engine.name,
+        "object": "list", "data": data, "model": body.model or served.name,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     })
 
@@ -39,23 +41,20 @@ async def list_models(models: ModelsDep) -> Response:
     return json_response({"object": "list", "data": data})
 
 
-async def _data(engine: Engine, body: OpenAIEmbeddingRequest, inputs: list[Any]) -> tuple[list[dict[str, Any]], int]:
+async def _data(
+    served: ServedModel, body: OpenAIEmbeddingRequest, inputs: list[Any],
+) -> tuple[list[dict[str, Any]], int]:
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
-    normalize = engine.runtime.manifest.normalize
-    if body.chunking == "windows":
-        windows, tokens = await engine.embed_windows(
-            inputs, overlap=body.chunk_overlap, normalize=normalize, dimensions=body.dimensions,
-        )
-        flat = [(i, w) for i, input_windows in enumerate(windows) for w in input_windows]
-        return [
-            {"object": "embedding", "index": k, "input_index": i, **{**w, "embedding": encode(w["embedding"])}}
-            for k, (i, w) in enumerate(flat)
-        ], tokens
-    vectors, tokens = await engine.embed(
-        inputs, truncate=None, direction="right", normalize=normalize, dimensions=body.dimensions,
-        overlap=pooled_overlap(body),
-    )
-    return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)], tokens
+    result = await operations.embed(served, inputs, normalize=served.bundle.manifest.normalize,
+                                    dimensions=body.dimensions, chunked=chunking(body))
+    if result.spans is None:
+        return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
+            result.tokens
+    flat = [(i, w, row) for i, windows in enumerate(grouped(result.vectors, result.spans)) for w, row in windows]
+    return [
+        {"object": "embedding", "index": k, "input_index": i, **span(w), "embedding": encode(row)}
+        for k, (i, w, row) in enumerate(flat)
+    ], result.tokens
 
 
 def _is_id_list(value: object) -> bool:

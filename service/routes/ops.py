@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
+from inference.served import ServedModel
 from service.dependencies import ModelsDep
 from service.metrics import CONTENT_TYPE, Metrics
 from service.routes.common import errors, json_response
@@ -38,9 +41,9 @@ async def info(request: Request, models: ModelsDep) -> Response:
     """The default model (bundle version and hashes, provider, variants), every served model under `models`
     (each with its served `name`), and the limits (per model: each has its own admission permits)."""
     settings: Settings = request.app.state.settings
-    listed = [{"name": engine.name, **engine.info()} for engine in models]
+    listed = [{"name": served.name, **model_info(served)} for served in models]
     limits = {name: getattr(settings, name) for name in LIMITS}
-    return json_response({**models.default.info(), "models": listed, "limits": limits})
+    return json_response({**model_info(models.default), "models": listed, "limits": limits})
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE: {}}}})
@@ -48,3 +51,17 @@ async def metrics(request: Request) -> Response:
     """Prometheus text format."""
     registry: Metrics = request.app.state.metrics
     return Response(registry.render(), media_type=CONTENT_TYPE)
+
+
+def model_info(served: ServedModel) -> dict[str, Any]:
+    """A served model's bundle (version, hashes, sizes, labels) and how it is served (provider, variants, why)."""
+    bundle, m = served.bundle, served.bundle.manifest
+    return {
+        "model": m.name, "version": m.version, "created_at": m.created_at, "source": m.source.kind,
+        "provider": bundle.provider, "variants": bundle.variants,
+        "variant": {"served": bundle.variants.get("fast"), "reason": bundle.variant_reason},
+        "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
+        "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
+        "hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
+        "max_length": m.max_length, "labels": list(m.labels),
+    }

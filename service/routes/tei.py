@@ -8,17 +8,19 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
+from inference import operations
+from inference.postprocess import ScoreFunction
+from inference.served import ServedModel
+from service import wire
 from service.dependencies import JobDep, ModelQuery, PickDep, require_json
-from service.engine import Engine
-from service.postprocess import ScoreFunction
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
     as_list,
+    chunking,
     direction,
     errors,
     json_response,
-    pooled_overlap,
 )
 from service.schemas import (
     ClassificationWindow,
@@ -43,8 +45,8 @@ Embeddings = list[list[float]] | list[list[EmbeddingWindow]]
 async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """One embedding per input (pooled; L2-normalised unless normalize=false); with chunking=windows, per
     input its windows, each with its span and embedding."""
-    engine = pick(body.model, model)
-    return json_response(await job(_embed(engine, body)))
+    served = pick(body.model, model)
+    return json_response(await job(_embed(served, body)))
 
 
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
@@ -52,62 +54,62 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
 async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, labels with scores (softmax, or raw logits), best first; with chunking=windows, per input
     its windows, each with its span and scores."""
-    engine = pick(body.model, model)
+    served = pick(body.model, model)
     function: ScoreFunction = "none" if body.raw_scores else "softmax"
-    if body.chunking == "windows":
-        work = engine.classify_windows(as_list(body.inputs), overlap=body.chunk_overlap, top_k=body.top_k,
-                                       scores=function)
-    else:
-        work = engine.classify(as_list(body.inputs), truncate=body.truncate, direction=direction(body),
-                               top_k=body.top_k, scores=function, overlap=pooled_overlap(body))
-    return json_response(await job(work))
+    result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
+                                           direction=direction(body), function=function, chunked=chunking(body)))
+    if result.spans is not None:
+        return json_response(wire.score_windows(result, body.top_k))
+    return json_response([wire.labels(r) for r in result.ranked(body.top_k)])
 
 
 @router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS))
 async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """TEI's classification: a text gets one list of labels and scores, best first; a batch [[text], ...] one
     list per input. `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
-    engine = pick(body.model, model)
+    served = pick(body.model, model)
     texts, single = _predict_texts(body.inputs)
     parameters = body.parameters
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
-    scores = await job(engine.classify(
-        texts, truncate=body.truncate, direction=direction(body), top_k=parameters.top_k if parameters else None,
-        scores=function or ("none" if body.raw_scores else "softmax"),
+    result = await job(operations.classify(
+        served, texts, truncate=body.truncate, direction=direction(body),
+        function=function or ("none" if body.raw_scores else "softmax"),
     ))
+    scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
 
 
 @router.post("/similarity", response_model=list[float], responses=errors(*INFERENCE_ERRORS))
 async def similarity(body: SimilarityRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Cosine similarity of each of `inputs.sentences` with `inputs.source_sentence`, in order."""
-    engine = pick(body.model, model)
-    return json_response(await job(_similarity(engine, body)))
+    served = pick(body.model, model)
+    return json_response(await job(_similarity(served, body)))
 
 
 @router.post("/embed_all", response_model=list[list[list[float]]], responses=errors(*INFERENCE_ERRORS))
 async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, one vector per token (the encoder's last hidden states, special tokens included); refused
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
-    engine = pick(body.model, model)
-    return json_response(await job(engine.embed_all(
-        as_list(body.inputs), truncate=body.truncate, direction=direction(body),
+    served = pick(body.model, model)
+    return json_response(await job(operations.embed_all(
+        served, as_list(body.inputs), truncate=body.truncate, direction=direction(body),
     )))
 
 
 @router.post("/tokenize", response_model=list[list[Token]], responses=errors(*TOKENIZE_ERRORS))
 async def tokenize(body: TokenizeRequest, pick: PickDep, model: ModelQuery = None) -> Response:
     """Per input, its tokens with ids and character offsets (no truncation)."""
-    engine = pick(body.model, model)
-    return json_response(await engine.tokenize(as_list(body.inputs), body.add_special_tokens))
+    served = pick(body.model, model)
+    listed = await operations.tokenize(served, as_list(body.inputs), body.add_special_tokens)
+    return json_response([wire.tokens(t) for t in listed])
 
 
 @router.post("/decode", response_model=list[str], responses=errors(*TOKENIZE_ERRORS))
 async def decode(body: DecodeRequest, pick: PickDep, model: ModelQuery = None) -> Response:
     """Per list of token ids, its text (special tokens left out unless skip_special_tokens=false)."""
-    engine = pick(body.model, model)
+    served = pick(body.model, model)
     sequences = [body.ids] if isinstance(body.ids[0], int) else body.ids
-    return json_response(await engine.decode(sequences, body.skip_special_tokens))  # type: ignore[arg-type]
+    return json_response(await operations.decode(served, sequences, body.skip_special_tokens))  # type: ignore[arg-type]
 
 
 @router.post("/", response_model=Embeddings | list[float], responses=errors(*INFERENCE_ERRORS),
@@ -117,10 +119,10 @@ async def root(
 ) -> Response:
     """`{"inputs": text or texts, ...}` is answered as /embed; `{"inputs": {"source_sentence", "sentences"}}`
     as /similarity."""
-    engine = pick(body.model, model)
+    served = pick(body.model, model)
     if isinstance(body, SimilarityRequest):
-        return json_response(await job(_similarity(engine, body)))
-    return json_response(await job(_embed(engine, body)))
+        return json_response(await job(_similarity(served, body)))
+    return json_response(await job(_embed(served, body)))
 
 
 def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[str], bool]:
@@ -132,23 +134,17 @@ def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[str]
     return [one[0] for one in inputs], False  # type: ignore[index]
 
 
-async def _embed(engine: Engine, body: EmbedRequest) -> Any:
-    inputs = as_list(body.inputs)
-    if body.chunking == "windows":
-        windows, _ = await engine.embed_windows(
-            inputs, overlap=body.chunk_overlap, normalize=body.normalize, dimensions=body.dimensions,
-        )
-        return windows
-    vectors, _ = await engine.embed(
-        inputs, truncate=body.truncate, direction=direction(body), normalize=body.normalize,
-        dimensions=body.dimensions, overlap=pooled_overlap(body),
+async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
+    result = await operations.embed(
+        served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
+        dimensions=body.dimensions, chunked=chunking(body),
     )
-    return vectors
+    return wire.embedding_windows(result) if result.spans is not None else result.vectors
 
 
-async def _similarity(engine: Engine, body: SimilarityRequest) -> Any:
+async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
     parameters = body.parameters or TruncationFields.model_validate({})
-    return await engine.similarity(
-        body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
+    return await operations.similarity(
+        served, body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
         direction=direction(parameters),
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.process import running
 from tests.helpers.serving import until, uvicorn_here
 
@@ -46,11 +46,11 @@ LIMIT = 1 + REQUESTS * INPUTS_EACH  # the plug's one input, then every queued re
 
 async def test_gauge_follows_the_queue_exactly_and_returns_to_zero(tiny_bundle: Path) -> None:
     async with (
-        uvicorn_here(tiny_bundle, GatedRuntime.around, max_queue=LIMIT) as (app, url),
+        uvicorn_here(tiny_bundle, GatedBundle.around, max_queue=LIMIT) as (app, url),
         httpx.AsyncClient(base_url=url, timeout=60) as client,
     ):
         assert (await scrape(client))[SIGNAL] == 0  # after warm-up
-        batcher = app.state.engine.batcher
+        batcher = app.state.models.default.batcher
         async with held(app, client) as plug:
             assert (await scrape(client))[SIGNAL] == 1  # the plug, running
             tasks = []

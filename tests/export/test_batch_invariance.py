@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from bundle.feeds import pad
+from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import BATCH_INVARIANCE_TOLERANCE, Measured
 from bundle.session import open_session
 from export.graphs import export_graph
 from export.int8 import quantize
-from export.measure import batch_max_abs_diff
 from export.smoothing import smooth
 from export.variants import optimize
 from export.variants import quantize as quantize_dynamic

@@ -1,7 +1,8 @@
-"""Test doubles of the service's runtime, injected with `create_app(settings, runtime=...)` (or
-`serving(bundle, wrap=...)`), so production code carries no test hooks.
+"""Test doubles of a loaded bundle, injected with `create_app(settings, loaded)` (or `serving(bundle,
+wrap=...)`), so production code carries no test hooks.
 
-    GatedRuntime   the real runtime whose graph runs wait at a gate and may be made to fail
+    GatedBundle    the real loaded bundle whose graph runs wait at a gate and may be made to fail
+    Counting       a tokenizer that counts the calls that tokenise
     held(...)      hold the graph: one "plug" request blocks the only graph thread, so everything sent
                    meanwhile waits in the queue and runs as shared batches once released
 """
@@ -19,12 +20,12 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from service.runtime import Runtime
+from inference.loading import LoadedBundle
 from tests.helpers.serving import until
 
 
 @dataclasses.dataclass
-class GatedRuntime(Runtime):
+class GatedBundle(LoadedBundle):
     """Delegates to the real sessions; `gate` (a threading.Event) must be set for a run to start, and
     `fault`, when set, is called before each run and may raise."""
 
@@ -33,8 +34,8 @@ class GatedRuntime(Runtime):
     fault: Callable[[], None] | None = None
 
     @classmethod
-    def around(cls, runtime: Runtime) -> GatedRuntime:
-        fake = cls(**{f.name: getattr(runtime, f.name) for f in dataclasses.fields(Runtime)})
+    def around(cls, loaded: LoadedBundle) -> GatedBundle:
+        fake = cls(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
         fake.gate.set()
         return fake
 
@@ -54,11 +55,27 @@ async def held(app: FastAPI, client: httpx.AsyncClient) -> AsyncIterator[asyncio
     """While inside, graph runs are held: a plug request (one input) occupies the graph thread, and what is
     submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the queued inputs then
     form batches as they would under load. Yields the plug's task (its answer is a 200)."""
-    runtime: GatedRuntime = app.state.engine.runtime
-    runtime.gate.clear()
+    gated: GatedBundle = app.state.models.default.bundle
+    gated.gate.clear()
     plug = asyncio.create_task(client.post("/embed", json={"inputs": "plug"}))
     try:
-        await until(lambda: runtime.waiting == 1)
+        await until(lambda: gated.waiting == 1)
         yield plug
     finally:
-        runtime.gate.set()
+        gated.gate.set()
+
+
+class Counting:
+    """Wraps the tokenizer: counts every call that tokenises."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer, self.calls = tokenizer, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._tokenizer, name)
+        if name in ("encode", "encode_plain", "from_ids"):
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                self.calls += 1
+                return attr(*args, **kwargs)
+            return counted
+        return attr

@@ -1,5 +1,5 @@
 """In-process serving for tests: an app with its lifespan running, driven by httpx, optionally around an
-injected test double of the runtime (tests.helpers.fakes); the same app behind a real uvicorn server on
+injected test double of a loaded bundle (tests.helpers.fakes); the same app behind a real uvicorn server on
 127.0.0.1 in the test's event loop; the one-error-shape assertion; `until`."""
 
 from __future__ import annotations
@@ -15,24 +15,25 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from inference.loading import LoadedBundle
+from inference.registry import load_bundles
 from service.app import create_app
 from service.deadlines import with_header_timeout
-from service.models import load_runtimes
-from service.runtime import Runtime
 from service.settings import Settings
 from tests.helpers.process import free_port
 
 
 @asynccontextmanager
 async def serving(
-    bundle: Path | str | list[Path | str], wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+    bundle: Path | str | list[Path | str], wrap: Callable[[LoadedBundle], LoadedBundle] | None = None,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
     """An app with its lifespan running and an httpx client talking to it in process. `bundle`: one or
-    several (`Path`, or "NAME=DIR"). `wrap` receives each runtime loaded from them and returns what the
+    several (`Path`, or "NAME=DIR"). `wrap` receives each bundle loaded from them and returns what the
     app serves (a fake from tests.helpers.fakes)."""
     settings = Settings(bundle=bundle, **overrides)
-    runtimes = [wrap(runtime) for runtime in load_runtimes(settings)] if wrap is not None else None
-    app = create_app(settings, runtimes)
+    loaded = [wrap(b) for b in load_bundles(settings.bundle, settings.load_options())] if wrap is not None else None
+    app = create_app(settings, loaded)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
@@ -41,13 +42,13 @@ async def serving(
 
 @asynccontextmanager
 async def uvicorn_here(
-    bundle: Path, wrap: Callable[[Runtime], Runtime] | None = None, **overrides: Any,
+    bundle: Path, wrap: Callable[[LoadedBundle], LoadedBundle] | None = None, **overrides: Any,
 ) -> AsyncIterator[tuple[FastAPI, str]]:
     """create_app served by uvicorn.Server on 127.0.0.1 in this event loop, as `attnserve serve` serves it
-    (real sockets, httptools), around `wrap(runtime)` as in `serving`; yields (app, base url)."""
+    (real sockets, httptools), around `wrap(bundle)` as in `serving`; yields (app, base url)."""
     settings = Settings(bundle=bundle, **{"intra_op_threads": 1, **overrides})
-    runtimes = load_runtimes(settings)
-    app = create_app(settings, [wrap(runtime) for runtime in runtimes] if wrap is not None else runtimes)
+    loaded = load_bundles(settings.bundle, settings.load_options())
+    app = create_app(settings, [wrap(b) for b in loaded] if wrap is not None else loaded)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on",
                             http=with_header_timeout(settings.header_timeout_s))
@@ -82,3 +83,10 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.005)
+
+
+def graph_runs(app: FastAPI) -> float:
+    """Graph runs so far, every kind and outcome, as the app's own metrics count them."""
+    from tests.helpers.metrics import sample
+
+    return sample(app.state.metrics.render().decode(), "attnserve_model_runs_total")

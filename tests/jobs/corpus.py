@@ -12,7 +12,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from inference.options import LoadOptions
+from jobs.embed import JobModel
+from jobs.rows import Batching
 from tests.helpers.tiny import SENTENCES
+
+
+def job_model(bundle: Path, max_batch_size: int = 64) -> JobModel:
+    """The bundle as a job opens it on one intra-op thread, batched as the server's defaults batch."""
+    return JobModel(bundle, LoadOptions(intra_op_threads=1), Batching(16_384, max_batch_size, 2048))
 
 
 def texts(n: int) -> list[str]:

@@ -15,18 +15,16 @@ from tokenizers import Tokenizer
 
 from jobs.embed import Job, run
 from jobs.inputs import Columns
-from jobs.rows import Chunking, Output
+from jobs.rows import Chunking, JobOutput
 from tests.helpers.serving import serving
-from tests.jobs.corpus import long_texts, output, rejects, texts, vectors, write
+from tests.jobs.corpus import job_model, long_texts, output, rejects, texts, vectors, write
 
 SMALL_BATCHES = {"max_batch_size": 4}  # a document's windows (62 content tokens but its last) span batches
 
 
 def _run(bundle: Path, inputs: list[Path], out: Path, settings: dict | None = None, **job: object):
-    from service.settings import Settings
-
-    return run(Job(tuple(inputs), out, **job), Settings(bundle=bundle, intra_op_threads=1, **(settings or {})),
-               io.StringIO())  # type: ignore[arg-type]
+    return run(Job(tuple(inputs), out, **job), job_model(bundle, **(settings or {})),  # type: ignore[arg-type]
+               io.StringIO())
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -64,7 +62,7 @@ async def test_pooled_documents_equal_the_services_chunking_mean(tiny_bundle: Pa
     """Same windows, and the same batches (all the windows of one request, one part): the same bits."""
     docs, path = mixed
     _run(tiny_bundle, [path], tmp_path / "out", SMALL_BATCHES, columns=Columns("text", "id"),
-         output=Output(classify=True, token_count=True, chunking=Chunking("mean", 32, 512)))
+         output=JobOutput(classify=True, token_count=True, chunking=Chunking("mean", 32, 512)))
     table = output(tmp_path / "out")
     async with serving(tiny_bundle, intra_op_threads=1, **SMALL_BATCHES) as (_, client):
         embedded = (await client.post("/embed", json={"inputs": docs, "chunking": "mean"})).json()
@@ -83,7 +81,7 @@ async def test_pooled_documents_equal_the_services_chunking_mean(tiny_bundle: Pa
 async def test_windows_equal_the_services_chunking_windows(tiny_bundle: Path, tmp_path: Path, mixed) -> None:
     docs, path = mixed
     summary = _run(tiny_bundle, [path], tmp_path / "out", SMALL_BATCHES, columns=Columns("text", "id"),
-                   output=Output(classify=True, chunking=Chunking("windows", 16, 512)))
+                   output=JobOutput(classify=True, chunking=Chunking("windows", 16, 512)))
     table = output(tmp_path / "out")
     request = {"inputs": docs, "chunking": "windows", "chunk_overlap": 16}
     async with serving(tiny_bundle, intra_op_threads=1, **SMALL_BATCHES) as (_, client):
@@ -107,7 +105,7 @@ async def test_windows_equal_the_services_chunking_windows(tiny_bundle: Path, tm
 def test_short_documents_are_unchanged_by_chunking_mean(tiny_bundle: Path, tmp_path: Path) -> None:
     """Texts of at most 62 tokens make one window each: exactly today's rows, tokens column included."""
     path = write(tmp_path / "docs.parquet", [{"id": f"d{i}", "text": t} for i, t in enumerate(texts(40))])
-    plain = Output(classify=True, token_count=True)
+    plain = JobOutput(classify=True, token_count=True)
     for name, options in (("plain", plain), ("mean", replace(plain, chunking=Chunking("mean", 32, 512)))):
         _run(tiny_bundle, [path], tmp_path / name, columns=Columns("text", "id"), part_rows=16, output=options)
     for index in range(3):
@@ -119,7 +117,7 @@ def test_windows_mode_writes_one_row_per_window_with_its_span(tiny_bundle: Path,
     docs = [*long_texts(5), "  a warm film with spaces around  ", *long_texts(9)[5:]]
     path = write(tmp_path / "docs.jsonl", [{"text": t} for t in docs])
     summary = _run(tiny_bundle, [path], tmp_path / "out", part_rows=4,
-                   output=Output(chunking=Chunking("windows", 8, 512)))
+                   output=JobOutput(chunking=Chunking("windows", 8, 512)))
     table = output(tmp_path / "out")
     tokenizer = Tokenizer.from_file(str(tiny_bundle / "tokenizer.json"))
     expected = [(row, k, *span) for row, text in enumerate(docs)
@@ -138,7 +136,7 @@ def test_a_document_over_the_window_cap_is_rejected_and_the_job_goes_on(tiny_bun
     docs = [texts(1)[0], *long_texts(3), "", "dull"]
     path = write(tmp_path / "docs.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(docs)])
     summary = _run(tiny_bundle, [path], tmp_path / "out", part_rows=3, columns=Columns("text", "id"),
-                   output=Output(chunking=Chunking("mean", 32, 3)))
+                   output=JobOutput(chunking=Chunking("mean", 32, 3)))
     tokenizer = Tokenizer.from_file(str(tiny_bundle / "tokenizer.json"))
     windows = [len(_reference_windows(tokenizer, t, 32)) if t else 0 for t in docs]
     over = [i for i, count in enumerate(windows) if count > 3]
@@ -146,8 +144,8 @@ def test_a_document_over_the_window_cap_is_rejected_and_the_job_goes_on(tiny_bun
     tokens = [len(tokenizer.encode(docs[i], add_special_tokens=False).ids) for i in over]
     assert rejects(tmp_path / "out") == sorted(
         [{"row": 4, "id": "d4", "reason": "empty text"}] +
-        [{"row": i, "id": f"d{i}", "reason": f"{n} tokens make {windows[i]} windows, over the limit of 3 "
-          "(--max-windows-per-input)"} for i, n in zip(over, tokens, strict=True)], key=lambda r: r["row"])
+        [{"row": i, "id": f"d{i}", "reason": f"{n} tokens make {windows[i]} windows, over the limit of 3 windows "
+          "per input (--max-windows-per-input)"} for i, n in zip(over, tokens, strict=True)], key=lambda r: r["row"])
     kept = [f"d{i}" for i in range(len(docs)) if i not in over and docs[i]]
     assert output(tmp_path / "out").column("id").to_pylist() == kept
     assert (summary.rows, summary.written, summary.rejected) == (6, len(kept), 1 + len(over))

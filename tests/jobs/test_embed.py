@@ -11,17 +11,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from inference.loading import load_bundle
+from inference.options import LoadOptions
 from jobs.embed import Job, in_parts, run
 from jobs.inputs import Chunk, Columns
-from jobs.rows import JobError, Output
-from service.settings import Settings
+from jobs.rows import JobError, JobOutput
 from tests.helpers.serving import serving
-from tests.jobs.corpus import output, rejects, texts, vectors, write
+from tests.jobs.corpus import job_model, output, rejects, texts, vectors, write
 
 
 def _run(bundle: Path, inputs: list[Path], out: Path, **job: object):
-    settings = Settings(bundle=bundle, intra_op_threads=1)
-    return run(Job(tuple(inputs), out, **job), settings, io.StringIO())  # type: ignore[arg-type]
+    return run(Job(tuple(inputs), out, **job), job_model(bundle), io.StringIO())  # type: ignore[arg-type]
 
 
 async def test_vectors_labels_and_scores_equal_the_services(tiny_bundle: Path, tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ async def test_vectors_labels_and_scores_equal_the_services(tiny_bundle: Path, t
     same bits, not just close."""
     docs = texts(90)
     path = write(tmp_path / "docs.jsonl", [{"id": f"d{i:03d}", "text": t} for i, t in enumerate(docs)])
-    _run(tiny_bundle, [path], tmp_path / "out", columns=Columns("text", "id"), output=Output(classify=True))
+    _run(tiny_bundle, [path], tmp_path / "out", columns=Columns("text", "id"), output=JobOutput(classify=True))
     table = output(tmp_path / "out")
     async with serving(tiny_bundle, intra_op_threads=1) as (_, client):
         embedded = (await client.post("/embed", json={"inputs": docs})).json()
@@ -52,7 +52,7 @@ def test_bad_rows_are_rejected_with_their_reason_and_the_rest_is_written(tiny_bu
                     '{"id": "d"}\nnot json\n{"text": "no id"}\n{"id": "g", "text": "   "}\n'
                     '{"id": "h", "text": "dull"}\n')
     summary = _run(tiny_bundle, [path], tmp_path / "out", columns=Columns("text", "id"), part_rows=3,
-                   output=Output(token_count=True))
+                   output=JobOutput(token_count=True))
     assert output(tmp_path / "out").column("id").to_pylist() == ["a", "h"]
     assert [(r["row"], r["id"], r["reason"]) for r in rejects(tmp_path / "out")] == [
         (1, "b", "empty text"), (2, "c", "text is not a string (int)"), (3, "d", "missing text"),
@@ -127,9 +127,7 @@ def test_in_parts_cuts_the_row_stream_at_multiples_of_the_part_size() -> None:
 
 def test_the_jobs_token_ids_are_the_services(tiny_bundle: Path) -> None:
     """TextTokenizer.encode_ids (ids only, for the job) cuts exactly as encode(truncate=True) (the service)."""
-    from service.runtime import load_runtime
-
-    tokenizer = load_runtime(Settings(bundle=tiny_bundle, intra_op_threads=1)).tokenizer
+    tokenizer = load_bundle(tiny_bundle, LoadOptions(intra_op_threads=1)).tokenizer
     docs = texts(40) + [" ".join(texts(40))]  # the last one is over the tiny model's 64 tokens
     ids = tokenizer.encode_ids(docs)
     assert max(len(i) for i in ids) == tokenizer.max_length

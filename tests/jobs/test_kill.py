@@ -25,9 +25,8 @@ import pytest
 
 from bench.procs import clean_env
 from jobs.embed import Job, run
-from jobs.rows import Chunking, Output
-from service.settings import Settings
-from tests.jobs.corpus import long_texts, rejects, texts
+from jobs.rows import Chunking, JobOutput
+from tests.jobs.corpus import job_model, long_texts, rejects, texts
 
 ROOT = Path(__file__).resolve().parents[2]
 PART_ROWS = 20
@@ -117,8 +116,8 @@ def test_killed_then_rerun_equals_an_uninterrupted_run(tiny_bundle: Path, tmp_pa
 
     whole = tmp_path / "whole"
     (tmp_path / "docs.txt").write_bytes(data)
-    run(Job((tmp_path / "docs.txt",), whole, "text", part_rows=PART_ROWS, output=Output(chunking=chunking)),
-        Settings(bundle=tiny_bundle, intra_op_threads=1), io.StringIO())
+    run(Job((tmp_path / "docs.txt",), whole, "text", part_rows=PART_ROWS, output=JobOutput(chunking=chunking)),
+        job_model(tiny_bundle), io.StringIO())
     for index in range(4):
         name = f"part-{index:05d}.parquet"
         assert pq.read_table(out / name).equals(pq.read_table(whole / name)), name

@@ -14,9 +14,8 @@ import pytest
 from jobs.embed import Job, Summary, run
 from jobs.inputs import Columns
 from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
-from jobs.rows import Chunking, JobError, Output
-from service.settings import Settings
-from tests.jobs.corpus import long_texts, output, rejects, texts, vectors, write
+from jobs.rows import Chunking, JobError, JobOutput
+from tests.jobs.corpus import job_model, long_texts, output, rejects, texts, vectors, write
 
 
 def _strategy(**kwargs: int) -> tuple[str, dict[str, int]]:
@@ -72,9 +71,9 @@ def local_ray():
 def local_and_on_ray(job: Job, tiny_bundle: Path, batch_rows: int) -> tuple[Summary, Summary]:
     """The job run locally (into job.out), then on the Ray instance with the same settings (into the
     sibling folder `ray`); both summaries, after checking they count the same rows, rejects and tokens."""
-    settings = Settings(bundle=tiny_bundle, intra_op_threads=1)
-    local = run(job, settings, io.StringIO())
-    on_ray = run_on_ray(Job(job.inputs, job.out.parent / "ray", None, job.columns, job.output), settings,
+    model = job_model(tiny_bundle)
+    local = run(job, model, io.StringIO())
+    on_ray = run_on_ray(Job(job.inputs, job.out.parent / "ray", None, job.columns, job.output), model,
                         RayOptions("local", batch_rows=batch_rows))
     assert (on_ray.rows, on_ray.written, on_ray.rejected, on_ray.tokens) == \
         (local.rows, local.written, local.rejected, local.tokens)
@@ -90,7 +89,8 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
 def test_ray_rows_sorted_by_id_equal_the_local_jobs(local_ray, tiny_bundle: Path, tmp_path: Path) -> None:
     rows = [{"id": f"d{i:03d}", "text": t if i % 17 else ""} for i, t in enumerate(texts(300))]
     first, second = write(tmp_path / "a.jsonl", rows[:180]), write(tmp_path / "b.csv", rows[180:])
-    job = Job((first, second), tmp_path / "local", None, Columns("text", "id"), Output(classify=True, token_count=True))
+    job = Job((first, second), tmp_path / "local", None, Columns("text", "id"),
+              JobOutput(classify=True, token_count=True))
     local, _ = local_and_on_ray(job, tiny_bundle, batch_rows=64)
     assert (local.rows, local.written, local.rejected) == (300, 282, 18)
     ours, theirs = output(tmp_path / "local"), output(tmp_path / "ray")
@@ -115,7 +115,7 @@ def test_ray_with_chunking_equals_the_local_job(local_ray, tiny_bundle: Path, tm
     rows = [{"id": f"d{i:03d}", "text": t} for i, t in enumerate(docs)]
     first, second = write(tmp_path / "a.jsonl", rows[:20]), write(tmp_path / "b.parquet", rows[20:])
     job = Job((first, second), tmp_path / "local", None, Columns("text", "id"),
-              Output(classify=True, token_count=True, chunking=Chunking(mode, 16, 30)))  # type: ignore[arg-type]
+              JobOutput(classify=True, token_count=True, chunking=Chunking(mode, 16, 30)))  # type: ignore[arg-type]
     local, _ = local_and_on_ray(job, tiny_bundle, batch_rows=8)
     assert (local.rows, local.written, local.rejected) == (33, 29, 4)
     assert rejects(tmp_path / "ray") == rejects(tmp_path / "local")

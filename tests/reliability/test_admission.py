@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.metrics import sample
 from tests.helpers.serving import assert_error, serving, until
 
@@ -22,8 +22,8 @@ async def queue_gauge(client: httpx.AsyncClient) -> float:
 
 
 async def test_held_capacity_admits_eight_of_ten_and_leaks_nothing(tiny_bundle: Path) -> None:
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, max_queue=CAPACITY) as (app, client):
-        batcher = app.state.engine.batcher
+    async with serving(tiny_bundle, wrap=GatedBundle.around, max_queue=CAPACITY) as (app, client):
+        batcher = app.state.models.default.batcher
         async with held(app, client) as plug:
             tasks = [asyncio.create_task(client.post("/embed", json={"inputs": f"single {i}"})) for i in range(10)]
             await until(lambda: batcher.depth == QUEUED and sum(t.done() for t in tasks) == 2)

@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.metrics import sample
 from tests.helpers.serving import until, uvicorn_here
 
@@ -36,10 +36,10 @@ async def test_clients_gone_while_queued_never_reach_the_model(
 ) -> None:
     caplog.set_level(logging.INFO)
     async with (
-        uvicorn_here(tiny_bundle, GatedRuntime.around) as (app, url),
+        uvicorn_here(tiny_bundle, GatedBundle.around) as (app, url),
         httpx.AsyncClient(base_url=url, timeout=30) as client,
     ):
-        batcher = app.state.engine.batcher
+        batcher = app.state.models.default.batcher
         async with held(app, client) as plug:
             before = (await client.get("/metrics")).text
             port = int(url.rsplit(":", 1)[1])

@@ -18,14 +18,14 @@ import numpy as np
 import orjson
 import pytest
 
-from service.runtime import Runtime
-from tests.helpers.fakes import GatedRuntime, held
+from inference.loading import LoadedBundle
+from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, serving, until
 
 
 async def test_raising_graph_gives_500_then_ready_recovers_by_itself(tiny_bundle: Path) -> None:
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
-        runtime = app.state.engine.runtime
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client):
+        runtime = app.state.models.default.bundle
 
         def fault() -> None:
             raise RuntimeError("CUDA error: an illegal memory access at /opt/secret/kernel.cu:42")
@@ -70,14 +70,14 @@ class PoisonedSession:
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
 async def test_non_finite_outputs_are_a_json_error_for_that_request_only(tiny_bundle: Path, value: float) -> None:
-    def poisoned(runtime: Runtime) -> Runtime:
+    def poisoned(runtime: LoadedBundle) -> LoadedBundle:
         poison = runtime.tokenizer.encode(["boring"], True)[0].ids[1]  # [CLS] boring [SEP]
-        for runner in runtime.runners.values():
+        for runner in runtime.graphs.values():
             runner.session = PoisonedSession(runner.session, int(poison), value)  # type: ignore[attr-defined]
-        return GatedRuntime.around(runtime)
+        return GatedBundle.around(runtime)
 
     async with serving(tiny_bundle, wrap=poisoned) as (app, client), held(app, client) as plug:
-        engine = app.state.engine
+        engine = app.state.models.default
         requests = [
             client.post("/embed", json={"inputs": ["a warm and funny film", "boring and far too long"]}),
             client.post("/embed", json={"inputs": ["the plot makes no sense"]}),
@@ -88,7 +88,7 @@ async def test_non_finite_outputs_are_a_json_error_for_that_request_only(tiny_bu
         ]
         tasks = [asyncio.create_task(r) for r in requests]
         await until(lambda: engine.batcher.depth == 7)  # seven inputs in six requests
-        engine.runtime.gate.set()  # the queued requests run as shared batches
+        engine.bundle.gate.set()  # the queued requests run as shared batches
         responses = await asyncio.gather(*tasks)
         assert (await plug).status_code == 200
         for index in (0, 2, 3, 4):

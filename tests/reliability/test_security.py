@@ -16,10 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from inference.errors import StartupError
+from inference.loading import load_bundle
+from inference.options import LoadOptions
 from service.app import create_app
-from service.runtime import StartupError, load_runtime
 from service.settings import Settings
-from tests.helpers.serving import assert_error, serving
+from tests.helpers.serving import assert_error, graph_runs, serving
 
 KEY = "k3y-for-tests-0123456789"
 PUBLIC = {"/health", "/ready", "/metrics"}
@@ -71,11 +73,11 @@ async def test_every_non_public_route_needs_the_key(tiny_bundle: Path) -> None:
 async def test_unauthenticated_requests_learn_nothing_about_the_body(tiny_bundle: Path, sent: bytes) -> None:
     """Checked at the edge before the body is read: 401, not 422 or 413."""
     async with serving(tiny_bundle, api_key=KEY, payload_limit_bytes=4096) as (app, client):
-        runs = app.state.engine.batcher.runs
+        runs = graph_runs(app)
         for path in ("/embed", "/v1/embeddings", "/attention"):
             response = await client.post(path, content=sent, headers={"content-type": "application/json"})
             assert_error(response, 401, "invalid_api_key")
-        assert app.state.engine.batcher.runs == runs
+        assert graph_runs(app) == runs
 
 
 async def test_cors_headers_absent_by_default(tiny_bundle: Path) -> None:
@@ -177,11 +179,11 @@ def test_bundle_load_opens_files_inside_the_bundle_only(tiny_bundle: Path, monke
     import bundle.verify  # noqa: F401  (imported before the spy: imports are not bundle reads)
 
     spy = OpenSpy(monkeypatch)
-    runtime = load_runtime(Settings(bundle=tiny_bundle, intra_op_threads=1))
+    loaded = load_bundle(tiny_bundle, LoadOptions(intra_op_threads=1))
     monkeypatch.undo()
     inside = tiny_bundle.resolve()
     assert spy.paths, "the spy saw nothing"
-    files = {"manifest.json", "tokenizer.json", *(g.file for g in runtime.manifest.graphs)}
+    files = {"manifest.json", "tokenizer.json", *(g.file for g in loaded.manifest.graphs)}
     assert {p.name for p in spy.paths} >= files
     assert [p for p in spy.paths if not p.is_relative_to(inside)] == []
 
@@ -197,7 +199,7 @@ def test_manifest_paths_out_of_the_bundle_are_refused(tiny_bundle: Path, tmp_pat
     manifest["graphs"][0]["file"] = target
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(StartupError, match="not a plain file name"):
-        load_runtime(Settings(bundle=bundle))
+        load_bundle(bundle, LoadOptions())
 
 
 def test_a_graph_symlinked_out_of_the_bundle_is_refused(tiny_bundle: Path, tmp_path: Path) -> None:
@@ -207,4 +209,4 @@ def test_a_graph_symlinked_out_of_the_bundle_is_refused(tiny_bundle: Path, tmp_p
     (bundle / "fast-fp32.onnx").rename(outside)
     (bundle / "fast-fp32.onnx").symlink_to(outside)
     with pytest.raises(StartupError, match="fast-fp32.onnx.*outside the bundle"):
-        load_runtime(Settings(bundle=bundle))
+        load_bundle(bundle, LoadOptions())

@@ -30,7 +30,8 @@ import orjson
 import pytest
 import pytest_asyncio
 
-from tests.helpers.serving import assert_error, serving
+from tests.helpers.fakes import Counting
+from tests.helpers.serving import assert_error, graph_runs, serving
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -46,28 +47,12 @@ RANDOM = "".join(random.Random(0).choices(string.ascii_letters, k=3_000_000))  #
 JSON = {"content-type": "application/json"}
 
 
-class Counting:
-    """Wraps the tokenizer: counts every call that tokenises."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._tokenizer, self.calls = tokenizer, 0
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._tokenizer, name)
-        if name in ("encode", "encode_plain", "from_ids"):
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                self.calls += 1
-                return attr(*args, **kwargs)
-            return counted
-        return attr
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(tiny_bundle: Path) -> AsyncIterator[tuple[Any, httpx.AsyncClient, Counting]]:
     overrides = dict(max_inputs=MAX_INPUTS, max_input_chars=MAX_CHARS, payload_limit_bytes=PAYLOAD, truncate=False)
     async with serving(tiny_bundle, **overrides) as (app, http):
-        spy = Counting(app.state.engine.runtime.tokenizer)
-        app.state.engine.runtime.tokenizer = spy
+        spy = Counting(app.state.models.default.bundle.tokenizer)
+        app.state.models.default.bundle.tokenizer = spy
         yield app, http, spy
 
 
@@ -117,12 +102,12 @@ async def test_refused_with_its_status_before_work(client, route: str, case: str
     app, http, spy = client
     make, content_type, status, code = CASES[case]
     sent = make(route)
-    calls, runs = spy.calls, app.state.engine.batcher.runs
+    calls, runs = spy.calls, graph_runs(app)
     response = await http.post(route, content=sent, headers={"content-type": content_type})
     assert_error(response, status, code)
     assert_no_echo(response, sent)
     assert spy.calls == calls, "refused only after tokenising"
-    assert app.state.engine.batcher.runs == runs, "refused only after running the graph"
+    assert graph_runs(app) == runs, "refused only after running the graph"
 
 
 @pytest.mark.parametrize("route", sorted(FIELD))
@@ -165,12 +150,12 @@ async def test_a_declared_oversize_body_is_refused_before_reading_it(client) -> 
 @pytest.mark.parametrize("route", sorted(TRUNCATES))
 async def test_too_long_with_truncation_off_is_422_after_counting_tokens(client, route: str) -> None:
     app, http, _ = client  # the app's default is truncate=false; /v1/embeddings has no per-request switch
-    runs = app.state.engine.batcher.runs
+    runs = graph_runs(app)
     extra = {} if route == "/v1/embeddings" else {"truncate": False}
     error = assert_error(await http.post(route, content=body(route, ["short", LONG], **extra), headers=JSON),
                          422, "input_too_long")
     assert "input 1" in error["message"] and "64" in error["message"]
-    assert app.state.engine.batcher.runs == runs
+    assert graph_runs(app) == runs
 
 
 @pytest.mark.parametrize("route", sorted(TRUNCATES - {"/v1/embeddings"}))

@@ -6,9 +6,11 @@ import asyncio
 
 import orjson
 
-from service.errors import InvalidRequest
-from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.serving import assert_error, serving, until
+import inference.errors
+import service.errors
+from service.errors import status_of
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.serving import assert_error, graph_runs, serving, until
 
 KEY = "s3cret-key"
 
@@ -63,11 +65,11 @@ async def test_422_limits_name_the_limit(tiny_bundle):
 
 async def test_422_attention_cap_refused_before_compute(tiny_bundle):
     async with serving(tiny_bundle, attention_cap_bytes=5_000) as (app, client):
-        runs = app.state.engine.batcher.runs
+        runs = graph_runs(app)
         error = assert_error(await client.post("/attention", json={"inputs": "a warm and funny film " * 3}), 422,
                              "attention_too_large")
         assert "5000" in error["message"] and "ATTNSERVE_ATTENTION_CAP_BYTES" in error["message"]
-        assert app.state.engine.batcher.runs == runs
+        assert graph_runs(app) == runs
         ok = await client.post("/attention", json={"inputs": "dull", "aggregation": "rollout"})
         assert ok.status_code == 200
 
@@ -87,8 +89,8 @@ async def test_413_with_content_length_and_chunked(tiny_bundle):
 
 
 async def test_429_at_once_when_admission_is_full(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, max_queue=5) as (app, client):
-        batcher = app.state.engine.batcher
+    async with serving(tiny_bundle, wrap=GatedBundle.around, max_queue=5) as (app, client):
+        batcher = app.state.models.default.batcher
         async with held(app, client) as plug:  # the plug holds 1 of the 5 permits
             waiting = asyncio.create_task(client.post("/embed", json={"inputs": ["a", "b", "c"]}))
             await until(lambda: batcher.depth == 3)
@@ -101,18 +103,18 @@ async def test_429_at_once_when_admission_is_full(tiny_bundle):
 
 
 async def test_504_past_queue_timeout_and_not_run(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, queue_timeout_s=0.2) as (app, client):
-        batcher = app.state.engine.batcher
-        runs = batcher.runs
+    async with serving(tiny_bundle, wrap=GatedBundle.around, queue_timeout_s=0.2) as (app, client):
+        batcher = app.state.models.default.batcher
+        runs = graph_runs(app)
         async with held(app, client) as plug:
             assert_error(await client.post("/embed", json={"inputs": ["a", "b"]}), 504, "queue_timeout")
         assert (await plug).status_code == 200
-        assert batcher.runs == runs + 1 and batcher.in_flight == 0  # only the plug ran
+        assert graph_runs(app) == runs + 1 and batcher.in_flight == 0  # only the plug ran
 
 
 async def test_500_failing_batch_then_recovery(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
-        runtime, batcher = app.state.engine.runtime, app.state.engine.batcher
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client):
+        runtime, batcher = app.state.models.default.bundle, app.state.models.default.batcher
 
         def fault() -> None:
             raise RuntimeError("CUDA error at /opt/secret/kernel.cu")
@@ -130,12 +132,14 @@ async def test_500_failing_batch_then_recovery(tiny_bundle):
         assert (await client.get("/ready")).status_code == 200
 
 
-async def test_unknown_error_is_a_generic_500(tiny_bundle):
-    async with serving(tiny_bundle) as (app, client):
-        def broken() -> dict:
-            raise KeyError("/work/internal/path.py")
+async def test_unknown_error_is_a_generic_500(tiny_bundle, monkeypatch):
+    from service.routes import ops
 
-        app.state.engine.info = broken
+    def broken(served: object) -> dict:
+        raise KeyError("/work/internal/path.py")
+
+    monkeypatch.setattr(ops, "model_info", broken)
+    async with serving(tiny_bundle) as (app, client):
         error = assert_error(await client.get("/info"), 500, "internal_error")
         assert error["message"] == "internal server error"
 
@@ -159,9 +163,9 @@ async def test_cors_only_when_configured(tiny_bundle):
 
 
 async def test_disconnected_client_is_dropped_before_compute(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client), held(app, client) as plug:
-        batcher = app.state.engine.batcher
-        runs = batcher.runs
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client), held(app, client) as plug:
+        batcher = app.state.models.default.batcher
+        runs = graph_runs(app)
         messages = [{"type": "http.request", "body": b'{"inputs": ["a", "b"]}', "more_body": False}]
         queued = asyncio.Event()
 
@@ -184,11 +188,35 @@ async def test_disconnected_client_is_dropped_before_compute(tiny_bundle):
         await app(scope, receive, send)
         assert queued.is_set() and batcher.depth == 0 and batcher.in_flight == 1  # the plug's permit
     assert (await plug).status_code == 200
-    assert batcher.runs == runs and batcher.in_flight == 0  # the plug was already running: nothing else ran
+    # runs are counted when they end: the plug's, which was running, is the only one
+    assert graph_runs(app) == runs + 1 and batcher.in_flight == 0
 
 
-def test_domain_errors_carry_their_status():
-    assert InvalidRequest("x").status == 422
+def test_every_error_answers_the_status_its_module_documents():
+    """service/errors.py documents the status of each error in a table; status_of must answer the same for
+    every error class of the core and the edge."""
+    documented: dict[str, int] = {}
+    status = 0
+    for line in service.errors.__doc__.splitlines():
+        words = line.split()
+        if words and words[0].isdigit():
+            status, words = int(words[0]), words[2:]
+        elif not line.startswith(" " * 30):  # not a continuation of the table's last row
+            status = 0
+        for word in words if status else []:
+            name = word.strip(",():")
+            if name[:1].isupper():
+                documented.setdefault(name, status)
+    classes = [c for module in (inference.errors, service.errors) for c in vars(module).values()
+               if isinstance(c, type) and issubclass(c, inference.errors.InferenceError)
+               and not c.__name__.startswith("_")]
+    assert len(classes) >= 20
+    for cls in classes:
+        if cls.__name__ in ("InferenceError", "StartupError"):
+            continue  # the base (any other error: 500) and the load-time error (never a request's)
+        error = cls("x") if cls is not inference.errors.Overloaded else cls("x", retry_after_s=1)
+        assert cls.__name__ in documented, f"{cls.__name__} is not in service/errors.py's table"
+        assert status_of(error)[0] == documented[cls.__name__], cls.__name__
 
 
 # -- the OpenAPI document says what the server accepts (schema fuzzing with every check found these) --------
@@ -260,7 +288,7 @@ async def test_past_the_models_sizes_is_out_of_range(tiny_bundle):
             ("/attention", {"inputs": "x", "heads": [0, info["num_heads"]]}),
             ("/embed", {"inputs": "x", "dimensions": info["hidden_size"] + 1}),
             ("/v1/embeddings", {"input": "x", "dimensions": info["hidden_size"] + 1}),
-            ("/v1/embeddings", {"input": [app.state.engine.runtime.tokenizer.vocab_size]}),
+            ("/v1/embeddings", {"input": [app.state.models.default.bundle.tokenizer.vocab_size]}),
         ]
         for path, body in past:
             assert_error(await client.post(path, json=body), 422, "out_of_range")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.serving import serving, until
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.serving import graph_runs, serving, until
 from tests.helpers.tiny import SENTENCES
 
 TEXTS = ["a warm and funny film", "the plot makes no sense at all", "dull"]
@@ -185,12 +185,12 @@ async def test_openapi_documents_every_error_status(client):
 
 
 async def test_concurrent_requests_are_batched(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
-        batcher = app.state.engine.batcher
-        runs_before = batcher.runs
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client):
+        batcher = app.state.models.default.batcher
+        runs_before = graph_runs(app)
         async with held(app, client) as plug:
             tasks = [asyncio.create_task(client.post("/embed", json={"inputs": t})) for t in TEXTS * 5]
             await until(lambda: batcher.depth == len(tasks))
         responses = await asyncio.gather(plug, *tasks)
         assert all(r.status_code == 200 for r in responses)
-        assert batcher.runs - runs_before == 2  # the plug, then all the others as one batch
+        assert graph_runs(app) - runs_before == 2  # the plug, then all the others as one batch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.batchqueue import BatchQueue
+from inference.batchqueue import BatchQueue
 
 
 @dataclass(eq=False)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from service import chunking
+from inference import chunking
+from inference.tokenize import TextTokenizer
 from service.settings import Settings
-from service.tokenize import TextTokenizer
-from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.serving import assert_error, serving, until
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.serving import assert_error, graph_runs, serving, until
 
 MAX_LENGTH = 64  # the tiny model's; windows hold 62 content tokens
 SHORT = "a warm and funny film"
@@ -212,11 +212,11 @@ async def test_overlap_must_be_below_the_window(tiny_bundle, path, key):
 async def test_windows_per_input_cap_names_its_setting(tiny_bundle, tokenizer, document):
     assert window_count(tokenizer, document[:1_000]) > 3
     async with serving(tiny_bundle, intra_op_threads=1, max_windows_per_input=3) as (app, client):
-        runs = app.state.engine.batcher.runs
+        runs = graph_runs(app)
         body = {"inputs": [SHORT, document[:1_000]], "chunking": "mean"}
         error = assert_error(await client.post("/embed", json=body), 422, "input_too_long")
         assert "ATTNSERVE_MAX_WINDOWS_PER_INPUT" in error["message"] and "input 1" in error["message"]
-        assert app.state.engine.batcher.runs == runs  # refused before any work
+        assert graph_runs(app) == runs  # refused before any work
 
 
 async def test_chunked_inputs_have_their_own_character_limit(tiny_bundle, document):
@@ -242,8 +242,8 @@ async def test_admission_counts_windows(tiny_bundle, tokenizer, document):
     windows = window_count(tokenizer, text)
     assert windows >= 4
     queue = windows + 1  # room for the plug and this text's windows, no more
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, intra_op_threads=1, max_queue=queue) as (app, client):
-        batcher = app.state.engine.batcher
+    async with serving(tiny_bundle, wrap=GatedBundle.around, intra_op_threads=1, max_queue=queue) as (app, client):
+        batcher = app.state.models.default.batcher
         error = assert_error(await client.post("/embed", json={"inputs": [text, SHORT, SHORT], "chunking": "mean"}),
                              422, "too_many_inputs")  # windows + 2 permits can never fit the queue
         assert "ATTNSERVE_MAX_QUEUE" in error["message"]

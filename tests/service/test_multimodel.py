@@ -21,12 +21,12 @@ import pytest
 import pytest_asyncio
 from pydantic import ValidationError
 
+from inference.errors import ModelNotFound, StartupError
+from inference.loading import LoadedBundle
+from inference.registry import ModelRegistry, ServedBundle, load_bundles, served_names
 from service.cli import read_settings
-from service.errors import ModelNotFound
-from service.models import Models, load_runtimes, served_names
-from service.runtime import Runtime, StartupError
-from service.settings import ServedBundle, Settings
-from tests.helpers.fakes import GatedRuntime, held
+from service.settings import Settings
+from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.process import launch_server, running, stop
 from tests.helpers.serving import assert_error, serving, until
 
@@ -40,8 +40,6 @@ def test_bundles_from_the_environment_and_repeated_flags(monkeypatch, tmp_path):
     assert [(b.name, b.path) for b in settings.bundle] == [
         ("x", tmp_path), (None, tmp_path / "y"), ("z:1", tmp_path / "z"),
     ]
-    assert settings.bundle_dir == tmp_path
-    assert settings.for_bundle(settings.bundle[1]).bundle_dir == tmp_path / "y"
     assert Settings(bundle="/data/run=3/bundle").bundle == [ServedBundle(path=Path("/data/run=3/bundle"))]
 
 
@@ -62,45 +60,46 @@ def test_help_documents_the_repeatable_flag(capsys):
     assert "[NAME=]DIR" in " ".join(capsys.readouterr().out.split())
 
 
-def runtime_named(name: str) -> Any:
+def bundle_named(name: str) -> Any:
     return SimpleNamespace(manifest=SimpleNamespace(name=name))
 
 
 def test_served_names_are_given_or_the_manifests_and_unique(tmp_path):
-    two = Settings(bundle=[tmp_path / "a", f"other={tmp_path / 'b'}"])
-    assert served_names(two, [runtime_named("tiny"), runtime_named("tiny")]) == ["tiny", "other"]
-    same = Settings(bundle=[tmp_path / "a", tmp_path / "b"])
+    two = Settings(bundle=[tmp_path / "a", f"other={tmp_path / 'b'}"]).bundle
+    assert served_names(two, [bundle_named("tiny"), bundle_named("tiny")]) == ["tiny", "other"]
+    same = Settings(bundle=[tmp_path / "a", tmp_path / "b"]).bundle
     with pytest.raises(StartupError, match="two bundles are named 'tiny'.*NAME=DIR"):
-        served_names(same, [runtime_named("tiny"), runtime_named("tiny")])
+        served_names(same, [bundle_named("tiny"), bundle_named("tiny")])
     with pytest.raises(StartupError, match="cannot be used in a URL"):
-        served_names(same, [runtime_named("org/model"), runtime_named("tiny")])
-    assert served_names(Settings(bundle=tmp_path), [runtime_named("org/model")]) == ["org/model"]  # alone: fine
+        served_names(same, [bundle_named("org/model"), bundle_named("tiny")])
+    assert served_names(Settings(bundle=tmp_path).bundle, [bundle_named("org/model")]) == ["org/model"]  # alone
 
 
 def test_bundles_of_one_model_share_sessions_and_tokenizer(tiny_bundle, tiny_hf_bundle, tmp_path):
     """Graphs and tokenizers are opened once per sha256: a copy of a bundle costs no second set of weights."""
     copy = shutil.copytree(tiny_bundle, tmp_path / "copy")
-    first, second, other = load_runtimes(Settings(bundle=[tiny_bundle, f"copy={copy}", f"bert={tiny_hf_bundle}"]))
+    settings = Settings(bundle=[tiny_bundle, f"copy={copy}", f"bert={tiny_hf_bundle}"])
+    first, second, other = load_bundles(settings.bundle, settings.load_options())
     for kind in ("fast", "attention"):
-        assert first.runners[kind].session is second.runners[kind].session  # type: ignore[attr-defined]
-        assert first.runners[kind].session is not other.runners[kind].session  # type: ignore[attr-defined]
+        assert first.graphs[kind].session is second.graphs[kind].session
+        assert first.graphs[kind].session is not other.graphs[kind].session
     assert first.tokenizer is second.tokenizer
 
 
-def engine_stub(name: str, full: bool = False) -> Any:
+def model_stub(name: str, full: bool = False) -> Any:
     return SimpleNamespace(name=name, batcher=SimpleNamespace(full=full))
 
 
 def test_resolve_and_busy():
-    one = Models({"a": engine_stub("a")})
+    one = ModelRegistry({"a": model_stub("a")})
     assert one.resolve(None).name == one.resolve("anything").name == "a"
-    two = Models({"a": engine_stub("a", full=True), "b": engine_stub("b")})
+    two = ModelRegistry({"a": model_stub("a", full=True), "b": model_stub("b")})
     assert two.resolve(None).name == "a" and two.resolve("b").name == "b"
     with pytest.raises(ModelNotFound, match="served models: a, b"):
         two.resolve("c")
     assert two.busy("a") and not two.busy("b") and not two.busy("c")  # unknown: the route answers 404
-    assert not two.busy(None)  # the body may name b: only the engine can tell
-    assert Models({"a": engine_stub("a", True), "b": engine_stub("b", True)}).busy(None)
+    assert not two.busy(None)  # the body may name b: only the route can tell
+    assert ModelRegistry({"a": model_stub("a", True), "b": model_stub("b", True)}).busy(None)
 
 
 # -- one app, two models ---------------------------------------------------------------------------
@@ -171,8 +170,8 @@ async def test_info_ready_and_metrics_cover_every_model(two):
 
 
 async def test_ready_only_when_every_model_is(tiny_bundle, tiny_hf_bundle):
-    async with serving([tiny_bundle, f"bert={tiny_hf_bundle}"], wrap=GatedRuntime.around) as (app, client):
-        bert: GatedRuntime = app.state.models.resolve("bert").runtime
+    async with serving([tiny_bundle, f"bert={tiny_hf_bundle}"], wrap=GatedBundle.around) as (app, client):
+        bert: GatedBundle = app.state.models.resolve("bert").bundle
 
         def fault() -> None:
             raise RuntimeError("broken")
@@ -187,14 +186,14 @@ async def test_ready_only_when_every_model_is(tiny_bundle, tiny_hf_bundle):
 
 
 async def test_admission_is_per_model(tiny_bundle, tiny_hf_bundle):
-    async with serving([tiny_bundle, f"bert={tiny_hf_bundle}"], wrap=GatedRuntime.around, max_queue=3) as (
+    async with serving([tiny_bundle, f"bert={tiny_hf_bundle}"], wrap=GatedBundle.around, max_queue=3) as (
         app, client,
     ):
         tiny, bert = app.state.models.resolve("tiny"), app.state.models.resolve("bert")
         async with held(app, client) as plug:  # tiny's plug holds the graph thread and 1 of tiny's 3 permits
             fill = asyncio.create_task(client.post("/embed", json={"inputs": ["a", "b"]}))
             await until(lambda: tiny.batcher.full)
-            assert_error(await client.post("/embed", json={"inputs": "c"}), 429, "overloaded")  # by the engine
+            assert_error(await client.post("/embed", json={"inputs": "c"}), 429, "overloaded")  # by admission
             assert_error(await client.post("/embed", json={"inputs": "c"}, params={"model": "tiny"}), 429)  # edge
             other = asyncio.create_task(client.post("/embed", json={"inputs": ["d", "e", "f"], "model": "bert"}))
             await until(lambda: bert.batcher.in_flight == 3)  # admitted: bert has its own permits
@@ -208,12 +207,13 @@ RUNNING_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass
-class Overlapping(Runtime):
-    """The real runtime, counting graph runs in progress across every instance (each run lasts 20 ms more)."""
+class Overlapping(LoadedBundle):
+    """The real loaded bundle, counting graph runs in progress across every instance (each run lasts 20 ms
+    more)."""
 
     @classmethod
-    def around(cls, runtime: Runtime) -> Overlapping:
-        return cls(**{f.name: getattr(runtime, f.name) for f in dataclasses.fields(Runtime)})
+    def around(cls, loaded: LoadedBundle) -> Overlapping:
+        return cls(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
 
     def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
         with RUNNING_LOCK:

@@ -14,8 +14,8 @@ import pytest_asyncio
 
 from service.app import ADMITTED_PATHS, create_app
 from service.settings import Settings
-from tests.helpers.fakes import GatedRuntime, held
-from tests.helpers.serving import assert_error, serving, until
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.serving import assert_error, graph_runs, serving, until
 
 TEXTS = ["a warm and funny film", "the plot makes no sense at all", "dull"]
 NEW_ROUTES = ("/predict", "/similarity", "/embed_all", "/decode", "/")
@@ -108,10 +108,10 @@ async def test_embed_all_equals_eager_pytorch_token_states(client, tiny_checkpoi
 
 async def test_embed_all_is_refused_over_its_cap_before_any_work(tiny_bundle):
     async with serving(tiny_bundle, intra_op_threads=1, embed_all_cap_bytes=4096) as (app, client):
-        runs = app.state.engine.batcher.runs
+        runs = graph_runs(app)
         error = assert_error(await client.post("/embed_all", json={"inputs": TEXTS}), 422, "response_too_large")
         assert "ATTNSERVE_EMBED_ALL_CAP_BYTES" in error["message"]
-        assert app.state.engine.batcher.runs == runs
+        assert graph_runs(app) == runs
         assert len(await post(client, "/embed_all", {"inputs": "dull"})) == 1
 
 
@@ -145,14 +145,14 @@ HOSTILE = {  # name -> (texts, expected status, code)
 async def test_hostile_inputs_get_their_status_before_any_work(tiny_bundle, path, case):
     texts, status, code = HOSTILE[case]
     async with serving(tiny_bundle, intra_op_threads=1, max_inputs=4, max_input_chars=100) as (app, client):
-        runs = app.state.engine.batcher.runs
+        runs = graph_runs(app)
         sent = json.dumps(SHAPES[path](texts)).encode()  # ASCII, escapes as JSON writes them
         response = await client.post(path, content=sent, headers={"content-type": "application/json"})
         if status == 200:
             assert response.status_code == 200, response.text
         else:
             assert_error(response, status, code)
-            assert app.state.engine.batcher.runs == runs
+            assert graph_runs(app) == runs
         wrong_type = await client.post(path, content=b"inputs=a", headers={"content-type": "text/plain"})
         assert_error(wrong_type, 415, "unsupported_media_type")
 
@@ -170,10 +170,10 @@ async def test_decode_refuses_hostile_ids(tiny_bundle):
 async def test_new_inference_routes_are_refused_early_when_the_queue_is_full(tiny_bundle, path):
     assert path in ADMITTED_PATHS
     body = {"inputs": {"source_sentence": "a", "sentences": ["b"]}} if path == "/similarity" else {"inputs": "a"}
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, intra_op_threads=1, max_queue=2) as (app, client):
+    async with serving(tiny_bundle, wrap=GatedBundle.around, intra_op_threads=1, max_queue=2) as (app, client):
         async with held(app, client) as plug:
             queued = asyncio.create_task(client.post("/embed", json={"inputs": "b"}))
-            await until(lambda: app.state.engine.batcher.full)  # the plug and one queued input
+            await until(lambda: app.state.models.default.batcher.full)  # the plug and one queued input
             refused = await client.post(path, json=body)
         assert_error(refused, 429, "overloaded")
         assert (await plug).status_code == (await queued).status_code == 200

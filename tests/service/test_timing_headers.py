@@ -1,6 +1,6 @@
 """Per-request timing headers (x-total-time, x-tokenization-time, x-queue-time, x-inference-time), whole
-milliseconds as text-embeddings-inference sends them: on every route that runs the model, each request with
-its own figures, and none on answers the engine never touched.
+milliseconds as text-embeddings-inference sends them: on every route that runs a model, each request with
+its own figures, equal to what the server measured (its metrics), and none on answers no model touched.
 
 Waits of known length are made by holding the graph (tests.helpers.fakes): a request queued behind a held
 plug waits at least as long as the plug is held, and the plug's own graph run lasts at least as long.
@@ -15,10 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from inference.timing import RequestTiming
 from service.app import create_app
+from service.middleware import TIMING_HEADERS as HEADERS
+from service.middleware import timing_headers
 from service.settings import Settings
-from service.timing import HEADERS, RequestTiming
-from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.metrics import sample
 from tests.helpers.serving import serving, until
 
 HELD_MS = 60
@@ -29,13 +32,13 @@ def timings(response: httpx.Response) -> dict[str, int]:
     return {name: int(response.headers[name]) for name in HEADERS}
 
 
-def test_headers_are_whole_milliseconds_and_only_once_the_engine_was_used() -> None:
+def test_headers_are_whole_milliseconds_and_only_once_a_model_was_used() -> None:
     record = RequestTiming()
-    assert record.headers() == []
+    assert timing_headers(record) == []
     record.tokenized(0.0019)
     record.ran(0.0, 0.0125)
     record.ran(0.0031, 0.001)  # a second submit of the same request adds up
-    values = dict(record.headers())
+    values = dict(timing_headers(record))
     assert values[b"x-tokenization-time"] == b"1" and values[b"x-queue-time"] == b"3"
     assert values[b"x-inference-time"] == b"13" and int(values[b"x-total-time"]) >= 0
 
@@ -50,22 +53,40 @@ def test_headers_are_whole_milliseconds_and_only_once_the_engine_was_used() -> N
     ("/attention", {"inputs": "a good film"}),
     ("/v2/models/tiny/infer", {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["a film"]}]}),
 ])
-async def test_routes_that_run_the_model_send_the_headers(tiny_bundle, path, body):
-    async with serving(tiny_bundle) as (_, client):
+async def test_routes_that_run_a_model_send_what_the_server_measured(tiny_bundle, path, body):
+    """The headers are the seconds the server's metrics recorded for this request (the only one), in whole ms."""
+    async with serving(tiny_bundle) as (app, client):
+        before = _measured(app)
+        started = time.perf_counter()
         values = timings(await client.post(path, json=body))
-    assert all(value >= 0 for value in values.values())
-    # the stages follow one another inside the request, and whole milliseconds round each one down
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        after = _measured(app)
+    tokenize, batches, inference = (after[k] - before[k] for k in ("tokenize", "batches", "inference"))
+    assert values["x-tokenization-time"] == int(tokenize * 1000)
+    assert batches >= 1
+    if batches == 1:  # one graph run carried the whole request: its inference time is that run's
+        assert values["x-inference-time"] == int(inference * 1000)
+    else:  # the span from the first run's start to the last's end, within the runs' total
+        assert values["x-inference-time"] <= int(inference * 1000) + 1
+    # the stages follow one another inside the request, which the client saw whole
     parts = values["x-tokenization-time"] + values["x-queue-time"] + values["x-inference-time"]
-    assert values["x-total-time"] >= parts
+    assert parts <= values["x-total-time"] <= elapsed_ms
+
+
+def _measured(app) -> dict[str, float]:
+    text = app.state.metrics.render().decode()
+    return {"tokenize": sample(text, "attnserve_tokenize_duration_seconds_sum"),
+            "batches": sample(text, "attnserve_inference_duration_seconds_count"),
+            "inference": sample(text, "attnserve_inference_duration_seconds_sum")}
 
 
 async def test_each_request_gets_its_own_queue_and_inference_time(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client):
         entered = time.monotonic()
         async with held(app, client) as plug:  # the plug's queue wait ended before this line
             plug_wait = time.monotonic() - entered
             queued = asyncio.create_task(client.post("/embed", json={"inputs": "queued behind the plug"}))
-            await until(lambda: app.state.engine.batcher.depth == 1)
+            await until(lambda: app.state.models.default.batcher.depth == 1)
             await asyncio.sleep(max(HELD_MS / 1000, plug_wait + 0.002))  # a wait of known length
         plug_times, queued_times = timings(await plug), timings(await queued)
     assert plug_times["x-inference-time"] >= HELD_MS  # its run waited at the gate
@@ -74,13 +95,13 @@ async def test_each_request_gets_its_own_queue_and_inference_time(tiny_bundle):
 
 
 async def test_a_slow_graph_run_shows_as_inference_time(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around) as (app, client):
-        app.state.engine.runtime.fault = lambda: time.sleep(HELD_MS / 1000)  # in the graph thread
+    async with serving(tiny_bundle, wrap=GatedBundle.around) as (app, client):
+        app.state.models.default.bundle.fault = lambda: time.sleep(HELD_MS / 1000)  # in the graph thread
         values = timings(await client.post("/embed", json={"inputs": "slow"}))
     assert values["x-inference-time"] >= HELD_MS and values["x-total-time"] >= HELD_MS
 
 
-async def test_no_timing_where_the_engine_did_not_run(tiny_bundle):
+async def test_no_timing_where_no_model_ran(tiny_bundle):
     async with serving(tiny_bundle, max_inputs=2) as (_, client):
         answers = [
             await client.get("/health"), await client.get("/info"),

@@ -20,9 +20,9 @@ import pytest_asyncio
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.helpers.fakes import GatedRuntime, held
+from tests.helpers.fakes import Counting, GatedBundle, held
 from tests.helpers.process import running
-from tests.helpers.serving import serving, until
+from tests.helpers.serving import graph_runs, serving, until
 
 TEXTS = ["a cat sat on the mat", "dogs"]
 LABELS = ["neg", "pos"]
@@ -232,16 +232,45 @@ BAD: dict[str, tuple[Any, dict[str, str], int, str]] = {
 }
 
 
+TOKENISED_TO_REFUSE = {"attention_cap", "ids_out_of_vocab"}  # the size needs the token count; the ids, a look
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
-async def test_bad_requests_get_the_protocol_error(two, case):
-    _, client = two
+async def test_bad_requests_get_the_protocol_error_before_any_work(two, case):
+    """Each is refused with its status and the protocol's body, without tokenising (unless refusing needs the
+    tokens) and without running a graph."""
+    app, client = two
+    bert = app.state.models.resolve("bert")
+    spy = bert.bundle.tokenizer = Counting(bert.bundle.tokenizer)
+    runs = graph_runs(app)
     body, headers, status, words = BAD[case]
     content = body if isinstance(body, bytes) else orjson.dumps(body)
     if headers.get("Inference-Header-Content-Length") == "len":
         headers = {"Inference-Header-Content-Length": str(len(orjson.dumps(text_body())))}
     response = await client.post("/v2/models/bert/infer", content=content, headers=headers)
     assert words in protocol_error(response, status)
+    assert spy.calls == (1 if case in TOKENISED_TO_REFUSE else 0)
+    assert graph_runs(app) == runs, "refused only after running a graph"
     assert (await client.post("/v2/models/bert/infer", json=text_body())).status_code == 200  # still serving
+
+
+async def test_embeddings_and_attentions_are_one_admission_and_one_tokenisation(two, monkeypatch):
+    app, client = two
+    tiny = app.state.models.default
+    spy = tiny.bundle.tokenizer = Counting(tiny.bundle.tokenizer)
+    admitted: list[int] = []
+    admit = tiny.batcher.admit
+    monkeypatch.setattr(tiny.batcher, "admit", lambda n: admitted.append(n) or admit(n))
+    runs = graph_runs(app)
+    outputs = [{"name": "embeddings"}, {"name": "attentions"}]
+    body = {"inputs": [tensor("text", [len(TEXTS)], "BYTES", TEXTS)], "outputs": outputs}
+    response = await client.post("/v2/models/tiny/infer", json=body)
+    assert response.status_code == 200, response.text
+    assert spy.calls == 1 and admitted == [2 * len(TEXTS)]  # one admission: a permit per input and graph
+    assert graph_runs(app) == runs + 2  # the fast and the attention graph, once each
+    refused = await client.post("/v2/models/tiny/infer", json=text_body([LONG], outputs=outputs))
+    assert "ATTNSERVE_ATTENTION_CAP_BYTES" in protocol_error(refused, 422)
+    assert graph_runs(app) == runs + 2, "the fast graph ran for a request refused for its attention maps"
 
 
 def binary_text(data: bytes, count: int, declared: int | None = None) -> tuple[bytes, dict[str, str]]:
@@ -296,8 +325,8 @@ async def test_routing_errors_and_the_key_use_the_protocol_body(tiny_bundle):
 
 
 async def test_admission_and_deadlines_hold_on_v2(tiny_bundle):
-    async with serving(tiny_bundle, wrap=GatedRuntime.around, max_queue=2, queue_timeout_s=0.5) as (app, client):
-        batcher = app.state.engine.batcher
+    async with serving(tiny_bundle, wrap=GatedBundle.around, max_queue=2, queue_timeout_s=0.5) as (app, client):
+        batcher = app.state.models.default.batcher
         async with held(app, client) as plug:  # 1 of 2 permits
             waiting = asyncio.create_task(client.post("/v2/models/tiny/infer", json=text_body()))
             await until(lambda: batcher.full)

@@ -8,12 +8,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request, Response
 
-from service import v2codec, v2infer
+from inference.served import ServedModel
 from service.dependencies import JobDep, ModelsDep, PickDep
-from service.engine import Engine
-from service.models import ensure_ready
-from service.routes.common import errors, json_response
-from service.v2schemas import (
+from service.oip import adapter, codec
+from service.oip.schemas import (
     InferRequest,
     InferResponse,
     ModelMetadata,
@@ -24,6 +22,7 @@ from service.v2schemas import (
     ServerReady,
     inline_schema,
 )
+from service.routes.common import errors, json_response
 
 router = APIRouter(tags=["open-inference-protocol"])
 
@@ -48,7 +47,7 @@ MODEL_ERRORS = errors(401, 404, 422, 503, model=ProtocolError)  # 422: FastAPI w
 @router.get("/v2", response_model=ServerMetadata, responses=errors(401, model=ProtocolError))
 async def server_metadata() -> Response:
     """Server name, version and protocol extensions (binary_tensor_data)."""
-    return json_response(v2infer.server_metadata())
+    return json_response(adapter.server_metadata())
 
 
 @router.get("/v2/health/live", response_model=ServerLive)
@@ -67,13 +66,13 @@ async def server_ready(models: ModelsDep) -> Response:
 @router.get("/v2/models/{name}", response_model=ModelMetadata, responses=MODEL_ERRORS)
 async def model_metadata(name: str, pick: PickDep) -> Response:
     """The model's inputs and outputs with names, datatypes and shapes (-1: varies)."""
-    return json_response(v2infer.model_metadata(pick(name)))
+    return json_response(adapter.model_metadata(pick(name)))
 
 
 @router.get("/v2/models/{name}/versions/{version}", response_model=ModelMetadata, responses=MODEL_ERRORS)
 async def model_version_metadata(name: str, version: str, pick: PickDep) -> Response:
     """As GET /v2/models/{name}; the version must be the served bundle's."""
-    return json_response(v2infer.model_metadata(_versioned(pick(name), version)))
+    return json_response(adapter.model_metadata(_versioned(pick(name), version)))
 
 
 @router.get("/v2/models/{name}/ready", response_model=ModelReady, responses=MODEL_ERRORS)
@@ -106,23 +105,25 @@ async def infer_version(
     return await _infer(_versioned(pick(name), version), version, request, job, length)
 
 
-def _versioned(engine: Engine, version: str) -> Engine:
-    v2infer.check_version(engine, version)
-    return engine
+def _versioned(served: ServedModel, version: str) -> ServedModel:
+    adapter.check_version(served, version)
+    return served
 
 
-async def _ready(engine: Engine) -> Response:
-    await ensure_ready(engine)
-    return json_response({"name": engine.name, "ready": True})
+async def _ready(served: ServedModel) -> Response:
+    await served.ensure_ready()
+    return json_response({"name": served.name, "ready": True})
 
 
-async def _infer(engine: Engine, version: str | None, request: Request, job: JobDep, length: int | None) -> Response:
-    parsed, tail = v2codec.parse_request(await request.body(), length, request.headers.get("content-encoding"))
-    outputs = await job(v2infer.infer(engine, parsed, v2codec.read_inputs(parsed, tail)))
-    header = {"model_name": engine.name, "model_version": version or engine.runtime.manifest.version}
+async def _infer(
+    served: ServedModel, version: str | None, request: Request, job: JobDep, length: int | None,
+) -> Response:
+    parsed, tail = codec.parse_request(await request.body(), length, request.headers.get("content-encoding"))
+    outputs = await job(adapter.infer(served, parsed, codec.read_inputs(parsed, tail)))
+    header = {"model_name": served.name, "model_version": version or served.bundle.manifest.version}
     if parsed.id is not None:
         header["id"] = parsed.id
-    content, json_length = v2codec.write_response(header, outputs)
+    content, json_length = codec.write_response(header, outputs)
     if json_length is None:
         return Response(content, media_type="application/json")
     return Response(content, media_type="application/octet-stream",

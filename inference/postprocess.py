@@ -1,11 +1,10 @@
-"""Numpy post-processing of graph outputs: normalisation, dimensions, softmax, attention views, base64.
+"""Numpy post-processing of graph outputs: normalisation, dimensions, softmax and sigmoid, attention views.
 
 Shape letters: N inputs, D hidden, C labels, L layers, H heads, n real tokens of one input.
 """
 
 from __future__ import annotations
 
-import binascii
 from collections.abc import Sequence
 from typing import Literal
 
@@ -13,7 +12,10 @@ import numpy as np
 
 ScoreFunction = Literal["softmax", "sigmoid", "none"]
 
-JSON_BYTES_PER_FLOAT = 16  # upper bound for one float32 written by orjson, with its separator
+
+def stacked(outputs: Sequence[dict[str, np.ndarray]], name: str) -> np.ndarray:
+    """One output of N inputs' results, (N, ...)."""
+    return np.stack([o[name] for o in outputs])
 
 
 def l2_normalize(vectors: np.ndarray) -> np.ndarray:
@@ -43,12 +45,6 @@ def scores(logits: np.ndarray, function: ScoreFunction) -> np.ndarray:
     if function == "softmax":
         return softmax(logits)
     return sigmoid(logits) if function == "sigmoid" else logits
-
-
-def top_labels(scores: np.ndarray, labels: Sequence[str], top_k: int | None) -> list[list[dict[str, object]]]:
-    """(N, C) scores -> per input [{label, score}] sorted by score, the top_k best."""
-    order = np.argsort(-scores, axis=-1, kind="stable")[:, :top_k]  # (N, k)
-    return [[{"label": labels[c], "score": float(row[c])} for c in idx] for row, idx in zip(scores, order, strict=True)]
 
 
 def select(attentions: np.ndarray, layers: Sequence[int] | None, heads: Sequence[int] | None) -> np.ndarray:
@@ -92,32 +88,3 @@ def aggregated_shape(layers: int, heads: int, n: int, how: str) -> tuple[int, ..
     if how in ("mean", "max"):
         return (layers, n, n)
     return (layers, heads, n, n)
-
-
-def encode_array(values: np.ndarray, encoding: str, dtype: str) -> object:
-    """float: the array itself (orjson writes nested lists); binary: the float32 array itself (the v2 codec
-    writes its raw bytes); base64: little-endian bytes of dtype."""
-    if encoding in ("float", "binary"):
-        return np.ascontiguousarray(values, dtype=np.float32)
-    return _base64(values, "<f2" if dtype == "float16" else "<f4")
-
-
-def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
-    """Bytes that `count` values take in the response."""
-    if encoding == "float":
-        return count * JSON_BYTES_PER_FLOAT
-    if encoding == "binary":
-        return count * 4  # float32
-    width = 2 if dtype == "float16" else 4
-    return (count * width + 2) // 3 * 4
-
-
-def base64_floats(vector: np.ndarray) -> str:
-    """OpenAI's encoding_format=base64: little-endian float32 bytes."""
-    return _base64(vector, "<f4")
-
-
-def _base64(values: np.ndarray, little: str) -> str:
-    """One cast into a contiguous little-endian buffer, encoded straight from it (no `tobytes` copy)."""
-    buffer = np.ascontiguousarray(values, dtype=little)
-    return binascii.b2a_base64(buffer.data.cast("B"), newline=False).decode("ascii")

@@ -18,8 +18,9 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 
-from service.errors import InvalidRequest, UnsupportedMediaType
-from service.v2schemas import InferInput, InferRequest
+from inference.errors import InvalidRequest
+from service.errors import UnsupportedMediaType, describe_validation
+from service.oip.schemas import InferInput, InferRequest
 
 # The numeric inputs this server reads (token ids and masks); InferInput.datatype admits these and BYTES.
 NUMERIC: dict[str, np.dtype[Any]] = {"INT32": np.dtype("<i4"), "INT64": np.dtype("<i8")}
@@ -27,7 +28,9 @@ _LENGTH = struct.Struct("<I")
 
 
 @dataclass(frozen=True)
-class Output:
+class Tensor:
+    """One output tensor of a response."""
+
     name: str
     datatype: str  # "FP32" or "INT64"
     values: np.ndarray
@@ -48,7 +51,8 @@ def parse_request(body: bytes, header_length: int | None, content_encoding: str 
     try:
         return InferRequest.model_validate_json(header), tail
     except ValidationError as error:
-        raise InvalidRequest("invalid inference request: " + _describe(error), code="validation_error") from None
+        raise InvalidRequest("invalid inference request: " + describe_validation(error.errors()),
+                             code="validation_error") from None
 
 
 def read_inputs(request: InferRequest, tail: bytes) -> dict[str, np.ndarray]:
@@ -71,7 +75,7 @@ def read_inputs(request: InferRequest, tail: bytes) -> dict[str, np.ndarray]:
     return tensors
 
 
-def write_response(header: dict[str, Any], outputs: list[Output]) -> tuple[bytes, int | None]:
+def write_response(header: dict[str, Any], outputs: list[Tensor]) -> tuple[bytes, int | None]:
     """The response body and, when some output is binary, the JSON header's length."""
     tensors: list[dict[str, Any]] = []
     chunks: list[bytes | memoryview] = []
@@ -159,8 +163,3 @@ def _flatten(data: list[Any]) -> list[Any]:
     for item in data:
         flat.extend(_flatten(item) if isinstance(item, list) else [item])
     return flat
-
-
-def _describe(error: ValidationError) -> str:
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()[:5]]
-    return "; ".join(parts)

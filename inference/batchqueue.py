@@ -1,6 +1,6 @@
 """The batching policy on its own: the waiting items in arrival order, and which of them make the next
 batch (the oldest, then same-kind items of the nearest lengths, under a size cap and a token budget).
-A plain structure with no event loop and no clock, shared by the service's batcher and the corpus job.
+A plain structure with no event loop and no clock, shared by the served models' batcher and the corpus job.
 """
 
 from __future__ import annotations

@@ -1,18 +1,19 @@
-"""What a request may ask of an engine, checked before any work: input counts and lengths, embedding
+"""What a request may ask of a served model, checked before any work: input counts and lengths, embedding
 dimensions, attention layers and heads, and the size of the large answers (attention maps, per-token
 vectors), estimated from the token counts before the graph runs. Plain functions of the limits and the
-model's sizes; each raises the domain error from `service.errors` that names its setting.
+model's sizes; each raises the domain error from `inference.errors` that names its setting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from service import postprocess
-from service.errors import (
+from inference import postprocess
+from inference.errors import (
     AttentionTooLarge,
     InputTooLong,
     InvalidRequest,
@@ -21,33 +22,26 @@ from service.errors import (
     ResponseTooLarge,
     TooManyInputs,
 )
-from service.tokenize import Encoded
+from inference.options import RequestLimits
+from inference.tokenize import Encoded
 
 Inputs = Sequence[str] | Sequence[Sequence[int]]
-TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in a response
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    max_inputs: int
-    max_input_chars: int
-    truncate: bool
-    attention_cap_bytes: int
-    max_chunked_input_chars: int = 100_000
-    max_windows_per_input: int = 512
-    embed_all_cap_bytes: int = 64 * 1024 * 1024
+Aggregation = Literal["none", "mean", "max", "rollout"]
+Encoding = Literal["float", "base64", "binary"]  # how the answer will carry the values: bounds its size
+TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in an answer
+JSON_BYTES_PER_FLOAT = 16  # upper bound for one float32 written as JSON, with its separator
 
 
 @dataclass(frozen=True)
 class AttentionQuery:
-    layers: list[int] | None
-    heads: list[int] | None
-    aggregation: str
-    encoding: str
-    dtype: str
+    layers: list[int] | None = None  # None: all
+    heads: list[int] | None = None
+    aggregation: Aggregation = "none"
+    encoding: Encoding = "float"
+    dtype: Literal["float16", "float32"] = "float32"  # of base64 values
 
 
-def check_inputs(limits: EngineLimits, inputs: Inputs, chunked: bool = False) -> None:
+def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -> None:
     if not inputs:
         raise InvalidRequest("inputs must not be empty")
     if len(inputs) > limits.max_inputs:
@@ -66,21 +60,15 @@ def check_dimensions(dimensions: int | None, hidden: int) -> None:
         raise OutOfRange(f"dimensions must be between 1 and the model's {hidden}")
 
 
-def check_indices(query: AttentionQuery, num_layers: int, num_heads: int) -> None:
-    for name, chosen, size in (("layers", query.layers, num_layers), ("heads", query.heads, num_heads)):
-        if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
-            raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
-
-
 def check_attention_size(
-    limits: EngineLimits, encoded: list[Encoded], query: AttentionQuery, num_layers: int, num_heads: int,
+    limits: RequestLimits, encoded: list[Encoded], query: AttentionQuery, num_layers: int, num_heads: int,
 ) -> None:
     layers = len(query.layers) if query.layers is not None else num_layers
     heads = len(query.heads) if query.heads is not None else num_heads
     total = 0
     for e in encoded:
         count = int(np.prod(postprocess.aggregated_shape(layers, heads, e.length, query.aggregation)))
-        total += postprocess.estimated_bytes(count, query.encoding, query.dtype) + TOKEN_JSON_BYTES * e.length
+        total += estimated_bytes(count, query.encoding, query.dtype) + TOKEN_JSON_BYTES * e.length
     cap = limits.attention_cap_bytes
     if total > cap:
         raise AttentionTooLarge(
@@ -89,14 +77,24 @@ def check_attention_size(
         )
 
 
-def check_embed_all_size(limits: EngineLimits, encoded: list[Encoded], hidden: int) -> None:
+def check_embed_all_size(limits: RequestLimits, encoded: list[Encoded], hidden: int) -> None:
     cap = limits.embed_all_cap_bytes
-    total = postprocess.estimated_bytes(sum(e.length for e in encoded) * hidden, "float", "float32")
+    total = estimated_bytes(sum(e.length for e in encoded) * hidden, "float", "float32")
     if total > cap:
         raise ResponseTooLarge(
             f"the /embed_all response would take about {total} bytes, over the cap of {cap} bytes "
             "(ATTNSERVE_EMBED_ALL_CAP_BYTES); send fewer or shorter inputs"
         )
+
+
+def estimated_bytes(count: int, encoding: str, dtype: str) -> int:
+    """Bytes that `count` values take in an answer."""
+    if encoding == "float":
+        return count * JSON_BYTES_PER_FLOAT
+    if encoding == "binary":
+        return count * 4  # float32
+    width = 2 if dtype == "float16" else 4
+    return (count * width + 2) // 3 * 4
 
 
 def check_finite(value: np.ndarray, name: str, index: int) -> None:

@@ -1,22 +1,25 @@
 """Tokenisation with the bundle's `tokenizer.json` through Hugging Face `tokenizers` (never by hand).
 
-Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); the engine
+Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); a served model
 calls this on the event loop for small requests and in its executor otherwise. Truncation keeps the
 special tokens and cuts from the right or the left; with truncation off, an input longer than the
-model's max length is refused, naming the limit. For chunking (`service.chunking`) the whole text is
+model's max length is refused, naming the limit. For chunking (`inference.chunking`) the whole text is
 encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
+`load_tokenizer` is the one loader of a bundle's tokenizer (the service, the corpus job and the bench use it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from service.errors import InputTooLong, InvalidRequest, OutOfRange
+from bundle.manifest import Manifest
+from inference.errors import InputTooLong, InvalidRequest, OutOfRange, StartupError
 
 Direction = Literal["right", "left"]
 
@@ -27,6 +30,7 @@ class Encoded:
     tokens: list[str]
     offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
     special: list[bool]
+    type_ids: np.ndarray | None = None  # (T,) int64 token types (the pair template's segments); None: all 0
 
     @property
     def length(self) -> int:
@@ -41,6 +45,12 @@ class TextTokenizer:
         self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
         self._plain = _truncating_copy(tokenizer, max_length, "right")
         self._plain.no_truncation()
+
+    @property
+    def truncating(self) -> Tokenizer:
+        """The `tokenizers` tokenizer itself, cutting from the right at the max length and never padding (for
+        callers that batch-encode on their own: the bench's raw engine, the naive server)."""
+        return self._by_direction["right"]
 
     def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right") -> list[Encoded]:
         batch = self._by_direction[direction].encode_batch(list(texts))
@@ -97,6 +107,16 @@ class TextTokenizer:
         return Encoded(np.asarray(ids, dtype=np.int64), [""] * n, [(0, 0)] * n, [False] * n)
 
 
+def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
+    """The bundle's tokenizer, truncating at its max length; StartupError names the file it cannot load."""
+    try:
+        tokenizer = Tokenizer.from_file(str(bundle_dir / manifest.tokenizer))
+    except Exception as error:  # tokenizers raises a bare Exception; name the file, keep the reason
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise StartupError(f"{manifest.tokenizer}: the tokenizers library cannot load it: {reason}") from None
+    return TextTokenizer(tokenizer, manifest.max_length)
+
+
 def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction) -> Tokenizer:
     copy = Tokenizer.from_str(tokenizer.to_str())  # settings stay local to this copy
     copy.no_padding()
@@ -110,4 +130,5 @@ def _encoded(encoding: Encoding) -> Encoded:
         tokens=list(encoding.tokens),
         offsets=[(int(a), int(b)) for a, b in encoding.offsets],
         special=[bool(s) for s in encoding.special_tokens_mask],
+        type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
     )

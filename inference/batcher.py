@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from service.batchqueue import BatchQueue
-from service.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout, TooManyInputs
+from inference.batchqueue import BatchQueue
+from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout, TooManyInputs
+from inference.options import BatchOptions
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,11 @@ class BatchLimits:
     batch_wait_s: float = 0.0
     runs_in_flight: int = 1
 
+    @classmethod
+    def of(cls, options: BatchOptions, runs_in_flight: int) -> BatchLimits:
+        return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue, options.queue_timeout_s,
+                   options.batch_wait_ms / 1000, runs_in_flight)
+
 
 class Batcher:
     def __init__(
@@ -104,7 +110,6 @@ class Batcher:
         self._task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[None]] = set()
         self.last_ok = True
-        self.runs = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -273,7 +278,6 @@ class Batcher:
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            self.runs += 1
             outputs = await loop.run_in_executor(self._executor, self._run_fn, live[0].kind, [i.ids for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")

@@ -1,6 +1,6 @@
 """What the Open Inference Protocol's tensors mean for a served model: its metadata, which inputs it takes,
-which outputs it gives, and one inference request as engine calls. Plain asyncio + numpy; the wire format
-is `service.v2codec`'s, the HTTP side `service.routes.v2`'s.
+which outputs it gives, and one inference request as one core call. Plain asyncio + numpy; the wire format
+is `service.oip.codec`'s, the HTTP side `service.oip.routes`'.
 
 Shape letters: N inputs, T the longest input's tokens, D hidden, C labels, l layers, h heads.
 
@@ -9,8 +9,9 @@ shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP
 /v1/embeddings: normalised as the manifest says unless `normalize` says otherwise), `logits` and `scores`
 (softmax) FP32 [N, C] in the manifest's label order, `attentions` FP32 (as /attention, over real tokens,
 padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by aggregation) and `attention_mask`
-INT64 [N, T] (1 on each input's real tokens, to unpad the attentions). Each goes through the engine, so
-through the same checks, admission, batching, limits and errors as every route.
+INT64 [N, T] (1 on each input's real tokens, to unpad the attentions). One request is one call of
+`inference.inspection.graph_outputs`: admitted and tokenised once, every cap checked before any graph
+runs, through the same batching, limits and errors as every route.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from typing import Literal
 import numpy as np
 
 from attnserve import __version__
-from service import postprocess
-from service.engine import Engine
-from service.errors import InvalidRequest, ModelNotFound
-from service.limits import AttentionQuery, Inputs
-from service.models import quoted
-from service.v2codec import Output
-from service.v2schemas import InferParameters, InferRequest, index_list
+from inference import inspection, postprocess
+from inference.errors import InvalidRequest, ModelNotFound
+from inference.limits import AttentionQuery, Inputs
+from inference.registry import quoted
+from inference.served import ServedModel
+from service.oip.codec import Tensor
+from service.oip.schemas import InferParameters, InferRequest, index_list
 
 PLATFORM = "onnx_onnxv1"
 EXTENSIONS = ["binary_tensor_data"]
@@ -38,56 +39,57 @@ def server_metadata() -> dict[str, object]:
     return {"name": "attnserve", "version": __version__, "extensions": EXTENSIONS}
 
 
-def check_version(engine: Engine, version: str | None) -> None:
-    served = engine.runtime.manifest.version
-    if version is not None and version != served:
-        raise ModelNotFound(f"model {engine.name} has no version {quoted(version)}; the served version is {served!r}")
+def check_version(served: ServedModel, version: str | None) -> None:
+    current = served.bundle.manifest.version
+    if version is not None and version != current:
+        raise ModelNotFound(f"model {served.name} has no version {quoted(version)}; the served version is {current!r}")
 
 
-def model_metadata(engine: Engine) -> dict[str, object]:
+def model_metadata(served: ServedModel) -> dict[str, object]:
     return {
-        "name": engine.name, "versions": [engine.runtime.manifest.version], "platform": PLATFORM,
+        "name": served.name, "versions": [served.bundle.manifest.version], "platform": PLATFORM,
         "inputs": [
             {"name": "text", "datatype": "BYTES", "shape": [-1]},
             {"name": "input_ids", "datatype": "INT64", "shape": [-1, -1]},
             {"name": "attention_mask", "datatype": "INT64", "shape": [-1, -1]},
         ],
         "outputs": [{"name": name, "datatype": datatype, "shape": shape}
-                    for name, (datatype, shape) in output_specs(engine).items()],
+                    for name, (datatype, shape) in output_specs(served).items()],
     }
 
 
-def output_specs(engine: Engine) -> dict[str, tuple[str, list[int]]]:
+def output_specs(served: ServedModel) -> dict[str, tuple[str, list[int]]]:
     """The outputs this model gives: name -> (datatype, shape)."""
-    m = engine.runtime.manifest
+    m = served.bundle.manifest
     specs = {"embeddings": ("FP32", [-1, m.hidden_size])}
     if m.labels:
         specs |= {"logits": ("FP32", [-1, len(m.labels)]), "scores": ("FP32", [-1, len(m.labels)])}
-    if "attention" in engine.runtime.runners:
+    if "attention" in served.bundle.graphs:
         specs["attentions"] = ("FP32", [-1, -1, -1, -1, -1])
     specs["attention_mask"] = ("INT64", [-1, -1])
     return specs
 
 
-async def infer(engine: Engine, request: InferRequest, tensors: dict[str, np.ndarray]) -> list[Output]:
+async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, np.ndarray]) -> list[Tensor]:
     """The requested outputs, in the order asked for (default: the fast graph's)."""
-    inputs, wanted = model_inputs(tensors), requested(engine, request)
+    inputs, wanted = model_inputs(tensors), requested(served, request)
     params, names = request.parameters, {name for name, _ in wanted}
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
-    values: dict[str, np.ndarray] = {}
-    if names & set(FAST_OUTPUTS) or "attentions" not in names:
-        raw, lengths = await engine.outputs(inputs, truncate=params.truncate, direction=direction)
-        values |= _fast_values(engine, raw, params) | {"attention_mask": _mask(lengths)}
+    query = None
     if "attentions" in names:
         binary = next(b for name, b in wanted if name == "attentions")
-        query = AttentionQuery(index_list(params.layers), index_list(params.heads), params.aggregation,
+        query = AttentionQuery(index_list(params.layers), index_list(params.heads), params.aggregation,  # type: ignore[arg-type]
                                "binary" if binary else "float", "float32")
-        views = await engine.attention(inputs, query, truncate=params.truncate, direction=direction)
-        lengths = [len(view["tokens"]) for view in views]
-        values |= {"attentions": _padded([view["attention"] for view in views], lengths),
-                   "attention_mask": _mask(lengths)}
-    specs = output_specs(engine)
-    return [Output(name, specs[name][0], values[name], binary) for name, binary in wanted]
+    fast = bool(names & set(FAST_OUTPUTS)) or query is None
+    result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
+                                            direction=direction)
+    values = {"attention_mask": _mask(result.lengths)}
+    if fast:
+        values |= _fast_values(served, result.values, params)
+    if result.attention is not None:
+        values["attentions"] = _padded([m.values for m in result.attention], result.lengths)
+    specs = output_specs(served)
+    return [Tensor(name, specs[name][0], values[name], binary) for name, binary in wanted]
 
 
 def model_inputs(tensors: dict[str, np.ndarray]) -> Inputs:
@@ -100,9 +102,9 @@ def model_inputs(tensors: dict[str, np.ndarray]) -> Inputs:
     return _token_ids(tensors)
 
 
-def requested(engine: Engine, request: InferRequest) -> list[tuple[str, bool]]:
+def requested(served: ServedModel, request: InferRequest) -> list[tuple[str, bool]]:
     """(name, binary) of each requested output; unknown or repeated names are refused."""
-    specs, default_binary = output_specs(engine), request.parameters.binary_data_output
+    specs, default_binary = output_specs(served), request.parameters.binary_data_output
     if request.outputs is None:
         return [(name, default_binary) for name in FAST_OUTPUTS if name in specs]
     names = [out.name for out in request.outputs]
@@ -139,8 +141,8 @@ def _token_ids(tensors: dict[str, np.ndarray]) -> list[list[int]]:
     return [row[keep == 1].tolist() for row, keep in zip(ids, mask, strict=True)]
 
 
-def _fast_values(engine: Engine, raw: dict[str, np.ndarray], params: InferParameters) -> dict[str, np.ndarray]:
-    normalize = engine.runtime.manifest.normalize if params.normalize is None else params.normalize
+def _fast_values(served: ServedModel, raw: dict[str, np.ndarray], params: InferParameters) -> dict[str, np.ndarray]:
+    normalize = served.bundle.manifest.normalize if params.normalize is None else params.normalize
     values = {"embeddings": postprocess.embeddings(raw["embeddings"], normalize, None)}  # (N, D)
     if "logits" in raw:
         logits = raw["logits"].astype(np.float32)  # (N, C)

@@ -1,5 +1,5 @@
 """Long inputs as overlapping windows, and the pooling of the windows' answers. Plain functions (no
-asyncio, no HTTP), so the engine and batch jobs cut and pool the same way.
+asyncio, no HTTP), so served models and the corpus job cut, check and pool the same way.
 
 A text's content tokens (its tokens without the special ones) are cut into windows of
 W = max_length - S tokens, S being the special tokens the tokenizer's post-processor adds ([CLS] and
@@ -19,17 +19,26 @@ Shape letters: K windows of one input, D hidden (or C labels).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from tokenizers import Encoding
 
-from service.errors import InputTooLong, OutOfRange
-from service.tokenize import TextTokenizer
+from inference.errors import InputTooLong, OutOfRange
+from inference.tokenize import TextTokenizer
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
+Mode = Literal["mean", "windows"]  # mean: one answer per input, pooled over its windows; windows: each window's
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """Inputs cut into windows instead of truncated: how their answers are given, and the overlap."""
+
+    mode: Mode
+    overlap: int = DEFAULT_OVERLAP
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windo
     than `max_windows` windows (before any window is built). CPU-bound: callers keep it off an event loop."""
     text = isinstance(inputs[0], str)
     size = window_size(tokenizer, text)
-    _check_overlap(tokenizer, overlap, size, text)
+    check_overlap(tokenizer, overlap, text)
     if not text:
         sequences = [tokenizer.checked_ids(index, ids) for index, ids in enumerate(inputs)]
         _check_counts([len(ids) for ids in sequences], size, overlap, max_windows)
@@ -92,15 +101,9 @@ def regroup(outputs: Sequence[Any], windows: Sequence[Sequence[Window]]) -> list
     return grouped
 
 
-def answers(windows: Sequence[Window], values: Iterable[Any], key: str) -> list[dict[str, Any]]:
-    """One input's windows as answers: each window's span and content tokens, and its value under `key`."""
-    return [
-        {"start": w.start, "stop": w.stop, "tokens": w.tokens, key: value}
-        for w, value in zip(windows, values, strict=True)
-    ]
-
-
-def _check_overlap(tokenizer: TextTokenizer, overlap: int, size: int, text: bool) -> None:
+def check_overlap(tokenizer: TextTokenizer, overlap: int, text: bool = True) -> None:
+    """OutOfRange unless 0 <= overlap < W: the windows must advance."""
+    size = window_size(tokenizer, text)
     if not 0 <= overlap < size:
         added = f" less its {tokenizer.special_count} special tokens" if text else ""
         raise OutOfRange(
@@ -109,14 +112,19 @@ def _check_overlap(tokenizer: TextTokenizer, overlap: int, size: int, text: bool
         )
 
 
+def too_many_windows(tokens: int, size: int, overlap: int, max_windows: int) -> str | None:
+    """Why an input of `tokens` content tokens is refused for making more than `max_windows` windows (None: it
+    is not), counted before any window is built."""
+    count = count_windows(tokens, size, overlap)
+    if count <= max_windows:
+        return None
+    return f"{tokens} tokens make {count} windows, over the limit of {max_windows} windows per input"
+
+
 def _check_counts(token_counts: Sequence[int], size: int, overlap: int, max_windows: int) -> None:
     for index, tokens in enumerate(token_counts):
-        count = count_windows(tokens, size, overlap)
-        if count > max_windows:
-            raise InputTooLong(
-                f"input {index} has {tokens} tokens, which make {count} windows, over the limit of {max_windows} "
-                "windows per input (ATTNSERVE_MAX_WINDOWS_PER_INPUT)"
-            )
+        if (reason := too_many_windows(tokens, size, overlap, max_windows)) is not None:
+            raise InputTooLong(f"input {index}: {reason} (ATTNSERVE_MAX_WINDOWS_PER_INPUT)")
 
 
 def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int) -> list[Window]:

@@ -1,10 +1,8 @@
 """Where one request's latency went: tokenising, waiting in the queue, graph runs.
 
-The edge (service.middleware) opens a `RequestTiming` for each HTTP request with `begin()`; the engine,
-which knows nothing about HTTP, adds to `current()` (a context variable: the request's task, and the
-tasks it starts, see the same record); the edge then sends the figures as response headers, as
-text-embeddings-inference does: whole milliseconds in `x-tokenization-time`, `x-queue-time`,
-`x-inference-time`, and `x-total-time` for the whole request as the server saw it.
+A caller opens a `RequestTiming` for each request with `begin()` (the HTTP edge does, and sends the
+figures as response headers); a served model adds to `current()` (a context variable: the request's task,
+and the tasks it starts, see the same record).
 
 For a request of several inputs the queue time is the longest wait of any of its inputs (the wait
 before its last input started running), and the inference time runs from the start of the first graph
@@ -17,8 +15,6 @@ import time
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
-HEADERS = ("x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-time")
-
 
 @dataclass
 class RequestTiming:
@@ -26,7 +22,7 @@ class RequestTiming:
     tokenize_s: float = 0.0
     queue_s: float = 0.0
     inference_s: float = 0.0
-    used: bool = False  # the engine recorded something: the request was tokenised or run
+    used: bool = False  # a served model recorded something: the request was tokenised or run
 
     def tokenized(self, seconds: float) -> None:
         self.tokenize_s += seconds
@@ -37,13 +33,9 @@ class RequestTiming:
         self.inference_s += inference_s
         self.used = True
 
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        """The timing headers, in whole milliseconds (what TEI sends); none when the engine was not used."""
-        if not self.used:
-            return []
-        total = time.perf_counter() - self.started
-        values = (total, self.tokenize_s, self.queue_s, self.inference_s)
-        return [(name.encode(), b"%d" % (seconds * 1000)) for name, seconds in zip(HEADERS, values, strict=True)]
+    @property
+    def total_s(self) -> float:
+        return time.perf_counter() - self.started
 
 
 _current: ContextVar[RequestTiming | None] = ContextVar("attnserve_request_timing", default=None)

@@ -1,0 +1,130 @@
+"""A bundle loaded for serving: verified, its provider and graph variants chosen (`inference.variants`),
+its tokenizer and the sessions of the graph kinds the caller asks for opened, and each graph run once.
+
+Bundles loaded together share what has the same content: graphs and tokenizers with the same sha256 are
+opened once (`Opened`), so two bundles of one model hold one session. A graph that loads but cannot run,
+a tokenizer the library cannot read, or an invalid bundle stops the load with a `StartupError` naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from bundle.manifest import GraphEntry, Manifest
+from bundle.session import ORT_PROVIDERS, open_session
+from inference.errors import StartupError
+from inference.graphs import TOKENS, Graph, Outputs
+from inference.options import LoadOptions
+from inference.tokenize import TextTokenizer, load_tokenizer
+from inference.variants import choose_attention_variant, choose_provider, choose_variant
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+KINDS = ("fast", "attention")
+# What one load has opened, by content (a graph's or tokenizer's sha256): bundles listing the same file
+# share one session / tokenizer instead of holding a copy each.
+Opened = dict[tuple[str, ...], Any]
+
+
+@dataclass
+class LoadedBundle:
+    manifest: Manifest
+    tokenizer: TextTokenizer
+    graphs: dict[str, Graph]  # graph kind -> graph (TOKENS: the fast graph's session, token vectors only)
+    provider: str  # where the sessions run: "cpu" or "cuda"
+    variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
+    variant_reason: str = ""  # why the fast graph's variant was chosen
+
+    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
+        return self.graphs[kind].run(sequences)
+
+
+def verify(bundle_dir: Path) -> Manifest:
+    from bundle.verify import BundleError, verify_bundle  # the bundle's own checker; imports no torch
+
+    try:
+        return verify_bundle(bundle_dir)
+    except BundleError as error:
+        raise StartupError(f"invalid bundle {bundle_dir}: {error}") from None
+
+
+def load_bundle(
+    bundle_dir: Path, options: LoadOptions, kinds: Sequence[str] = KINDS, opened: Opened | None = None,
+) -> LoadedBundle:
+    """The bundle at `bundle_dir` with the graphs of `kinds` open (those it has: the attention graph is
+    optional). With provider auto, CUDA is used only when the sessions really run on it."""
+    import onnxruntime as ort
+
+    bundle_dir, opened = Path(bundle_dir), {} if opened is None else opened
+    manifest = verify(bundle_dir)
+    provider = choose_provider(options.provider, ort.get_available_providers())
+    loaded = _open(bundle_dir, manifest, provider, options, kinds, opened)
+    if provider == "cuda" and loaded.provider != "cuda":
+        if options.provider == "cuda":
+            raise StartupError("provider 'cuda' was asked for but the onnxruntime session did not run on CUDA")
+        log.warning("CUDA is offered but a session did not run on it; serving on CPU")
+        loaded = _open(bundle_dir, manifest, "cpu", options, kinds, opened)
+    log.info("loaded %s %s on %s, variants %s: %s", manifest.name, manifest.version, loaded.provider,
+             loaded.variants, loaded.variant_reason)
+    return loaded
+
+
+def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOptions, kinds: Sequence[str],
+          opened: Opened) -> LoadedBundle:
+    choice = choose_variant(options.variant, provider, manifest, options.allow_approximate)
+    variants = {"fast": choice.variant}
+    attention = choose_attention_variant(choice.variant, provider, manifest) if "attention" in kinds else None
+    if attention is not None:
+        variants["attention"] = attention
+    tokenizer = _once(opened, ("tokenizer", manifest.tokenizer_sha256, str(manifest.max_length)),
+                      lambda: load_tokenizer(bundle_dir, manifest))
+    graphs = {kind: _graph(bundle_dir, manifest, kind, v, provider, options, opened) for kind, v in variants.items()}
+    probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
+    for kind, graph in graphs.items():
+        _smoke_run(graph, probe, manifest.graph(kind, variants[kind]))
+    ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == g.providers[0] for g in graphs.values()) else "cpu"
+    fast = manifest.graph("fast", variants["fast"])
+    if fast is not None and "token_embeddings" in {o.name for o in fast.outputs}:  # /embed_all: same session
+        graphs[TOKENS] = graphs["fast"].with_outputs(["token_embeddings"])
+    return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason)
+
+
+def _smoke_run(graph: Graph, probe: np.ndarray, entry: GraphEntry | None) -> None:
+    """One real run before serving: a graph that loads but cannot run stops the load, naming its file."""
+    try:
+        graph.run([probe])
+    except Exception as error:  # onnxruntime raises its own types
+        name = entry.file if entry is not None else "graph"
+        raise StartupError(f"{name}: a first run failed ({type(error).__name__}: {str(error)[:200]})") from None
+
+
+def _once(opened: Opened, key: tuple[str, ...], make: Callable[[], T]) -> T:
+    """`make()`, or what an earlier bundle of the same load made for the same key (the same file content)."""
+    if key not in opened:
+        opened[key] = make()
+    return opened[key]  # type: ignore[no-any-return]
+
+
+def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provider: str, options: LoadOptions,
+           opened: Opened) -> Graph:
+    entry = manifest.graph(kind, variant)
+    assert entry is not None  # chosen from the manifest's own list
+    outputs = ["attentions"] if kind == "attention" else ["embeddings"] + (["logits"] if manifest.labels else [])
+    pad_id = int(manifest.model_config_.get("pad_token_id", 0))
+    session = _once(opened, ("session", entry.sha256, provider),
+                    lambda: _session(bundle_dir, entry, provider, options))
+    return Graph(session, outputs, pad_id)
+
+
+def _session(bundle_dir: Path, entry: GraphEntry, provider: str, options: LoadOptions) -> Any:
+    try:
+        return open_session(bundle_dir / entry.file, provider, options.session_threads(), options.intra_op_spinning)
+    except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
+        raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error

@@ -1,0 +1,109 @@
+"""What a caller may ask of a served model: embeddings, label scores, similarity, per-token vectors, tokens
+and decoded text, answered in the types of `inference.results`. Each goes through `ServedModel.run` (or
+`run_windows` when chunked), so through the same checks, admission, batching, caps and errors.
+
+Shape letters: N inputs, K windows of all inputs, D hidden (D' after `dimensions`), C labels, n real tokens
+of one input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from inference import chunking, postprocess
+from inference.chunking import Chunking
+from inference.errors import Unsupported
+from inference.graphs import TOKENS
+from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
+from inference.results import Embeddings, Scores, Span, Token
+from inference.served import ServedModel
+from inference.tokenize import Direction, Encoded
+
+
+async def embed(
+    model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
+    normalize: bool = True, dimensions: int | None = None, chunked: Chunking | None = None,
+) -> Embeddings:
+    """Pooled vectors, L2-normalised when asked, cut to `dimensions` (then renormalised). Chunked: per input
+    the token-weighted mean of its windows' vectors (before normalisation), or every window's vector."""
+    check_dimensions(dimensions, model.bundle.manifest.hidden_size)
+    values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked)
+    return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
+
+
+async def classify(
+    model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
+    function: postprocess.ScoreFunction = "softmax", chunked: Chunking | None = None,
+) -> Scores:
+    """Scores over the model's labels per input (or per window), from logits pooled as `embed` pools."""
+    labels = require_labels(model)
+    values, _, spans = await _pooled(model, inputs, "logits", truncate, direction, chunked)
+    return Scores(postprocess.scores(values, function), labels, spans)
+
+
+async def similarity(
+    model: ServedModel, source: str, sentences: Sequence[str], *, truncate: bool | None = None,
+    direction: Direction = "right",
+) -> np.ndarray:
+    """(N,) cosine similarity of each sentence's embedding with the source sentence's."""
+    vectors = (await embed(model, [source, *sentences], truncate=truncate, direction=direction)).vectors
+    return vectors[1:] @ vectors[0]  # (N,) unit vectors: dot product = cosine
+
+
+async def embed_all(
+    model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
+) -> list[np.ndarray]:
+    """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens included); refused
+    before any graph runs when the answer would pass embed_all_cap_bytes."""
+    if TOKENS not in model.bundle.graphs:
+        raise Unsupported("this bundle's fast graph has no token_embeddings output")
+    hidden = model.bundle.manifest.hidden_size
+    _, outputs = await model.run(inputs, [TOKENS], truncate, direction,
+                                 check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
+    return [o["token_embeddings"] for o in outputs[TOKENS]]
+
+
+async def tokenize(model: ServedModel, inputs: Sequence[str], add_special_tokens: bool = True) -> list[list[Token]]:
+    """Per input, its tokens with ids and character offsets (no truncation, nothing run)."""
+    check_inputs(model.limits, inputs)
+    tokenizer = model.bundle.tokenizer
+    encoded = await model.maybe_off_loop(inputs, tokenizer.encode_plain, inputs, add_special_tokens)
+    return [tokens(e) for e in encoded]
+
+
+async def decode(model: ServedModel, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+    check_inputs(model.limits, sequences)
+    return await model.maybe_off_loop(sequences, model.bundle.tokenizer.decode, sequences, skip_special_tokens)
+
+
+def tokens(encoded: Encoded) -> list[Token]:
+    e = encoded
+    return [Token(int(i), t, a, b, s)
+            for i, t, (a, b), s in zip(e.ids.tolist(), e.tokens, e.offsets, e.special, strict=True)]
+
+
+def require_labels(model: ServedModel) -> list[str]:
+    labels = list(model.bundle.manifest.labels)
+    if not labels:
+        raise Unsupported("this model has no classification head (manifest.json labels is empty)")
+    return labels
+
+
+async def _pooled(
+    model: ServedModel, inputs: Inputs, name: str, truncate: bool | None, direction: Direction,
+    chunked: Chunking | None,
+) -> tuple[np.ndarray, int, list[list[Span]] | None]:
+    """The fast graph's `name` output (N, D) per input, or chunked: pooled over each input's windows (N, D),
+    or one row per window (K, D) with the windows' spans; and the tokens run."""
+    if chunked is None:
+        encoded, outputs = await model.run(inputs, ["fast"], truncate, direction)
+        return np.stack([o[name] for o in outputs["fast"]]), sum(e.length for e in encoded), None
+    windows, grouped = await model.run_windows(inputs, chunked.overlap)
+    tokens_run = sum(w.length for ws in windows for w in ws)
+    values = [np.stack([o[name] for o in outs]) for outs in grouped]  # per input (K_i, D)
+    if chunked.mode == "mean":
+        return np.stack([chunking.pool(v, ws) for v, ws in zip(values, windows, strict=True)]), tokens_run, None
+    spans = [[Span(w.start, w.stop, w.tokens) for w in ws] for ws in windows]
+    return np.concatenate(values), tokens_run, spans

@@ -1,0 +1,136 @@
+"""What a caller of the core chooses, each knob with the trade-off it sets: how a bundle is opened
+(`LoadOptions`), how inputs are batched (`BatchOptions`), and what one request may ask (`RequestLimits`).
+
+The HTTP settings (`service.settings.Settings`) add the server's own knobs to `ServingOptions`; the corpus
+job takes `LoadOptions` and a few batch sizes; the bench takes `LoadOptions`. The descriptions here are the
+ones `--help` and the environment's documentation show.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bundle.session import cpu_cores
+
+Provider = Literal["auto", "cuda", "cpu"]
+VariantName = Literal["auto", "fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
+ENV_PREFIX = "ATTNSERVE_"
+O = TypeVar("O", bound=BaseModel)
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoadOptions(_Options):
+    provider: Provider = Field(
+        "auto", description="onnxruntime provider: auto uses CUDA when a session really runs on it, else CPU; "
+        "cuda refuses to start without CUDA (no silent fallback).",
+    )
+    variant: VariantName = Field(
+        "auto", description="Graph variant: auto serves, among the bundle's variants for the provider (each passed "
+        "its parity gate), the fastest exact (fp32, fp32-opt) batch-invariant one (a text's vector does not "
+        "depend on its batch partners), by the speed and invariance measured at export and written in the "
+        "manifest, and fp32 when the bundle has no figures for the provider; /info says which and why. An "
+        "explicit variant must exist and is served even when it is not batch-invariant (int8-dynamic).",
+    )
+    allow_approximate: bool = Field(
+        False, description="Let `variant=auto` choose an approximate graph (int8 on CPU, fp16 on CUDA) when it is "
+        "the fastest: faster, but its vectors are within its parity gate (int8: cosine >= 0.99, fp16: >= 0.999) "
+        "of PyTorch's, not equal to them. Off by default: auto serves exact graphs (fp32, fp32-opt).",
+    )
+    graph_runs: int = Field(
+        1, ge=1, description="Graph runs in flight at once, each in its own thread with its own batch (the waiting "
+        "inputs are shared out among free runs). More than 1 pipelines the runs and, with one intra-op thread "
+        "each, spends less CPU per text, but a lone request then runs on fewer cores (docs/performance.md).",
+    )
+    intra_op_threads: int = Field(
+        0, ge=0, description="onnxruntime intra-op threads of a graph session (the runs in flight share them); 0 "
+        "means the CPU cores available to the process shared out among graph_runs (cores / graph_runs, at "
+        "least 1).",
+    )
+    intra_op_spinning: bool = Field(
+        False, description="Let onnxruntime's intra-op threads spin after a graph run instead of sleeping: a "
+        "little less wake-up latency for the next run, but they burn the CPU the event loop needs to answer the "
+        "batch's requests and parse the next ones.",
+    )
+
+    def session_threads(self) -> int:
+        """Intra-op threads to open each graph session with."""
+        return self.intra_op_threads or max(1, cpu_cores() // self.graph_runs)
+
+
+class BatchOptions(_Options):
+    max_batch_tokens: int = Field(
+        16_384, ge=1, description="Token budget of one batch, counting padding (batch size x longest input). Larger "
+        "batches raise throughput and latency and memory.",
+    )
+    max_batch_size: int = Field(64, ge=1, description="Most inputs in one batch, whatever their length.")
+    max_queue: int = Field(
+        2048, ge=1, description="Most inputs admitted (queued or running) at once, per served model; beyond it "
+        "requests are refused at once (429).",
+    )
+    queue_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds an input may wait in the queue; past it the request fails (504) and is "
+        "not run.",
+    )
+    batch_wait_ms: float = Field(
+        0.0, ge=0, description="Extra milliseconds the batcher waits for more inputs before running a batch that is "
+        "not full, counted from the arrival of the oldest waiting input (a batch that fills meanwhile runs at "
+        "once; inputs that waited behind a run do not wait again): a little more throughput under light load "
+        "for a little more latency.",
+    )
+
+
+class RequestLimits(_Options):
+    max_inputs: int = Field(256, ge=1, description="Most inputs in one request; more is refused (422).")
+    max_input_chars: int = Field(
+        20_000, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422).",
+    )
+    max_chunked_input_chars: int = Field(
+        100_000, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
+        "before tokenising, 422): about 25,000 English word pieces. A JSON body carries up to 6 bytes per "
+        "character (\\uXXXX escapes), so keep payload_limit_bytes above 6 x this for one such input.",
+    )
+    max_windows_per_input: int = Field(
+        512, ge=1, description="Most windows one chunked input may make (about tokens / (window - overlap)); more "
+        "is refused (422) before any work. Each window takes one admission permit and runs as one input.",
+    )
+    truncate: bool = Field(
+        True, description="Default truncation: true cuts inputs to the model's max length; false refuses them (422). "
+        "Requests may override it.",
+    )
+    attention_cap_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest attention answer (estimated before computing); bigger "
+        "requests are refused (422).",
+    )
+    embed_all_cap_bytes: int = Field(
+        64 * 1024 * 1024, ge=1, description="Largest per-token answer (/embed_all: one vector per token; estimated "
+        "before computing); bigger requests are refused (422).",
+    )
+
+
+class ServingOptions(LoadOptions, BatchOptions, RequestLimits):
+    """Everything the core needs to serve models: how they are opened, batched and limited."""
+
+    def load_options(self) -> LoadOptions:
+        return LoadOptions(**self.model_dump(include=set(LoadOptions.model_fields)))
+
+    def batch_options(self) -> BatchOptions:
+        return BatchOptions(**self.model_dump(include=set(BatchOptions.model_fields)))
+
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(**self.model_dump(include=set(RequestLimits.model_fields)))
+
+
+def from_environment(options: type[O], **given: Any) -> O:
+    """`options` from what is `given`, the rest from the ATTNSERVE_* variables (given values win), the rest
+    defaults: how a command line reads the same knobs as the server."""
+
+    class FromEnvironment(options, BaseSettings):  # type: ignore[valid-type,misc]
+        model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    return options(**FromEnvironment(**given).model_dump())

@@ -1,0 +1,121 @@
+"""The served models: one `ServedModel` (its own sessions, batcher and admission permits) per bundle, by
+name, in the order the bundles were given; the first is the default.
+
+With one model served, any name reaches it (clients that send a `model` field keep working whatever they
+send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
+request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
+default), so no more graph runs overlap on the CPU than the session threads were sized for, and one pool
+for tokenising.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from inference.batcher import Batcher, BatchLimits, BatchObserver
+from inference.errors import ModelNotFound, StartupError
+from inference.loading import LoadedBundle, Opened, load_bundle
+from inference.options import LoadOptions, ServingOptions
+from inference.served import ServedModel
+
+# A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+class ServedBundle(BaseModel):
+    """A bundle to serve, and the name to serve it under (None: the manifest's)."""
+
+    model_config = ConfigDict(frozen=True)
+    name: str | None = None
+    path: Path
+
+
+def load_bundles(bundles: Sequence[ServedBundle], options: LoadOptions) -> list[LoadedBundle]:
+    """Every bundle, verified and opened, in order. Graphs and tokenizers with the same sha256 (two bundles of
+    one model) are opened once and shared."""
+    opened: Opened = {}
+    return [load_bundle(bundle.path, options, opened=opened) for bundle in bundles]
+
+
+def served_names(bundles: Sequence[ServedBundle], loaded: Sequence[LoadedBundle]) -> list[str]:
+    """Each bundle's served name: the one given or its manifest's. Names must be unique and, with several
+    models, usable in a URL path; a StartupError says which bundle to name."""
+    names = [b.name or lb.manifest.name for b, lb in zip(bundles, loaded, strict=True)]
+    for bundle, name in zip(bundles, names, strict=True):
+        if names.count(name) > 1:
+            raise StartupError(f"two bundles are named {name!r} ({bundle.path} is one); give each a name "
+                               "with NAME=DIR (ATTNSERVE_BUNDLE, --bundle)")
+        if len(names) > 1 and not MODEL_NAME.match(name):
+            raise StartupError(f"the manifest name {name!r} of {bundle.path} cannot be used in a URL; give it "
+                               "a name with NAME=DIR (ATTNSERVE_BUNDLE, --bundle)")
+    return names
+
+
+class ModelRegistry:
+    def __init__(self, models: dict[str, ServedModel]) -> None:
+        if not models:
+            raise ValueError("no models")
+        self._models = models
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._models)
+
+    @property
+    def default(self) -> ServedModel:
+        return next(iter(self._models.values()))
+
+    def __iter__(self) -> Iterator[ServedModel]:
+        return iter(self._models.values())
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def resolve(self, name: str | None) -> ServedModel:
+        """The model a request naming `name` (None: no name) goes to."""
+        if name is None or len(self._models) == 1:
+            return self.default
+        model = self._models.get(name)
+        if model is None:
+            raise ModelNotFound(f"no model named {quoted(name)} is served; served models: {', '.join(self._models)}")
+        return model
+
+    async def check_ready(self) -> None:
+        """NotReady naming the first model that is not ready."""
+        for model in self:
+            await model.ensure_ready()
+
+    def busy(self, name: str | None) -> bool:
+        """Whether a request to `name` would surely be refused: that model's permits are all taken, or, when
+        the model is not known before the body is read (None), every model's are. Unknown names: not busy."""
+        if name is None or len(self._models) == 1:
+            return all(model.batcher.full for model in self)
+        model = self._models.get(name)
+        return model is not None and model.batcher.full
+
+
+def quoted(name: str, most: int = 64) -> str:
+    """A requested name for an error message, cut short: error messages echo little of what was sent."""
+    return repr(name if len(name) <= most else name[:most] + "...")
+
+
+def start_models(
+    names: Sequence[str], loaded: Sequence[LoadedBundle], options: ServingOptions,
+    observer: Callable[[str], BatchObserver] = lambda name: BatchObserver(),
+) -> tuple[ModelRegistry, list[ThreadPoolExecutor]]:
+    """One served model with a started batcher per bundle, sharing the graph threads and the tokenising pool
+    (must run on the event loop that will serve them); the executors, to shut down after the batchers stop."""
+    graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
+    cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
+    limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
+    models = {}
+    for name, bundle in zip(names, loaded, strict=True):
+        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name))
+        batcher.start()
+        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name))
+    return ModelRegistry(models), [graphs, cpu]

@@ -1,0 +1,143 @@
+"""One served model: its loaded bundle, its batcher and its request limits, and the one path every request
+takes through them (`run`). What a caller may ask of a model is in `inference.operations` and
+`inference.inspection`, answered in the types of `inference.results`.
+
+A request is checked (`inference.limits`: counts, characters), admitted to the batcher once, taking one
+permit per input for each graph it runs (or refused at once), tokenised once (on the event loop when small:
+a hand-off to the executor costs more than encoding a few short texts; off the loop otherwise); the caps on
+the size of its answer are checked against the token counts before any graph runs; then its inputs are
+queued. A chunked request is cut first, since its windows are only known then; each window then takes one
+permit and runs as its own input (`inference.chunking`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from inference import chunking, timing
+from inference.batcher import Batcher, BatchObserver, Ticket
+from inference.chunking import Window
+from inference.errors import InferenceError, NotReady
+from inference.graphs import TOKENS, Outputs
+from inference.limits import Inputs, check_finite, check_inputs
+from inference.loading import LoadedBundle
+from inference.options import RequestLimits
+from inference.tokenize import Direction, Encoded
+
+T = TypeVar("T")
+Check = Callable[[list[Encoded]], None]  # a cap checked on the token counts before any graph runs
+WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph at (attention: 1 x 128)
+INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
+
+
+class ServedModel:
+    def __init__(
+        self, name: str, bundle: LoadedBundle, batcher: Batcher, limits: RequestLimits, executor: Executor,
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self.name, self.bundle, self.batcher, self.limits = name, bundle, batcher, limits
+        self._executor, self._observer = executor, observer or BatchObserver()
+        self.warm = False
+        self._probe = asyncio.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self.warm and self.batcher.last_ok
+
+    async def check_ready(self) -> bool:
+        """`ready`, but after a failed inference one small probe run (one at a time) checks whether the
+        graph works again, so readiness recovers by itself once a fault clears, traffic or not."""
+        if self.warm and not self.batcher.last_ok and not self._probe.locked():
+            async with self._probe:
+                with contextlib.suppress(InferenceError):  # still failing (or busy): stay not ready
+                    await self.run(["ready probe"], ["fast"], truncate=True)
+        return self.ready
+
+    async def ensure_ready(self) -> None:
+        """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
+        if not await self.check_ready():
+            state = "warming up" if not self.warm else "the last inference failed"
+            raise NotReady(f"model {self.name}: {state}")
+
+    async def warm_up(self) -> None:
+        """Runs of each graph at a realistic shape before the model counts as ready (arena allocations, kernel
+        choice, caches): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128."""
+        text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
+        for kind in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
+            if kind == TOKENS:
+                continue  # the fast graph's session: warmed as "fast"
+            batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
+            encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
+            with self.batcher.admit(batch) as ticket:
+                await self.submit(ticket, kind, [e.ids for e in encoded])
+        self.warm = True
+
+    # -- the one path of a request -----------------------------------------------------------------
+    async def run(
+        self, inputs: Inputs, kinds: Sequence[str], truncate: bool | None = None, direction: Direction = "right",
+        check: Check | None = None,
+    ) -> tuple[list[Encoded], dict[str, list[Outputs]]]:
+        """Check, admit once (a permit per input and graph), tokenise once, check `check`'s cap, then run
+        every input through each graph of `kinds` (at once: their inputs queue together)."""
+        check_inputs(self.limits, inputs)
+        with self.batcher.admit(len(inputs) * len(kinds)) as ticket:
+            encoded = await self._encode(inputs, truncate, direction)
+            if check is not None:
+                check(encoded)
+            ids = [e.ids for e in encoded]
+            runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
+        return encoded, dict(zip(kinds, runs, strict=True))
+
+    async def run_windows(self, inputs: Inputs, overlap: int) -> tuple[list[list[Window]], list[list[Outputs]]]:
+        """Cut every input into windows (off the loop when large), admit every window (one permit each, all
+        or none), run them through the fast graph; per input, its windows and their outputs."""
+        check_inputs(self.limits, inputs, chunked=True)
+        started = time.perf_counter()
+        windows = await self.maybe_off_loop(
+            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
+        )
+        self._tokenized(time.perf_counter() - started)
+        flat = [w.ids for ws in windows for w in ws]
+        with self.batcher.admit(len(flat)) as ticket:
+            outputs = await self.submit(ticket, "fast", flat)
+        return windows, chunking.regroup(outputs, windows)
+
+    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
+        outputs = await self.batcher.submit(ticket, kind, sequences)
+        if (record := timing.current()) is not None:
+            record.ran(ticket.queue_s, ticket.inference_s)
+        for index, output in enumerate(outputs):
+            for name, value in output.items():
+                if name != "attentions":  # checked once, on the map actually answered, off the loop
+                    check_finite(value, name, index)
+        return outputs
+
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def maybe_off_loop(self, texts: Inputs, fn: Callable[..., T], *args: Any) -> T:
+        """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
+        if sum(len(text) for text in texts) < INLINE_TOKENIZE_CHARS:
+            return fn(*args)
+        return await self.off_loop(fn, *args)
+
+    def _tokenized(self, seconds: float) -> None:
+        self._observer.tokenized(seconds)
+        if (record := timing.current()) is not None:
+            record.tokenized(seconds)
+
+    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
+        cut = self.limits.truncate if truncate is None else truncate
+        if isinstance(inputs[0], str):
+            started = time.perf_counter()
+            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction)
+            self._tokenized(time.perf_counter() - started)
+            return encoded
+        return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]

@@ -1,0 +1,53 @@
+"""The core's typed results as what goes on the wire: values orjson writes straight from numpy, base64 of
+little-endian floats, and the JSON shapes of windows, labels, tokens and attention maps.
+
+Shape letters: N inputs, K windows, D' embedding width, C labels, n real tokens of one input.
+"""
+
+from __future__ import annotations
+
+import binascii
+from typing import Any
+
+import numpy as np
+
+from inference.results import AttentionMap, Embeddings, LabelScore, Scores, Span, Token, grouped
+
+
+def base64_floats(values: np.ndarray, dtype: str = "float32") -> str:
+    """Little-endian bytes of `dtype` (float32, or float16), base64; one cast into a contiguous buffer,
+    encoded straight from it (no `tobytes` copy). OpenAI's encoding_format=base64 is float32."""
+    buffer = np.ascontiguousarray(values, dtype="<f2" if dtype == "float16" else "<f4")
+    return binascii.b2a_base64(buffer.data.cast("B"), newline=False).decode("ascii")
+
+
+def labels(ranked: list[LabelScore]) -> list[dict[str, Any]]:
+    return [{"label": s.label, "score": s.score} for s in ranked]
+
+
+def span(window: Span) -> dict[str, int]:
+    return {"start": window.start, "stop": window.stop, "tokens": window.tokens}
+
+
+def embedding_windows(result: Embeddings) -> list[list[dict[str, Any]]]:
+    """Per input, each window's span and embedding (chunking=windows)."""
+    assert result.spans is not None
+    return [[{**span(w), "embedding": row} for w, row in windows] for windows in grouped(result.vectors, result.spans)]
+
+
+def score_windows(result: Scores, top_k: int | None) -> list[list[dict[str, Any]]]:
+    """Per input, each window's span and its labels and scores, best first (chunking=windows)."""
+    assert result.spans is not None
+    ranked = result.ranked(top_k)
+    return [[{**span(w), "scores": labels(r)} for w, r in windows] for windows in grouped(ranked, result.spans)]
+
+
+def tokens(items: list[Token]) -> list[dict[str, Any]]:
+    return [{"id": t.id, "text": t.text, "start": t.start, "stop": t.stop, "special": t.special} for t in items]
+
+
+def attention_item(item: AttentionMap, encoding: str, dtype: str) -> dict[str, Any]:
+    """One input's tokens and maps: the float32 array itself (orjson writes nested lists), or base64."""
+    values: object = np.ascontiguousarray(item.values, dtype=np.float32) if encoding == "float" else \
+        base64_floats(item.values, dtype)
+    return {"tokens": tokens(item.tokens), "shape": list(item.values.shape), "attention": values}
