@@ -90,6 +90,11 @@ class ModelRegistry:
         for model in self:
             await model.ensure_ready()
 
+    def drain(self) -> None:
+        """Shutdown has begun: every model runs what waits at once (`Batcher.drain`)."""
+        for model in self:
+            model.batcher.drain()
+
     def busy(self, name: str | None) -> bool:
         """Whether a request to `name` would surely be refused: that model's permits are all taken, or, when
         the model is not known before the body is read (None), every model's are. Unknown names: not busy."""

@@ -57,8 +57,13 @@ class ServedModel:
         if self.warm and not self.batcher.last_ok and not self._probe.locked():
             async with self._probe:
                 with contextlib.suppress(InferenceError):  # still failing (or busy): stay not ready
-                    await self.run(["ready probe"], ["fast"], truncate=True)
+                    await self._probe_run()
         return self.ready
+
+    async def _probe_run(self) -> None:
+        encoded = self.bundle.tokenizer.encode(["ready probe"], truncate=True)
+        with self.batcher.admit(1) as ticket:
+            await self.submit(ticket, "fast", [encoded[0].ids], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -76,7 +81,7 @@ class ServedModel:
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await self.submit(ticket, kind, [e.ids for e in encoded])
+                await self.submit(ticket, kind, [e.ids for e in encoded], urgent=True)
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
@@ -109,8 +114,10 @@ class ServedModel:
             outputs = await self.submit(ticket, "fast", flat)
         return windows, chunking.regroup(outputs, windows)
 
-    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        outputs = await self.batcher.submit(ticket, kind, sequences)
+    async def submit(
+        self, ticket: Ticket, kind: str, sequences: list[np.ndarray], urgent: bool = False,
+    ) -> list[Outputs]:
+        outputs = await self.batcher.submit(ticket, kind, sequences, urgent)
         if (record := timing.current()) is not None:
             record.ran(ticket.queue_s, ticket.inference_s)
         for index, output in enumerate(outputs):
