@@ -64,7 +64,7 @@ test: lint
 RELIABILITY_SCALE ?= 1
 # Both parts always run; the target fails if either failed. The tables say why a check failed, so pytest's
 # tracebacks are kept short and captured output (server logs stay in their files) is left out.
-reliability: $(TEST_STAMP)
+reliability: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	ATTNSERVE_RELIABILITY_SCALE=$(RELIABILITY_SCALE) $(BIN)/python -m pytest -q -m reliability --tb=short \
 		--show-capture=no tests/reliability; limits=$$?; \
 	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability/test_schema_fuzz.py; fuzz=$$?; \

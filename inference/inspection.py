@@ -48,8 +48,13 @@ def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     """Unsupported without an attention graph; OutOfRange for a layer or head past the model's."""
     if "attention" not in model.bundle.graphs:
         raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
+    check_indices(model, query.layers, query.heads)
+
+
+def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int] | None) -> None:
+    """OutOfRange for a layer or head index past the model's (None: all of them)."""
     m = model.bundle.manifest
-    for name, chosen, size in (("layers", query.layers, m.num_layers), ("heads", query.heads, m.num_heads)):
+    for name, chosen, size in (("layers", layers, m.num_layers), ("heads", heads, m.num_heads)):
         if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
             raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 

@@ -48,6 +48,15 @@ class ServedModel:
         self._probe = asyncio.Lock()
 
     @property
+    def tasks(self) -> frozenset[str]:
+        """What this model can be asked: embed always; classify with labels; attention with an attention
+        graph; embed_all with the fast graph's token vectors."""
+        graphs, labels = self.bundle.graphs, self.bundle.manifest.labels
+        can = {"embed": True, "classify": bool(labels), "attention": "attention" in graphs,
+               "embed_all": TOKENS in graphs}
+        return frozenset(task for task, able in can.items() if able)
+
+    @property
     def ready(self) -> bool:
         return self.warm and self.batcher.last_ok
 

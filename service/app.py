@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
@@ -25,6 +25,7 @@ from service.errors import describe_validation, error_body_for, for_status, head
 from service.metrics import Metrics
 from service.middleware import TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
+from service.openapi import bounds, served_document
 from service.routes import attention, explore, openai, ops, tei
 from service.settings import Settings
 
@@ -44,6 +45,7 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
+    app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
     if settings.cors_origins:
@@ -56,6 +58,22 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
                        api_key=api_key, busy=lambda scope: _busy(app, scope), body_timeout_s=settings.body_timeout_s)
     return app
+
+
+def _served_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The routes' document, and once the models are served, what they accept (service.openapi), made once."""
+    routes_document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        models: ModelRegistry | None = app.state.models
+        if models is None:
+            return routes_document()
+        if getattr(app.state, "served_openapi", None) is None:
+            settings: Settings = app.state.settings
+            app.state.served_openapi = served_document(routes_document(), bounds(models), settings.max_inputs)
+        return app.state.served_openapi  # type: ignore[no-any-return]
+
+    return openapi
 
 
 def _busy(app: FastAPI, scope: Scope) -> bool:
@@ -85,7 +103,7 @@ def _lifespan(settings: Settings, bundles: Sequence[LoadedBundle] | None, metric
         finally:
             for model in models:
                 await model.batcher.stop()  # admitted work is finished first
-            app.state.models = None
+            app.state.models = app.state.served_openapi = None
             for executor in executors:
                 executor.shutdown(wait=True)
 

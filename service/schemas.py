@@ -19,7 +19,7 @@ def _valid_unicode(text: str) -> str:
     return text
 
 
-def _integral(value: object) -> object:
+def integral(value: object) -> object:
     """JSON Schema's `integer` is any number with a zero fractional part, so 2.0 is the integer 2 (the
     document cannot say otherwise); 2.5, true and "2" stay what they are and fail the strict check."""
     if isinstance(value, float) and value.is_integer():
@@ -33,8 +33,8 @@ def _integral(value: object) -> object:
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Texts = Annotated[list[Text], Field(min_length=1)]
 TextInputs = Text | Texts
-Index = Annotated[StrictInt, Field(ge=0), BeforeValidator(_integral)]  # bounds first: they stay in the schema
-Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral)]
+Index = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)]  # bounds first: they stay in the schema
+Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)]
 TokenIds = Annotated[list[Index], Field(min_length=1)]
 Indices = Annotated[list[Index], Field(min_length=1)]
 Direction = Literal["Left", "Right", "left", "right"]

@@ -75,6 +75,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     inputs, wanted = model_inputs(tensors), requested(served, request)
     params, names = request.parameters, {name for name, _ in wanted}
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
+    inspection.check_indices(served, index_list(params.layers), index_list(params.heads))  # asked for or not
     query = None
     if "attentions" in names:
         binary = next(b for name, b in wanted if name == "attentions")

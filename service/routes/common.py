@@ -8,7 +8,8 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel
 
-from inference.chunking import Chunking
+from inference.chunking import Chunking, check_overlap
+from inference.served import ServedModel
 from inference.tokenize import Direction
 from service.schemas import ErrorResponse
 
@@ -64,6 +65,9 @@ def direction(body: Any) -> Direction:
     return body.truncation_direction.lower()  # type: ignore[no-any-return]
 
 
-def chunking(body: Any) -> Chunking | None:
-    """The request's chunking (mode and overlap), or None to truncate."""
+def chunking(body: Any, served: ServedModel) -> Chunking | None:
+    """The request's chunking (mode and overlap), or None to truncate. An overlap the request gives is held to
+    the model's window (the served OpenAPI document's bound) whether or not it chunks."""
+    if "chunk_overlap" in body.model_fields_set:
+        check_overlap(served.bundle.tokenizer, body.chunk_overlap)
     return Chunking(body.chunking, body.chunk_overlap) if body.chunking is not None else None

@@ -46,7 +46,7 @@ async def _data(
 ) -> tuple[list[dict[str, Any]], int]:
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await operations.embed(served, inputs, normalize=served.bundle.manifest.normalize,
-                                    dimensions=body.dimensions, chunked=chunking(body))
+                                    dimensions=body.dimensions, chunked=chunking(body, served))
     if result.spans is None:
         return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
             result.tokens

@@ -12,7 +12,7 @@ from inference import operations
 from inference.postprocess import ScoreFunction
 from inference.served import ServedModel
 from service import wire
-from service.dependencies import JobDep, ModelQuery, PickDep, require_json
+from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
@@ -50,20 +50,22 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
 
 
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
-             responses=errors(*INFERENCE_ERRORS))
+             responses=errors(*INFERENCE_ERRORS), dependencies=[Depends(needs("classify"))])
 async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, labels with scores (softmax, or raw logits), best first; with chunking=windows, per input
     its windows, each with its span and scores."""
     served = pick(body.model, model)
     function: ScoreFunction = "none" if body.raw_scores else "softmax"
+    chunked = chunking(body, served)
     result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
-                                           direction=direction(body), function=function, chunked=chunking(body)))
+                                           direction=direction(body), function=function, chunked=chunked))
     if result.spans is not None:
         return json_response(wire.score_windows(result, body.top_k))
     return json_response([wire.labels(r) for r in result.ranked(body.top_k)])
 
 
-@router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS))
+@router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS),
+             dependencies=[Depends(needs("classify"))])
 async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """TEI's classification: a text gets one list of labels and scores, best first; a batch [[text], ...] one
     list per input. `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
@@ -86,7 +88,8 @@ async def similarity(body: SimilarityRequest, pick: PickDep, job: JobDep, model:
     return json_response(await job(_similarity(served, body)))
 
 
-@router.post("/embed_all", response_model=list[list[list[float]]], responses=errors(*INFERENCE_ERRORS))
+@router.post("/embed_all", response_model=list[list[list[float]]], responses=errors(*INFERENCE_ERRORS),
+             dependencies=[Depends(needs("embed_all"))])
 async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, one vector per token (the encoder's last hidden states, special tokens included); refused
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
@@ -137,7 +140,7 @@ def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[str]
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
     result = await operations.embed(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
-        dimensions=body.dimensions, chunked=chunking(body),
+        dimensions=body.dimensions, chunked=chunking(body, served),
     )
     return wire.embedding_windows(result) if result.spans is not None else result.vectors
 
