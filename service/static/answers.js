@@ -9,9 +9,16 @@ export async function classify(texts, facts) {
   return json;
 }
 
-export function showAnswers(container, texts, answers) {
+// `answers` null: the model has no classification head, which a note says.
+export function showAnswers(container, texts, answers, model) {
   container.replaceChildren();
-  if (answers === null) return;
+  if (answers === null) {
+    const note = document.createElement("p");
+    note.className = "note";
+    note.textContent = `The model ${model} has no classification head: no labels to show.`;
+    container.append(note);
+    return;
+  }
   answers.forEach((scores, i) => {
     const box = document.createElement("div");
     box.className = "answer";

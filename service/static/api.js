@@ -55,13 +55,8 @@ export async function call(path, body) {
   return { json: JSON.parse(text), text };
 }
 
-// The served models. The request bodies name the model only when there is a choice: with one model the
-// TEI-shaped routes (which refuse unknown fields) get no `model` field.
-export async function models() {
-  const { json } = await call("/v1/models");
-  return json.data.map((m) => m.id);
-}
-
+// The request bodies name the model only when there is a choice: with one model the TEI-shaped routes
+// (which refuse unknown fields) get no `model` field.
 export function withModel(body, model, modelCount) {
   return modelCount > 1 && model ? { ...body, model } : body;
 }

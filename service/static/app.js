@@ -1,15 +1,20 @@
-// The attention explorer: loads the model's facts, runs the texts, and keeps the controls, the views and
-// the messages in step. Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message
-// on the page; nothing is left blank. #views carries data-state="loading" | "ready" | "error".
+// The attention explorer: loads the served models' facts, runs the texts, and keeps the controls, the views
+// and the messages in step with the model chosen (its layers, heads and labels; whether it has attention).
+// Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message on the page; nothing is
+// left blank. #views carries data-state="loading" | "ready" | "error" | "unavailable" (the model chosen has
+// no attention graph) and, once drawn, data-model: the model its views are of.
 
-import { ApiError, call, models, setApiKey } from "./api.js";
+import { ApiError, setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { downloadCanvas, downloadText } from "./exporter.js";
+import { describe, factsOf, loadServed } from "./facts.js";
 import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./views.js";
 
 const $ = (id) => document.getElementById(id);
 const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpecial: false, renormalise: false };
-const facts = { model: null, modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, maxChars: Infinity, labels: [] };
+let served = { models: [], maxChars: Infinity }; // every served model, from /info; empty until it answered
+const facts = { model: null, modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, maxChars: Infinity, labels: [],
+  attention: false }; // the chosen model's (facts.js)
 let texts = []; // the texts last run
 let shown = { answer: null, drawings: [] }; // what the views show now
 let generation = 0; // each render's number: answers to an older one are dropped
@@ -31,17 +36,9 @@ function fail(error) {
 
 async function loadFacts() {
   try {
-    const ids = await models();
-    facts.modelCount = ids.length;
-    facts.model = facts.model && ids.includes(facts.model) ? facts.model : ids[0];
-    fillModels(ids);
-    const { json: info } = await call("/info");
-    Object.assign(facts, { numLayers: info.num_layers, numHeads: info.num_heads, maxLength: info.max_length,
-      maxChars: info.limits.max_input_chars, labels: info.labels });
-    fillSelect($("layer"), facts.numLayers, settings.layer);
-    fillSelect($("head"), facts.numHeads, settings.head);
-    $("model-info").textContent = `${info.model} · ${info.num_layers} layers × ${info.num_heads} heads`
-      + ` · up to ${info.max_length} tokens${info.labels.length ? ` · labels: ${info.labels.join(", ")}` : ""}`;
+    served = await loadServed();
+    useModel(facts.model);
+    fillModels(served.models.map((m) => m.name));
     $("key-form").hidden = true;
     return true;
   } catch (error) {
@@ -51,9 +48,23 @@ async function loadFacts() {
   }
 }
 
-function fillModels(ids) {
-  $("model-box").hidden = ids.length < 2;
-  $("model").replaceChildren(...ids.map((id) => new Option(id, id, false, id === facts.model)));
+// Takes the facts of the model called `name` (the default one when none is): the layer and head pickers
+// list its layers and heads (the layer and head chosen are kept where it has them), its line is shown, and
+// the answers of the model before are cleared.
+function useModel(name) {
+  Object.assign(facts, factsOf(served, name));
+  settings.layer = Math.max(0, Math.min(settings.layer, facts.numLayers - 1));
+  settings.head = Math.max(0, Math.min(settings.head, facts.numHeads - 1));
+  fillSelect($("layer"), facts.numLayers, settings.layer);
+  fillSelect($("head"), facts.numHeads, settings.head);
+  $("model-info").textContent = describe(facts);
+  $("answers").replaceChildren();
+  syncControls();
+}
+
+function fillModels(names) {
+  $("model-box").hidden = names.length < 2;
+  $("model").replaceChildren(...names.map((name) => new Option(name, name, false, name === facts.model)));
 }
 
 function fillSelect(select, count, chosen) {
@@ -75,7 +86,7 @@ function checkTexts(chosen) {
 }
 
 async function run() {
-  if (facts.numLayers === 0 && !(await loadFacts())) return;
+  if (served.models.length === 0 && !(await loadFacts())) return;
   const chosen = currentTexts();
   const problem = checkTexts(chosen);
   if (problem) {
@@ -88,7 +99,7 @@ async function run() {
   $("run").disabled = true;
   try {
     const [answers] = await Promise.all([classify(chosen, facts), render()]);
-    if (mine === runs) showAnswers($("answers"), chosen, answers);
+    if (mine === runs) showAnswers($("answers"), chosen, answers, facts.model);
   } catch (error) {
     if (mine !== runs) return;
     $("answers").replaceChildren();
@@ -101,6 +112,10 @@ async function run() {
 async function render() {
   if (texts.length === 0) return;
   const mine = ++generation;
+  if (!facts.attention) {
+    showUnavailable();
+    return;
+  }
   $("views").dataset.state = "loading";
   let answer;
   try {
@@ -112,7 +127,19 @@ async function render() {
   if (mine !== generation) return;
   const panels = makePanels($("views"), texts, answer.items, settings.hideSpecial);
   shown = { answer, drawings: draw(settings, facts, answer, panels, openInHeatmap) };
-  Object.assign($("views").dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts) });
+  Object.assign($("views").dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts),
+    model: facts.model });
+}
+
+// The model chosen has no attention graph: no /attention request, a note where the views would be.
+function showUnavailable() {
+  const note = document.createElement("p");
+  note.className = "note";
+  note.textContent = `The model ${facts.model} has no attention graph (its bundle was exported without one):`
+    + ` there is no attention to show.${facts.labels.length ? " Its labels for the text are above." : ""}`;
+  $("views").replaceChildren(note);
+  shown = { answer: null, drawings: [] };
+  Object.assign($("views").dataset, { state: "unavailable", view: settings.view, title: "", model: facts.model });
 }
 
 function rerender() {
@@ -129,10 +156,13 @@ function syncControls() {
   $("layer").value = String(settings.layer);
   $("head").value = String(settings.head);
   $("combine").value = settings.combine;
-  $("layer").disabled = settings.combine === "rollout" || settings.view === "grid";
-  $("head").disabled = settings.combine !== "none" || settings.view === "grid";
-  $("combine").disabled = settings.view === "grid";
-  $("renormalise").disabled = !settings.hideSpecial;
+  const none = !facts.attention;
+  $("layer").disabled = none || settings.combine === "rollout" || settings.view === "grid";
+  $("head").disabled = none || settings.combine !== "none" || settings.view === "grid";
+  $("combine").disabled = none || settings.view === "grid";
+  $("renormalise").disabled = none || !settings.hideSpecial;
+  $("export-png").disabled = none;
+  $("export-json").disabled = none;
 }
 
 function selectTab(view) {
@@ -175,7 +205,7 @@ function wire() {
   }
   $("compare").addEventListener("change", () => { $("text-b-box").hidden = !$("compare").checked; });
   $("key-form").addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
-  $("model").addEventListener("change", () => { facts.model = $("model").value; run(); });
+  $("model").addEventListener("change", () => { useModel($("model").value); run(); });
   $("tabs").addEventListener("keydown", onTabKey);
   for (const tab of document.querySelectorAll("[role=tab]")) tab.addEventListener("click", () => selectTab(tab.dataset.view));
   const controls = { layer: (v) => ({ layer: Number(v) }), head: (v) => ({ head: Number(v) }), combine: (v) => ({ combine: v }) };
