@@ -77,9 +77,9 @@ export async function call(path, body) {
   return { json: JSON.parse(text), text };
 }
 
-// The request bodies name the model only when there is a choice: with one model the TEI-shaped routes
-// (which refuse unknown fields) get no `model` field.
 /**
+ * `body` naming the model only when there is a choice: with one model the TEI-shaped routes (which refuse
+ * unknown fields) get no `model` field.
  * @template {object} T
  * @param {T} body
  * @param {string} model
