@@ -35,6 +35,7 @@ def test_make_serve_installs_inside_the_venv_only_what_serving_needs(tmp_path: P
 def test_make_test_is_ci_and_runs_the_lints_and_the_suite(tmp_path: Path) -> None:
     plan = planned("test", tmp_path)
     assert "apt-get" in plan  # Chromium for the browser tests, when it is missing
-    for step in ("ruff check", "vermin", "mypy", "-m pytest"):
+    for step in ("npm ci", "eslint service/static", "tsc -p jsconfig.json", "ruff check", "vermin", "mypy",
+                 "-m pytest"):
         assert step in plan, step
     assert "make test" in (ROOT / ".ci" / "run").read_text()

@@ -1,3 +1,4 @@
+// @ts-check
 // The colour scale: viridis (matplotlib's perceptually uniform map, readable with the common colour
 // vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table.
 
@@ -19,18 +20,31 @@ function buildTable() {
 
 export const TABLE = buildTable();
 
-// Index into TABLE of value v on the scale [0, max].
+/**
+ * Index into TABLE of a value on the scale [0, max].
+ * @param {number} value
+ * @param {number} max
+ */
 export function level(value, max) {
   if (!(max > 0)) return 0;
   return Math.max(0, Math.min(255, Math.round((value / max) * 255)));
 }
 
+/**
+ * @param {number} value
+ * @param {number} max
+ */
 export function cssColour(value, max) {
   const i = 3 * level(value, max);
   return `rgb(${TABLE[i]}, ${TABLE[i + 1]}, ${TABLE[i + 2]})`;
 }
 
-// An n x n matrix (row-major Float32Array) as an n x n ImageData, coloured on [0, max].
+/**
+ * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max].
+ * @param {Float32Array} values
+ * @param {number} n
+ * @param {number} max
+ */
 export function matrixImage(values, n, max) {
   const image = new ImageData(Math.max(n, 1), Math.max(n, 1));
   const pixels = image.data;
@@ -44,11 +58,20 @@ export function matrixImage(values, n, max) {
   return image;
 }
 
+/** @param {number} value */
 export function formatValue(value) {
   return value.toFixed(4);
 }
 
-// A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+/**
+ * A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {number} x
+ * @param {number} y
+ * @param {number} height
+ * @param {number} max
+ * @param {number} [width]
+ */
 export function drawColourBar(ctx, x, y, height, max, width = 14) {
   for (let py = 0; py < height; py++) {
     ctx.fillStyle = cssColour((1 - py / Math.max(height - 1, 1)) * max, max);

@@ -4,6 +4,7 @@ under a second."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,11 +36,12 @@ def tiny_config(head: bool = True, vocab_size: int = 200) -> EncoderConfig:
     )
 
 
-def make_tiny_checkpoint(dir: Path, head: bool = True) -> Path:
-    """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`."""
+def make_tiny_checkpoint(dir: Path, head: bool = True, **changes: Any) -> Path:
+    """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`.
+    `changes` replace fields of tiny_config (e.g. num_layers=3, num_heads=4)."""
     dir = Path(dir)
     tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
-    config = tiny_config(head, vocab_size=tokenizer.get_vocab_size())
+    config = tiny_config(head, vocab_size=tokenizer.get_vocab_size()).replace(**changes)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         encoder = Encoder(config).eval()
