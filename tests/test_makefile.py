@@ -15,7 +15,8 @@ def planned(target: str, tmp_path: Path) -> str:
     not exist yet)."""
     result = subprocess.run(
         ["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"BUNDLE={tmp_path / 'bundle'}",
-         f"CHECKPOINT={tmp_path / 'checkpoint'}", "CHROMIUM=/nonexistent/chromium"],
+         f"CHECKPOINT={tmp_path / 'checkpoint'}", "CHROMIUM=/nonexistent/chromium",
+         f"NODE_STAMP={tmp_path / 'node' / '.installed'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
