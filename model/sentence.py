@@ -1,11 +1,12 @@
 """A sentence-transformers directory's modules, read as sentence-transformers applies them.
 
 modules.json lists the pipeline: Transformer (the encoder; its sentence_bert_config.json gives
-max_seq_length), Pooling (one mode, model.pooling), at most one Dense (a projection with its activation,
-weights under linear.*) and Normalize. config_sentence_transformers.json carries the model's prompts
-("query: ", an instruction, ...) and its default prompt name. Anything else in modules.json, several
-pooling modes at once, or a Pooling that leaves the prompt out (include_prompt false) is refused with
-the reason, rather than embedded differently from sentence-transformers.
+max_seq_length, or sentence-transformers 6's tokenizer_config.json), Pooling (one mode, model.pooling),
+at most one Dense (a projection with its activation, weights under linear.*) and Normalize.
+config_sentence_transformers.json carries the model's prompts ("query: ", an instruction, ...) and its
+default prompt name. Anything else in modules.json, several pooling modes at once, or a Pooling that
+leaves the prompt out (include_prompt false) is refused with the reason, rather than embedded
+differently from sentence-transformers.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def read_sentence_modules(path: Path) -> SentenceModules | None:
 
 
 def _read_module(found: SentenceModules, kind: str, where: Path) -> None:
-    if kind == "Transformer" and (where / "sentence_bert_config.json").is_file():
-        found.max_seq_length = int(read_json(where / "sentence_bert_config.json").get("max_seq_length") or 0)
+    if kind == "Transformer":
+        found.max_seq_length = max_seq_length(where)
     elif kind == "Pooling":
         found.pooling = pooling_mode(read_json(where / "config.json"), where)
     elif kind == "Dense":
@@ -73,6 +74,17 @@ def _read_module(found: SentenceModules, kind: str, where: Path) -> None:
         found.projection, found.projection_weights = _dense(where)
     elif kind == "Normalize":
         found.normalize = True
+
+
+def max_seq_length(where: Path) -> int:
+    """sentence_bert_config.json's max_seq_length; sentence-transformers 6 keeps it as the tokenizer's
+    model_max_length in tokenizer_config.json instead. 0 when neither says (the loader caps it at the
+    position limit)."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        value = read_json(where / name).get(key) if (where / name).is_file() else None
+        if isinstance(value, (int, float)) and value > 0:
+            return int(min(value, 1 << 31))
+    return 0
 
 
 def pooling_mode(config: dict[str, Any], where: Path) -> str:
