@@ -37,7 +37,7 @@ class EncoderOutput:
 
 @dataclass
 class LayerInputs:
-    """What a block reads besides its states, shared by all blocks of one kind (global or local)."""
+    """What a block reads besides its states, shared by all blocks of one kind (full, i.e. global, or local)."""
 
     mask: Tensor  # (B, 1, 1|T, T) boolean
     bias: Tensor | None  # (1, H, T, T) relative-position bias
@@ -100,7 +100,7 @@ class Encoder(nn.Module):
             c.relative_attention_buckets, c.relative_attention_max_distance, c.num_heads,
         ) if c.relative_attention_buckets else None
         self.rotary = nn.ModuleDict({
-            "global": RotaryAngles(c.head_dim, c.rotary_theta),
+            "full": RotaryAngles(c.head_dim, c.rotary_theta),
             "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta),
         }) if c.rotary_theta else None
         self.final_norm = layer_norm(c) if c.norm_position == "pre" else nn.Identity()
@@ -128,7 +128,7 @@ class Encoder(nn.Module):
         inputs = self.layer_inputs(attention_mask)
         layers = []
         for block in self.blocks:
-            kind = inputs["local" if block.local else "global"]
+            kind = inputs["local" if block.local else "full"]
             x, weights = block(x, kind.mask, kind.bias, kind.rotary)
             layers.append(weights)  # (B, H, T, T)
         x = self.final_norm(x)
@@ -136,7 +136,7 @@ class Encoder(nn.Module):
         return EncoderOutput(
             token_states=x,
             embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
-            logits=self.head_logits(x, pooled, inputs["global"].mask, attention_mask),
+            logits=self.head_logits(x, pooled, inputs["full"].mask, attention_mask),
             attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
         )
 
@@ -144,7 +144,7 @@ class Encoder(nn.Module):
         """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones."""
         c, T, device = self.config, attention_mask.size(1), attention_mask.device
         bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
-        kinds = {"global": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
+        kinds = {"full": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
         if any(block.local for block in self.blocks):
             kinds["local"] = build_mask(attention_mask, "window", c.window_size)  # (B, 1, T, T)
         return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None)

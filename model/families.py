@@ -201,7 +201,7 @@ DISTILBERT = Family(
 MPNET = Family(
     "mpnet", ("mpnet",), ("MPNet",), "mpnet.", _mpnet_body,
     {"embeddings.word_embeddings": "embeddings.token", "embeddings.position_embeddings": "embeddings.position",
-     "embeddings.LayerNorm": "embeddings.norm", "encoder.relative_attention_bias": "relative_bias",
+     "embeddings.LayerNorm": "embeddings.norm", "encoder.relative_attention_bias": "relative_bias.table",
      **layers("encoder.layer.{i}.", {
          "attention.attn.q": "attention.q_proj", "attention.attn.k": "attention.k_proj",
          "attention.attn.v": "attention.v_proj", "attention.attn.o": "attention.out_proj",

@@ -16,6 +16,7 @@ Each family's head is the same few steps with its own choices (config.head_*):
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from model.config import EncoderConfig
@@ -86,3 +87,10 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, token_states: Tensor) -> Tensor:
         return self.decoder(self.transform(token_states))  # (B, T, V)
+
+
+def sparse_vector(mlm_logits: Tensor, attention_mask: Tensor) -> Tensor:
+    """SPLADE: (B, T, V) masked-LM logits -> (B, V), the max over real tokens of log(1 + relu(logit)).
+    Every term is >= 0, so zeroing the padding's terms leaves the max over real tokens."""
+    weights = torch.log(1 + torch.relu(mlm_logits))  # (B, T, V)
+    return (weights * attention_mask.unsqueeze(-1).to(weights.dtype)).amax(dim=1)  # (B, V)

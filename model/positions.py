@@ -40,12 +40,13 @@ class AbsolutePositions(nn.Embedding):
         return super().forward(self.position_ids(attention_mask))  # (B|1, T, D)
 
 
-class RelativePositionBias(nn.Embedding):
+class RelativePositionBias(nn.Module):
     """MPNet's bucketed relative-position bias: a (buckets, H) table -> an additive (1, H, T, T) score bias."""
 
     def __init__(self, num_buckets: int, max_distance: int, num_heads: int) -> None:
-        super().__init__(num_buckets, num_heads)
+        super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.table = nn.Embedding(num_buckets, num_heads)
 
     def bucket(self, relative: Tensor) -> Tensor:
         """T5's bidirectional buckets: half per direction, exact below max_exact, log-spaced up to max_distance."""
@@ -61,12 +62,14 @@ class RelativePositionBias(nn.Embedding):
     def forward(self, T: int, device: torch.device) -> Tensor:
         pos = torch.arange(T, device=device)
         relative = pos[None, :] - pos[:, None]  # (T, T): key position j - query position i
-        bias = super().forward(self.bucket(relative))  # (T, T, H)
+        bias = self.table(self.bucket(relative))  # (T, T, H)
         return bias.permute(2, 0, 1)[None]  # (1, H, T, T)
 
 
 class RotaryAngles(nn.Module):
     """cos and sin of position x inverse frequency for one theta: (T,) -> two (1, 1, T, d_k) tensors."""
+
+    inv_freq: Tensor
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()

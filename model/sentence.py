@@ -44,7 +44,7 @@ class SentenceModules:
     default_prompt_name: str | None = None
 
 
-def read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 

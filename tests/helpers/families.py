@@ -20,6 +20,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 
+from model.tokenizer import encode, pad_id
 from tests.helpers import tokenizers
 
 ARCHITECTURES = ("bert", "roberta", "xlm-roberta", "camembert", "distilbert", "mpnet", "modernbert")
@@ -96,6 +97,16 @@ def save_hf(directory: Path, arch: str, head: str = "Model", shape: str = "small
 def reference(directory: Path, arch: str, head: str) -> torch.nn.Module:
     """The saved model as transformers loads it, eager attention (ModernBERT: its plain padded path)."""
     return model_class(arch, head).from_pretrained(directory, attn_implementation="eager").eval()
+
+
+def padded_batches(tokenizer: Tokenizer) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(input_ids, attention_mask), (B, T) each: MULTILINGUAL right-padded to 24 tokens, the same left-padded,
+    and three texts cut to 6 tokens."""
+    ids, mask = encode(tokenizer, tokenizers.MULTILINGUAL, 24)
+    left_ids, left_mask = torch.full_like(ids, pad_id(tokenizer)), torch.zeros_like(mask)
+    for row, n in enumerate(mask.sum(1).tolist()):
+        left_ids[row, ids.size(1) - n:], left_mask[row, ids.size(1) - n:] = ids[row, :n], 1
+    return [(ids, mask), (left_ids, left_mask), encode(tokenizer, tokenizers.MULTILINGUAL[:3], 6)]
 
 
 def randomise_vectors(model: torch.nn.Module) -> None:

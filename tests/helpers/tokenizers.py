@@ -36,11 +36,13 @@ def wordpiece(vocab_size: int = 300) -> Tokenizer:
 
 
 def wordpiece_fairseq(vocab_size: int = 300) -> Tokenizer:
-    tokenizer = Tokenizer(models.WordPiece(unk_token="<unk>"))
+    """MPNet's vocabulary has both <unk> (id 3) and the [UNK] its WordPiece model and tokenizer class use."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=FAIRSEQ_SPECIALS)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=1,
+                                        special_tokens=[*FAIRSEQ_SPECIALS, "[UNK]"])
     tokenizer.train_from_iterator(MULTILINGUAL * 3, trainer=trainer)
     tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
     return tokenizer

@@ -16,21 +16,9 @@ from torch import Tensor
 
 from model.families import supported_classes
 from model.load import load_model
-from model.tokenizer import encode
-from tests.helpers.families import ARCHITECTURES, save_hf
-from tests.helpers.tokenizers import MULTILINGUAL
+from tests.helpers.families import ARCHITECTURES, padded_batches, save_hf
 
 TOLERANCE = 1e-5
-
-
-def batches(tokenizer: object) -> list[tuple[Tensor, Tensor]]:
-    """(input_ids, attention_mask) (B, T): right-padded to 24 tokens, the same left-padded, and a short batch."""
-    ids, mask = encode(tokenizer, MULTILINGUAL, 24)  # type: ignore[arg-type]
-    lengths = mask.sum(1)
-    left_ids, left_mask = torch.full_like(ids, int(ids[mask == 0][0])), torch.zeros_like(mask)
-    for row, n in enumerate(lengths.tolist()):
-        left_ids[row, ids.size(1) - n:], left_mask[row, ids.size(1) - n:] = ids[row, :n], 1
-    return [(ids, mask), (left_ids, left_mask), encode(tokenizer, MULTILINGUAL[:3], 6)]  # type: ignore[arg-type]
 
 
 def real_rows(attentions: Tensor, mask: Tensor) -> Tensor:
@@ -51,7 +39,7 @@ def test_hidden_states_and_attentions_match_transformers(tmp_path: Path, arch: s
     reference = save_hf(tmp_path, arch, "Model", shape)
     loaded = load_model(tmp_path)
     assert loaded.kind == f"hf-{'roberta' if arch in ('xlm-roberta', 'camembert') else arch}"
-    for ids, mask in batches(loaded.tokenizer):
+    for ids, mask in padded_batches(loaded.tokenizer):
         with torch.no_grad():
             ours = loaded.encoder(ids, mask, output_attentions=True)
             states, attentions = reference_body(reference, ids, mask)
@@ -65,7 +53,7 @@ def test_hidden_states_and_attentions_match_transformers(tmp_path: Path, arch: s
 def test_head_logits_match_transformers(tmp_path: Path, arch: str, head: str) -> None:
     reference = save_hf(tmp_path, arch, head, "wide" if arch == "modernbert" else "small")
     loaded = load_model(tmp_path)
-    for ids, mask in batches(loaded.tokenizer)[::2]:
+    for ids, mask in padded_batches(loaded.tokenizer)[::2]:
         with torch.no_grad():
             ours = loaded.encoder(ids, mask).logits
             expected = reference(input_ids=ids, attention_mask=mask).logits  # (B, C), (B, T, C) or (B, T, V)
@@ -82,7 +70,7 @@ def test_modernbert_local_layers_are_banded_as_the_reference(tmp_path: Path, sha
     small: 2 layers, a global one every 3 (0 global, 1 local); wide: 3 layers, every 2 (0, 2 global, 1 local)."""
     reference = save_hf(tmp_path, "modernbert", "Model", shape)
     loaded = load_model(tmp_path)
-    ids, mask = batches(loaded.tokenizer)[0]
+    ids, mask = padded_batches(loaded.tokenizer)[0]
     with torch.no_grad():
         ours = loaded.encoder(ids, mask, output_attentions=True).attentions  # (B, L, H, T, T)
         _, theirs = reference_body(reference, ids, mask)
