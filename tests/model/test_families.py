@@ -106,3 +106,15 @@ def test_a_tensor_the_table_does_not_map_is_named(tmp_path: Path) -> None:
     save_file({**weights, "transformer.layer.0.adapter.weight": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="distilbert weight table does not map: transformer.layer.0.adapter.weight"):
         load_model(tmp_path)
+
+
+def test_untied_masked_lm_decoder_keeps_its_own_weights(tmp_path: Path) -> None:
+    reference = save_hf(tmp_path, "bert", "ForMaskedLM", tie_word_embeddings=False)
+    loaded = load_model(tmp_path)
+    decoder, embedding = loaded.encoder.head.decoder.weight, loaded.encoder.embeddings.token.weight  # type: ignore[union-attr]
+    assert not loaded.encoder.config.tie_decoder and decoder.data_ptr() != embedding.data_ptr()
+    assert not torch.equal(decoder, embedding)
+    ids, mask = padded_batches(loaded.tokenizer)[0]
+    with torch.no_grad():
+        diff = loaded.encoder(ids, mask).logits - reference(input_ids=ids, attention_mask=mask).logits
+    assert diff[mask.bool()].abs().max() <= TOLERANCE
