@@ -5,8 +5,8 @@ Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 Padding makes some outputs meaningless, so comparisons look at real tokens only:
 token_embeddings and token_logits at positions where attention_mask is 1, attentions where both the
 query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max
-over real tokens) are compared whole. Graphs are
-opened with the service's own session options (bundle.session), so the gate checks what is served.
+over real tokens) are compared whole. Graphs are opened with the service's own session options
+(bundle.session), so the gate checks what is served.
 The parity texts live here: fixed sentences of mixed lengths, cut into batches of mixed sizes. The int8
 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out review
 snippets and 200 one- to three-word texts): check_sets.
@@ -86,7 +86,7 @@ class ParityError(RuntimeError):
 
 @dataclass
 class Batch:
-    inputs: dict[str, np.ndarray]  # the graph's inputs: input_ids, attention_mask (, token_type_ids): (B, T) int64
+    inputs: dict[str, np.ndarray]  # the graph's inputs (input_ids, attention_mask, ...): (B, T) int64
     expected: dict[str, np.ndarray]  # eager outputs by graph output name
 
 
@@ -99,7 +99,7 @@ def reference(
     for batch in texts:
         feeds = pad(token_ids(model.tokenizer, batch, max_length), pad_id(model.tokenizer), module.input_names)
         with torch.no_grad():
-            values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))  # (B, T) each in
+            values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
         expected = {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)}
         batches.append(Batch(feeds, expected))
     return batches
