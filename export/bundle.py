@@ -18,14 +18,13 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bundle.feeds import INPUT_NAMES
 from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import variants as variants_mod
 from export.calibration import Int8Inputs, int8_inputs
-from export.graphs import KINDS, export_graph, output_shapes
+from export.graphs import KINDS, export_graph, input_names, output_shapes, task
 from export.measure import measure_entries
 from export.parity import Batch, ParityError, check_graph, check_sets, parity_batches, reference
 from model.checkpoint import LoadedModel
@@ -92,6 +91,8 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         name=name, version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
+        architecture=config.architecture, task=task(config), embedding_size=config.embedding_size,
+        prompts=model.prompts, default_prompt_name=model.default_prompt_name,
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,
@@ -148,7 +149,7 @@ def _build_int8_dynamic(fp32: Path, path: Path, config: EncoderConfig,
 def _entry(
     path: Path, kind: str, variant: str, providers: list[str], parity: dict[str, float], config: EncoderConfig,
 ) -> GraphEntry:
-    inputs = [TensorSpec(name=n, dtype="int64", shape=["batch", "sequence"]) for n in INPUT_NAMES]
+    inputs = [TensorSpec(name=n, dtype="int64", shape=["batch", "sequence"]) for n in input_names(config)]
     outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind).items()]
     return GraphEntry(
         file=path.name, sha256=sha256_file(path), kind=kind, variant=variant,  # type: ignore[arg-type]
