@@ -28,7 +28,7 @@ async def embed(
 ) -> Embeddings:
     """Pooled vectors, L2-normalised when asked, cut to `dimensions` (then renormalised). Chunked: per input
     the token-weighted mean of its windows' vectors (before normalisation), or every window's vector."""
-    check_dimensions(dimensions, model.bundle.manifest.hidden_size)
+    check_dimensions(dimensions, model.bundle.manifest.embedding_size)
     values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked)
     return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
 

@@ -87,7 +87,7 @@ class Embedder:
         load = model.load.model_copy(update={"intra_op_threads": threads})
         self.batching, self.output = model.batching, output
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
-        self.schema = rows.schema(rows.id_type(has_id_column), self.bundle.manifest.hidden_size,
+        self.schema = rows.schema(rows.id_type(has_id_column), self.bundle.manifest.embedding_size,
                                   list(self.bundle.manifest.labels), output)
 
     def __call__(self, batch: pa.Table) -> pa.Table:

@@ -117,7 +117,7 @@ def embed(
             results[index] = result
         if on_batch is not None:
             on_batch(len(batch))
-    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.hidden_size))
+    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.embedding_size))
     finite(vectors, "embeddings")
     values = {"embeddings": postprocess.embeddings(vectors, output.normalize, None),  # (N, D)
               "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)

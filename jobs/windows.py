@@ -82,7 +82,7 @@ def embed(
         if on_rows is not None:
             on_rows(done)
     classes = len(bundle.manifest.labels) if output.classify else None
-    return documents.values(output, bundle.manifest.hidden_size, classes)
+    return documents.values(output, bundle.manifest.embedding_size, classes)
 
 
 class _Documents:

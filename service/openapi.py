@@ -3,7 +3,7 @@ on the models written in (from their manifests and tokenizers) and the routes no
 left out (they answer 404).
 
 With several models served the bounds are the tightest of them, so that whatever the document accepts,
-every model accepts: `dimensions` up to the hidden size, layer and head indices below the model's counts,
+every model accepts: `dimensions` up to the embedding size, layer and head indices below the model's counts,
 token ids below the vocabulary size, `chunk_overlap` below the chunking window, and on /v2 the output
 names the models give; and from the settings, at most max_inputs inputs. What no document can state stays
 a 422 naming its limit: an input too long for the model with truncation off, an answer over its cap, and
@@ -28,7 +28,7 @@ INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/
 class Bounds:
     """The tightest sizes over the served models, and what any of them can be asked."""
 
-    hidden: int
+    embedding: int  # the width of `embeddings`
     layers: int
     heads: int
     vocabulary: int
@@ -44,7 +44,7 @@ def bounds(models: ModelRegistry) -> Bounds:
     manifests = [m.bundle.manifest for m in listed]
     outputs = dict.fromkeys(name for m in listed for name in output_specs(m))
     return Bounds(
-        min(m.hidden_size for m in manifests), min(m.num_layers for m in manifests),
+        min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
         min(window_size(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
         tuple(outputs),
@@ -70,7 +70,7 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
         if name in schemas:  # similarity: the source sentence is an input too
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
-        _cap(schemas[name]["properties"]["dimensions"], served.hidden)
+        _cap(schemas[name]["properties"]["dimensions"], served.embedding)
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest"):
         _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)

@@ -38,7 +38,7 @@ Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)]
 TokenIds = Annotated[list[Index], Field(min_length=1)]
 Indices = Annotated[list[Index], Field(min_length=1)]
 Direction = Literal["Left", "Right", "left", "right"]
-DIMENSIONS = "Keep the first `dimensions` values (at most the model's hidden_size, see GET /info), then renormalise."
+DIMENSIONS = "Keep the first `dimensions` values (at most the model's embedding_size, see GET /info), then renormalise."
 CHUNKING = (
     "Instead of truncating, cut each input into windows of the model's max length less its special tokens "
     "(GET /info), each sharing `chunk_overlap` tokens with the next and run as one input. mean: one answer per input, "

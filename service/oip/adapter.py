@@ -61,7 +61,7 @@ def model_metadata(served: ServedModel) -> dict[str, object]:
 def output_specs(served: ServedModel) -> dict[str, tuple[str, list[int]]]:
     """The outputs this model gives: name -> (datatype, shape)."""
     m = served.bundle.manifest
-    specs = {"embeddings": ("FP32", [-1, m.hidden_size])}
+    specs = {"embeddings": ("FP32", [-1, m.embedding_size])}
     if m.labels:
         specs |= {"logits": ("FP32", [-1, len(m.labels)]), "scores": ("FP32", [-1, len(m.labels)])}
     if "attention" in served.bundle.graphs:
