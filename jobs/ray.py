@@ -21,8 +21,6 @@ Paths (inputs, bundle, OUT) must be the same on every node: a shared volume, or 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bundle.files import written_whole
 from inference.errors import StartupError
 from inference.loading import verify
 from inference.tokenize import load_tokenizer
@@ -228,12 +227,5 @@ def _rejects_file(out: Path, index: int) -> Iterator[TextIO]:
     retried task rewrites it whole); no file when the input has no bad rows."""
     target = out / parts.REJECTS / f"input-{index:05d}.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh
-        if os.path.getsize(tmp):
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with written_whole(target, keep_empty=False) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        yield fh
