@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, ValidationError
 from attnserve.flags import add_flags, given, report
 from inference.chunking import DEFAULT_OVERLAP
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
-from jobs.embed import JobModel
+from jobs.embedding import Batching, Chunking, JobError, JobOutput
 from jobs.inputs import FORMATS, Columns, InputError
-from jobs.rows import Batching, Chunking, JobError, JobOutput
+from jobs.local import JobModel
 
 LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
 BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")
@@ -129,7 +129,7 @@ def _model(args: argparse.Namespace) -> tuple[JobModel, int]:
 
 
 def _run_local(args: argparse.Namespace, model: JobModel, max_windows: int):
-    from jobs.embed import run
+    from jobs.local import run
 
     return run(_job(args, max_windows), model)
 
@@ -142,7 +142,7 @@ def _run_ray(args: argparse.Namespace, model: JobModel, max_windows: int):
 
 
 def _job(args: argparse.Namespace, max_windows: int):
-    from jobs.embed import Job
+    from jobs.local import Job
 
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")

@@ -3,7 +3,7 @@
 The cutting, the checks and the pooling are `inference.chunking`'s, so the job's windows, spans and pooled vectors are
 those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
 windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
-tokens. Every window is one item of `jobs.rows.run_batched`, where the service's BatchQueue batches
+tokens. Every window is one item of `jobs.embedding.run_batched`, where the service's BatchQueue batches
 windows by length under the token budget as it batches rows, so one document's windows may run in
 different batches. Documents are cut a few at a time, as the queue has room; a document's window
 outputs are kept until its last window has run, then pooled at once (mean: the content-token-weighted
@@ -12,7 +12,7 @@ written once all its documents are done, so memory holds one part's answers and 
 
 A document that would make more windows than the cap (--max-windows-per-input, the server's setting) is
 a bad row: `WindowCap` counts its windows (`chunking.too_many_windows`) before any is built and gives the
-reason, and `rows.split` sets it aside with the other bad rows.
+reason, and `embedding.split` sets it aside with the other bad rows.
 
 Shape letters: N documents, M windows of all of them, K windows of one, D hidden, C labels.
 """
@@ -29,8 +29,8 @@ from inference.chunking import Window
 from inference.errors import OutOfRange
 from inference.loading import LoadedBundle
 from inference.tokenize import TextTokenizer
-from jobs import rows
-from jobs.rows import Batching, Chunking, JobError, JobOutput, OnBatch
+from jobs import embedding
+from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
 
 CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
 NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
@@ -47,7 +47,7 @@ def check(tokenizer: TextTokenizer, options: Chunking) -> None:
 
 @dataclass(frozen=True)
 class WindowCap:
-    """Why each text is set aside for making too many windows (None: it is not). A `rows.TooLong`."""
+    """Why each text is set aside for making too many windows (None: it is not). A `embedding.TooLong`."""
 
     tokenizer: TextTokenizer
     options: Chunking
@@ -70,14 +70,14 @@ def too_long(tokenizer: TextTokenizer, output: JobOutput) -> WindowCap | None:
 def embed(
     bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: Batching, on_rows: OnBatch | None = None,
 ) -> dict[str, np.ndarray]:
-    """`rows.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
+    """`embedding.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
     if output.chunking is None:
-        return rows.embed(bundle, texts, output, batching, on_rows)
+        return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
     sequences = documents.cut(bundle.tokenizer, texts)
-    for batch in rows.run_batched(bundle, sequences, batching):
+    for batch in embedding.run_batched(bundle, sequences, batching):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
@@ -115,7 +115,7 @@ class _Documents:
         for index, result in batch:
             document, k = self.where[index]
             for name, value in result.items():
-                rows.finite(value, name)
+                embedding.finite(value, name)
             self.outputs[document][k] = result
             self.left[document] -= 1
             if self.left[document] == 0:
@@ -130,7 +130,7 @@ class _Documents:
                 for name in outputs[0]}
 
     def values(self, output: JobOutput, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
-        """What rows.table takes: per document (mean) or per window (windows), in input order."""
+        """What embedding.table takes: per document (mean) or per window (windows), in input order."""
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
