@@ -10,6 +10,11 @@ post-processor), so each window is exactly what the tokenizer makes of that stre
 of at most W tokens makes one window: its usual encoding. Token-id inputs are used as given (nothing is
 added), so they are cut into windows of max_length ids, and their spans count tokens, not characters.
 
+Text pairs (a query and a long document, for reranking) are cut on the document only: the query's content
+tokens (at most half the room, else the request is refused) are repeated in every window, so each window
+holds W = max_length - S_pair - (the query's tokens) tokens of the document, S_pair being the special tokens
+of the pair template (3 for BERT, 4 for RoBERTa); its span is in the document's characters.
+
 Pooling: the mean of the windows' outputs weighted by each window's content-token count, in float64,
 taken on the graph's pooled vectors before normalisation (or on logits before softmax). One window is
 returned unchanged, bit for bit.
@@ -27,7 +32,8 @@ import numpy as np
 from tokenizers import Encoding
 
 from inference.errors import InputTooLong, OutOfRange
-from inference.tokenize import TextTokenizer
+from inference.graphs import sequence
+from inference.tokenize import Encoded, Pair, TextTokenizer, encoded
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
 Mode = Literal["mean", "windows"]  # mean: one answer per input, pooled over its windows; windows: each window's
@@ -47,10 +53,17 @@ class Window:
     start: int  # span of the window's content in the input: characters of a text, positions of token ids
     stop: int
     tokens: int  # content tokens (special tokens excluded): the window's weight in the mean
+    type_ids: np.ndarray | None = None  # (n,) a pair window's token types
+    encoded: Encoded | None = None  # a pair window's tokens: offsets (into the document), sequence ids
 
     @property
     def length(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def sequence(self) -> np.ndarray:
+        """What the graph runs: (n,) ids, or (n, 2) ids and type ids (`inference.graphs.sequence`)."""
+        return sequence(self.ids, self.type_ids)
 
 
 def window_size(tokenizer: TextTokenizer, text: bool = True) -> int:
@@ -66,9 +79,11 @@ def count_windows(tokens: int, size: int, overlap: int) -> int:
     return 1 + (tokens - size + step - 1) // step
 
 
-def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int) -> list[list[Window]]:
-    """Per input, its windows in order. Refuses an overlap outside [0, W) and an input that would make more
-    than `max_windows` windows (before any window is built). CPU-bound: callers keep it off an event loop."""
+def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int,
+        keep_tokens: bool = False) -> list[list[Window]]:
+    """Per input, its windows in order (with `keep_tokens`, a text window keeps its tokens: `Window.encoded`).
+    Refuses an overlap outside [0, W) and an input that would make more than `max_windows` windows (before
+    any window is built). CPU-bound: callers keep it off an event loop."""
     text = isinstance(inputs[0], str)
     size = window_size(tokenizer, text)
     check_overlap(tokenizer, overlap, text)
@@ -78,7 +93,47 @@ def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windo
         return [_id_windows(ids, size, overlap) for ids in sequences]
     encodings = tokenizer.content(inputs)
     _check_counts([len(e.ids) for e in encodings], size, overlap, max_windows)
-    return [_text_windows(tokenizer, e, size, overlap) for e in encodings]
+    return [_text_windows(tokenizer, e, size, overlap, keep_tokens) for e in encodings]
+
+
+def cut_pairs(tokenizer: TextTokenizer, pairs: Sequence[Pair], overlap: int, max_windows: int) -> list[list[Window]]:
+    """Per (query, document), the document's windows, each after the query in the pair template. Refuses a
+    query over half the room, an overlap outside [0, W) and a document of more than `max_windows` windows,
+    before any window is built."""
+    queries = tokenizer.content([query for query, _ in pairs])
+    documents = tokenizer.content([document for _, document in pairs])
+    sizes = [pair_window_size(tokenizer, len(q.ids), index) for index, q in enumerate(queries)]
+    for index, (size, document) in enumerate(zip(sizes, documents, strict=True)):
+        if not 0 <= overlap < size:
+            raise OutOfRange(f"chunk_overlap must be at least 0 and below the {size} document tokens a window of "
+                             f"input {index} holds (the max length less the special tokens and the query)")
+        if (reason := too_many_windows(len(document.ids), size, overlap, max_windows)) is not None:
+            raise InputTooLong(f"input {index}: {reason} (ATTNSERVE_MAX_WINDOWS_PER_INPUT)")
+    return [_pair_windows(tokenizer, q, d, size, overlap) for q, d, size in zip(queries, documents, sizes, strict=True)]
+
+
+def pair_window_size(tokenizer: TextTokenizer, query_tokens: int, index: int = 0) -> int:
+    """Document tokens per window after a query of `query_tokens`; InputTooLong when the query takes more
+    than half the room."""
+    room = tokenizer.max_length - tokenizer.pair_special_count
+    if query_tokens > room // 2:
+        raise InputTooLong(f"input {index}: the query has {query_tokens} tokens; a chunked pair holds at most "
+                           f"{room // 2} (half of the max length less the special tokens)")
+    return room - query_tokens
+
+
+def _pair_windows(tokenizer: TextTokenizer, query: Encoding, document: Encoding, size: int,
+                  overlap: int) -> list[Window]:
+    document.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
+    wrapped = tokenizer.wrap(query, document)  # each document window after the (whole) query
+    return [_pair_window(w) for w in (wrapped, *wrapped.overflowing)]
+
+
+def _pair_window(encoding: Encoding) -> Window:
+    content = [i for i, s in enumerate(encoding.sequence_ids) if s == 1]
+    start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
+    one = encoded(encoding)
+    return Window(one.ids, int(start), int(stop), len(content), one.type_ids, one)
 
 
 def pool(values: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
@@ -127,16 +182,18 @@ def _check_counts(token_counts: Sequence[int], size: int, overlap: int, max_wind
             raise InputTooLong(f"input {index}: {reason} (ATTNSERVE_MAX_WINDOWS_PER_INPUT)")
 
 
-def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int) -> list[Window]:
+def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int,
+                  keep_tokens: bool) -> list[Window]:
     encoding.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
     wrapped = tokenizer.wrap(encoding)
-    return [_text_window(w) for w in (wrapped, *wrapped.overflowing)]
+    return [_text_window(w, keep_tokens) for w in (wrapped, *wrapped.overflowing)]
 
 
-def _text_window(encoding: Encoding) -> Window:
+def _text_window(encoding: Encoding, keep_tokens: bool) -> Window:
     content = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]
     start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
-    return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content))
+    kept = encoded(encoding) if keep_tokens else None
+    return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content), encoded=kept)
 
 
 def _id_windows(ids: list[int], size: int, overlap: int) -> list[Window]:

@@ -36,7 +36,7 @@ async def graph_outputs(
     kinds = (["fast"] if fast else []) + (["attention"] if query is not None else [])
     if query is not None:
         check_attention_query(model, query)
-    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query))
+    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=attention_cap(model, query))
     values = {}
     if fast:
         values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)
@@ -59,7 +59,7 @@ def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int]
             raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 
 
-def _attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | None:
+def attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | None:
     if query is None:
         return None
     m = model.bundle.manifest

@@ -3,7 +3,9 @@
 Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); a served model
 calls this on the event loop for small requests and in its executor otherwise. Truncation keeps the
 special tokens and cuts from the right or the left; with truncation off, an input longer than the
-model's max length is refused, naming the limit. For chunking (`inference.chunking`) the whole text is
+model's max length is refused, naming the limit. Text pairs (a query and a document) go through the
+tokenizer's own pair template ([CLS] A [SEP] B [SEP] with type ids 0 / 1, or <s> A </s></s> B </s>), truncated
+longest-first as transformers' tokenizers do by default. For chunking (`inference.chunking`) the whole text is
 encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
 `load_tokenizer` is the one loader of a bundle's tokenizer (the service, the corpus job and the bench use it).
 """
@@ -22,6 +24,7 @@ from bundle.manifest import Manifest
 from inference.errors import InputTooLong, InvalidRequest, OutOfRange, StartupError
 
 Direction = Literal["right", "left"]
+Pair = tuple[str, str]  # (text, text pair): a query and a document
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class Encoded:
     offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
     special: list[bool]
     type_ids: np.ndarray | None = None  # (T,) int64 token types (the pair template's segments); None: all 0
+    sequence_ids: list[int | None] | None = None  # per token: 0 the first text, 1 a pair's second, None special
 
     @property
     def length(self) -> int:
@@ -42,9 +46,25 @@ class TextTokenizer:
         self.max_length = max_length
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self.special_count = tokenizer.num_special_tokens_to_add(is_pair=False)  # what the post-processor adds
+        self.pair_special_count = tokenizer.num_special_tokens_to_add(is_pair=True)
         self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
         self._plain = _truncating_copy(tokenizer, max_length, "right")
         self._plain.no_truncation()
+
+    @property
+    def subword_prefix(self) -> str | None:
+        """The model's continuing-subword prefix (WordPiece's "##"): words are then known from the tokens."""
+        return getattr(self._plain.model, "continuing_subword_prefix", None)
+
+    @property
+    def unk_id(self) -> int | None:
+        token = getattr(self._plain.model, "unk_token", None)
+        return self._plain.token_to_id(token) if token else None
+
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        """Tokens joined as the tokenizer's decoder joins them (transformers' convert_tokens_to_string)."""
+        decoder = self._plain.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
 
     @property
     def truncating(self) -> Tokenizer:
@@ -53,14 +73,20 @@ class TextTokenizer:
         return self._by_direction["right"]
 
     def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right") -> list[Encoded]:
-        batch = self._by_direction[direction].encode_batch(list(texts))
+        return self._checked(self._by_direction[direction].encode_batch(list(texts)), truncate)
+
+    def encode_pairs(self, pairs: Sequence[Pair], truncate: bool, direction: Direction = "right") -> list[Encoded]:
+        """Each (text, text pair) through the pair template, with its type ids and sequence ids."""
+        return self._checked(self._by_direction[direction].encode_batch([tuple(p) for p in pairs]), truncate)
+
+    def _checked(self, batch: list[Encoding], truncate: bool) -> list[Encoded]:
         for index, encoding in enumerate(batch):
             if encoding.overflowing and not truncate:
                 raise InputTooLong(
                     f"input {index} is longer than the model's max length of {self.max_length} tokens "
                     "and truncation is off (set truncate=true to cut it)"
                 )
-        return [_encoded(e) for e in batch]
+        return [encoded(e) for e in batch]
 
     def encode_ids(self, texts: Sequence[str], direction: Direction = "right") -> list[np.ndarray]:
         """(T,) int64 ids per text, cut as `encode(truncate=True)` cuts them, and nothing else: for the corpus
@@ -69,15 +95,16 @@ class TextTokenizer:
 
     def encode_plain(self, texts: Sequence[str], add_special_tokens: bool) -> list[Encoded]:
         """For /tokenize: the whole input, no truncation."""
-        return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+        return [encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def content(self, texts: Sequence[str]) -> list[Encoding]:
         """Whole texts as `tokenizers` encodings, without special tokens or truncation (for chunking)."""
         return self._plain.encode_batch(list(texts), add_special_tokens=False)
 
-    def wrap(self, encoding: Encoding) -> Encoding:
-        """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens."""
-        return self._plain.post_process(encoding)
+    def wrap(self, encoding: Encoding, pair: Encoding | None = None) -> Encoding:
+        """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens; with
+        `pair`, each window of `pair` after `encoding` (which must not overflow) in the pair template."""
+        return self._plain.post_process(encoding, pair)
 
     def decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
         lists = [self.checked_ids(index, ids) for index, ids in enumerate(sequences)]
@@ -124,11 +151,12 @@ def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction
     return copy
 
 
-def _encoded(encoding: Encoding) -> Encoded:
+def encoded(encoding: Encoding) -> Encoded:
     return Encoded(
         ids=np.asarray(encoding.ids, dtype=np.int64),
         tokens=list(encoding.tokens),
         offsets=[(int(a), int(b)) for a, b in encoding.offsets],
         special=[bool(s) for s in encoding.special_tokens_mask],
         type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
+        sequence_ids=list(encoding.sequence_ids),
     )
