@@ -50,7 +50,9 @@ def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[l
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
 
 
-def speed_feeds(ids: Sequence[int], pad_id: int, names: Sequence[str] = INPUT_NAMES) -> dict[str, dict[str, np.ndarray]]:
+def speed_feeds(
+    ids: Sequence[int], pad_id: int, names: Sequence[str] = INPUT_NAMES,
+) -> dict[str, dict[str, np.ndarray]]:
     """{"32x128": feed, ...}: the token ids of one long text (first [CLS], last [SEP]) cut to each T; a T over
     the text's length (the model's max length) is cut to it, and the key says so."""
     feeds = {}

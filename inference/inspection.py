@@ -9,7 +9,7 @@ Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chos
 from __future__ import annotations
 
 from inference import postprocess
-from inference.errors import OutOfRange, Unsupported
+from inference.errors import OutOfRange
 from inference.graphs import Outputs
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
 from inference.operations import tokens
@@ -46,8 +46,7 @@ async def graph_outputs(
 
 def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     """Unsupported without an attention graph; OutOfRange for a layer or head past the model's."""
-    if "attention" not in model.bundle.graphs:
-        raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
+    model.require("attention", "give attention maps (manifest.json graphs has no kind 'attention')")
     check_indices(model, query.layers, query.heads)
 
 

@@ -25,7 +25,7 @@ from inference.errors import (
 from inference.options import RequestLimits
 from inference.tokenize import Encoded, Pair
 
-Inputs = Sequence[str] | Sequence[Sequence[int]] | Sequence[Pair]  # texts, token-id lists, or text pairs
+Inputs = Sequence[str] | Sequence[Sequence[int]] | Sequence[Pair | str]  # texts, token-id lists, text pairs
 Aggregation = Literal["none", "mean", "max", "rollout"]
 Encoding = Literal["float", "base64", "binary"]  # how the answer will carry the values: bounds its size
 TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in an answer

@@ -61,14 +61,15 @@ async def rerank(
 
 
 async def score_pairs(
-    model: ServedModel, pairs: Sequence[Pair], *, truncate: bool | None = None, direction: Direction = "right",
+    model: ServedModel, pairs: Sequence[Pair | str], *, truncate: bool | None = None, direction: Direction = "right",
     function: postprocess.ScoreFunction = "softmax",
-) -> Scores:
-    """Scores over the model's labels per (text, text pair): TEI's /predict pairs, NLI-style classifiers."""
+) -> tuple[Scores, int]:
+    """Scores over the model's labels per (text, text pair), or per text where an input is one (TEI's
+    /predict batches mix them), and the tokens run."""
     model.require("classify", "score text pairs")
-    _, outputs = await model.run(list(pairs), [PAIRS], truncate, direction)
-    return Scores(postprocess.scores(postprocess.stacked(outputs[PAIRS], "logits"), function),
-                  list(model.bundle.manifest.labels))
+    encoded, outputs = await model.run(list(pairs), [PAIRS], truncate, direction)
+    scores = postprocess.scores(postprocess.stacked(outputs[PAIRS], "logits"), function)
+    return Scores(scores, list(model.bundle.manifest.labels)), sum(e.length for e in encoded)
 
 
 async def _chunked(model: ServedModel, pairs: list[Pair], overlap: int, raw: bool, explain: bool) -> Ranking:

@@ -174,7 +174,7 @@ class ServedModel:
 
     async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
-        if isinstance(inputs[0], tuple):
+        if any(isinstance(item, tuple) for item in inputs):  # pairs, or pairs and texts (TEI's /predict)
             started = time.perf_counter()
             pairs = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode_pairs, inputs, cut, direction)
             self._tokenized(time.perf_counter() - started)

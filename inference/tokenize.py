@@ -75,9 +75,13 @@ class TextTokenizer:
     def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right") -> list[Encoded]:
         return self._checked(self._by_direction[direction].encode_batch(list(texts)), truncate)
 
-    def encode_pairs(self, pairs: Sequence[Pair], truncate: bool, direction: Direction = "right") -> list[Encoded]:
-        """Each (text, text pair) through the pair template, with its type ids and sequence ids."""
-        return self._checked(self._by_direction[direction].encode_batch([tuple(p) for p in pairs]), truncate)
+    def encode_pairs(
+        self, pairs: Sequence[Pair | str], truncate: bool, direction: Direction = "right",
+    ) -> list[Encoded]:
+        """Each (text, text pair) through the pair template, with its type ids and sequence ids (a lone text
+        among them through the single template)."""
+        batch = [p if isinstance(p, str) else tuple(p) for p in pairs]
+        return self._checked(self._by_direction[direction].encode_batch(batch), truncate)
 
     def _checked(self, batch: list[Encoding], truncate: bool) -> list[Encoded]:
         for index, encoding in enumerate(batch):

@@ -19,8 +19,11 @@ from typing import Any
 
 from inference.chunking import window_size
 from inference.registry import ModelRegistry
+from inference.tokenize import TextTokenizer
 
-NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all"}
+NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
+         **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
+         "/embed_sparse": "sparse", "/classify_tokens": "tokens"}
 INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
 
 
@@ -33,6 +36,7 @@ class Bounds:
     heads: int
     vocabulary: int
     window: int
+    pair_window: int  # document tokens a chunked pair's window surely holds (after a query of the most tokens)
     tasks: frozenset[str]
     outputs: tuple[str, ...]  # /v2 output names
 
@@ -46,9 +50,16 @@ def bounds(models: ModelRegistry) -> Bounds:
     return Bounds(
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
-        min(window_size(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
+        min(window_size(m.bundle.tokenizer) for m in listed),
+        min(_pair_window(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
         tuple(outputs),
     )
+
+
+def _pair_window(tokenizer: TextTokenizer) -> int:
+    """The fewest document tokens a chunked pair's window holds: after a query of half the room."""
+    room = tokenizer.max_length - tokenizer.pair_special_count
+    return room - room // 2
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:
@@ -58,7 +69,9 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
 
 LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
-         "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences"}
+         "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences",
+         "RerankRequest": "texts", "CohereRerankRequest": "documents", "ScoreRequest": "text_2",
+         "EmbedSparseRequest": "inputs", "ClassifyTokensRequest": "inputs"}
 
 
 def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> dict[str, Any]:
@@ -71,8 +84,12 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
         _cap(schemas[name]["properties"]["dimensions"], served.embedding)
-    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest"):
-        _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest", "ClassifyTokensRequest"):
+        if name in schemas:
+            _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+    for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
+        if name in schemas:
+            _cap(schemas[name]["properties"]["chunk_overlap"], served.pair_window - 1)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:

@@ -36,8 +36,10 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
 @router.get("/v1/models", response_model=OpenAIModelList, responses=errors(401, 503),
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
-    """Every served model, in the order the bundles were given (the first is the default)."""
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "attnserve"} for name in models.names]
+    """Every served model, in the order the bundles were given (the first is the default), with what it can
+    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all)."""
+    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks)}
+            for m in models]
     return json_response({"object": "list", "data": data})
 
 
