@@ -24,6 +24,7 @@ Shape letters: K windows of one input, D hidden (or C labels).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -126,14 +127,31 @@ def _pair_windows(tokenizer: TextTokenizer, query: Encoding, document: Encoding,
                   overlap: int) -> list[Window]:
     document.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
     wrapped = tokenizer.wrap(query, document)  # each document window after the (whole) query
-    return [_pair_window(w) for w in (wrapped, *wrapped.overflowing)]
+    layout = _type_layout(wrapped)
+    return [_pair_window(w, layout) for w in (wrapped, *wrapped.overflowing)]
 
 
-def _pair_window(encoding: Encoding) -> Window:
+TypeLayout = tuple[list[int], int, list[int]]  # type ids before the document, of its tokens, after it
+
+
+def _type_layout(first: Encoding) -> TypeLayout:
+    """The pair template's token types around the document, read off the first window: the post-processor
+    gives the overflowing windows segment A's type ids throughout, so theirs are rebuilt from this."""
+    types, sequences = list(first.type_ids), list(first.sequence_ids)
+    content = [i for i, s in enumerate(sequences) if s == 1]
+    if not content:
+        return types, 0, []
+    return types[:content[0]], types[content[0]], types[content[-1] + 1:]
+
+
+def _pair_window(encoding: Encoding, layout: TypeLayout) -> Window:
     content = [i for i, s in enumerate(encoding.sequence_ids) if s == 1]
     start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
-    one = encoded(encoding)
-    return Window(one.ids, int(start), int(stop), len(content), one.type_ids, one)
+    before, inside, after = layout
+    types = np.asarray([*before, *[inside] * len(content), *after], dtype=np.int64) if content else \
+        np.asarray(encoding.type_ids, dtype=np.int64)  # (n,)
+    one = dataclasses.replace(encoded(encoding), type_ids=types)
+    return Window(one.ids, int(start), int(stop), len(content), types, one)
 
 
 def pool(values: np.ndarray, windows: Sequence[Window]) -> np.ndarray:

@@ -83,7 +83,7 @@ def tokens(encoded: Encoded) -> list[Token]:
 
 
 def require_labels(model: ServedModel) -> list[str]:
-    model.require("classify", "classify (it has no sequence classification head)")
+    model.require("classify", "classify (it has no classification head)")
     return list(model.bundle.manifest.labels)
 
 

@@ -1,0 +1,293 @@
+"""The other heads of a retrieval stack, served, against their references: random-weight transformers models
+(tests/helpers/families.py) exported once for the module, served together in one app, and compared with
+transformers itself on the same weights and tokenizer.json:
+
+    bert-ce   BertForSequenceClassification, one label (a cross-encoder; token type ids for pairs)
+    xlmr-ce   XLMRobertaForSequenceClassification, one label (no token types: <s> A </s></s> B </s>)
+    bert-mlm  BertForMaskedLM (SPLADE's sparse vectors)
+    bert-ner  BertForTokenClassification, BIO labels (transformers' token-classification pipeline)
+
+Scores to max abs 1e-5, the same nonzero indices for sparse vectors, identical entity groups; the Cohere SDK
+pointed at a real server; TEI's /rerank shape; a 5,000-token document ranked by its best window, with
+`explain` spans inside it; a task the model lacks is a 422 naming its tasks, a route no model can answer
+a 404, left out of the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+import torch
+import transformers
+
+from bundle.manifest import Manifest
+from export.bundle import export_bundle
+from model.heads import sparse_vector
+from tests.helpers.families import ENTITIES, MAX_POSITIONS, RELEVANCE, save_hf
+from tests.helpers.serving import assert_error, serving, uvicorn_here
+from tests.helpers.tokenizers import MULTILINGUAL
+
+TOLERANCE = 1e-5
+WIDE = 0.2  # initializer_range: weights wide enough that a cross-encoder's score moves with its input
+CASES = {"bert-ce": ("bert", "ForSequenceClassification", RELEVANCE),
+         "xlmr-ce": ("xlm-roberta", "ForSequenceClassification", RELEVANCE),
+         "bert-mlm": ("bert", "ForMaskedLM", RELEVANCE), "bert-ner": ("bert", "ForTokenClassification", ENTITIES)}
+SPECIALS = {"bert": dict(unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+                         mask_token="[MASK]"),
+            "xlm-roberta": dict(unk_token="<unk>", pad_token="<pad>", cls_token="<s>", sep_token="</s>",
+                                mask_token="<mask>", bos_token="<s>", eos_token="</s>")}
+QUERY = "Café crème à Zürich"
+DOCUMENTS = MULTILINGUAL[1:]
+
+
+class Case:
+    def __init__(self, arch: str, source: Path, bundle: Path, model: torch.nn.Module) -> None:
+        self.source, self.bundle, self.model = source, bundle, model
+        self.tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_file=str(source / "tokenizer.json"), **SPECIALS[arch])
+
+    def logits(self, *texts: Any) -> torch.Tensor:
+        """transformers' own tokenizer call (pairs: its pair template, token_type_ids where the model has two
+        token types, cut longest-first to the model's positions) and model."""
+        types = self.model.config.type_vocab_size >= 2
+        feeds = self.tokenizer(*texts, padding=True, truncation=True, max_length=MAX_POSITIONS,
+                               return_token_type_ids=types, return_tensors="pt")
+        with torch.no_grad():
+            return self.model(**feeds).logits
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    made = {}
+    for name, (arch, head, names) in CASES.items():
+        root = tmp_path_factory.mktemp(name)
+        extra = {"initializer_range": WIDE} if names is RELEVANCE and head.endswith("Classification") else {}
+        model = save_hf(root / "source", arch, head, names=names, **extra)
+        export_bundle(root / "source", root / "bundle", name=name)
+        made[name] = Case(arch, root / "source", root / "bundle", model)
+    return made
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(cases: dict[str, Case]) -> AsyncIterator[httpx.AsyncClient]:
+    """One app serving all four models (each its own task), named by the case."""
+    async with serving([f"{name}={case.bundle}" for name, case in cases.items()], max_queue=4096) as (_, http):
+        yield http
+
+
+def _pairs(case: Case, query: str, documents: list[str]) -> np.ndarray:
+    return case.logits([query] * len(documents), documents)[:, 0].numpy()
+
+
+# -- rerank and pair scores ----------------------------------------------------------------------
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("name", ["bert-ce", "xlmr-ce"])
+async def test_rerank_scores_equal_transformers(cases, client, name):
+    expected = _pairs(cases[name], QUERY, DOCUMENTS)  # (N,) logits
+    response = await client.post("/rerank", json={"model": name, "query": QUERY, "texts": DOCUMENTS,
+                                                  "raw_scores": True, "return_text": True})
+    assert response.status_code == 200, response.text
+    ranked = response.json()
+    assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)  # TEI: best first
+    assert set(ranked[0]) == {"index", "score", "text"}  # TEI's Rank, text as asked
+    got = np.array([r["score"] for r in sorted(ranked, key=lambda r: r["index"])])
+    assert np.abs(got - expected).max() <= TOLERANCE
+    assert all(r["text"] == DOCUMENTS[r["index"]] for r in ranked)
+    sigmoid = (await client.post("/rerank", json={"model": name, "query": QUERY, "texts": DOCUMENTS})).json()
+    got = np.array([r["score"] for r in sorted(sigmoid, key=lambda r: r["index"])])
+    assert np.abs(got - 1 / (1 + np.exp(-expected))).max() <= TOLERANCE  # sentence-transformers' CrossEncoder
+    assert "text" not in sigmoid[0]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_pairs_join_the_batch_with_their_token_types(cases, client):
+    """BERT's segment B changes the score: the pair is not the two texts concatenated as one segment."""
+    case = cases["bert-ce"]
+    joined = case.logits([f"{QUERY} [SEP] {d}" for d in DOCUMENTS])[:, 0].numpy()  # segment A only
+    response = await client.post("/score", json={"model": "bert-ce", "text_1": QUERY, "text_2": DOCUMENTS})
+    body = response.json()
+    assert (body["object"], [d["index"] for d in body["data"]]) == ("list", list(range(len(DOCUMENTS))))
+    assert body["usage"]["prompt_tokens"] > 0 and body["data"][0]["object"] == "score"
+    got = np.array([d["score"] for d in body["data"]])
+    expected = 1 / (1 + np.exp(-_pairs(case, QUERY, DOCUMENTS)))
+    assert np.abs(got - expected).max() <= TOLERANCE
+    assert np.abs(got - 1 / (1 + np.exp(-joined))).max() > 100 * TOLERANCE
+    pairwise = await client.post("/score", json={"model": "bert-ce", "text_1": DOCUMENTS[:2], "text_2": DOCUMENTS[:3]})
+    assert_error(pairwise, 422)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_predict_takes_pairs_as_tei_does(cases, client):
+    case = cases["bert-ce"]
+    one = await client.post("/predict", json={"model": "bert-ce", "inputs": [QUERY, DOCUMENTS[0]],
+                                              "raw_scores": True})
+    assert one.status_code == 200, one.text
+    assert abs(one.json()[0]["score"] - float(_pairs(case, QUERY, DOCUMENTS[:1])[0])) <= TOLERANCE
+    batch = await client.post("/predict", json={"model": "bert-ce", "raw_scores": True,
+                                                "inputs": [[QUERY, DOCUMENTS[0]], [DOCUMENTS[1]]]})
+    scores = [item[0]["score"] for item in batch.json()]
+    assert abs(scores[1] - float(case.logits([DOCUMENTS[1]])[0, 0])) <= TOLERANCE  # a lone text, unpaired
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_cohere_and_jina_shapes(client):
+    body = {"model": "bert-ce", "query": QUERY, "documents": [DOCUMENTS[0], {"text": DOCUMENTS[1]}, DOCUMENTS[2]],
+            "top_n": 2, "return_documents": True}
+    for path in ("/v1/rerank", "/v2/rerank"):
+        response = await client.post(path, json=body)
+        assert response.status_code == 200, response.text
+        results = response.json()["results"]
+        assert len(results) == 2 and results[0]["relevance_score"] >= results[1]["relevance_score"]
+        assert all(r["document"]["text"] == [DOCUMENTS[0], DOCUMENTS[1], DOCUMENTS[2]][r["index"]] for r in results)
+        assert response.json()["usage"]["total_tokens"] > 0
+    bad = await client.post("/v2/rerank", json={"model": "bert-ce", "query": QUERY, "documents": []})
+    assert_error(bad, 422)  # the one error shape under /v2/rerank, not the inference protocol's
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_cohere_sdk_reranks_against_the_server(cases):
+    cohere = pytest.importorskip("cohere")
+    async with uvicorn_here(cases["bert-ce"].bundle) as (_, url):
+        v1 = cohere.AsyncClient(api_key="unused", base_url=url)
+        answer = await v1.rerank(query=QUERY, documents=DOCUMENTS, top_n=3, model="bert-ce", return_documents=True)
+        v2 = cohere.AsyncClientV2(api_key="unused", base_url=url)
+        answer2 = await v2.rerank(model="bert-ce", query=QUERY, documents=DOCUMENTS, top_n=3)
+    expected = 1 / (1 + np.exp(-_pairs(cases["bert-ce"], QUERY, DOCUMENTS)))
+    for result in (answer, answer2):
+        scores = [r.relevance_score for r in result.results]
+        assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+        assert max(abs(r.relevance_score - expected[r.index]) for r in result.results) <= TOLERANCE
+        assert min(scores) >= np.sort(expected)[-3] - TOLERANCE  # the three best
+    assert answer.results[0].document.text == DOCUMENTS[answer.results[0].index]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_long_document_ranks_by_its_best_window_and_explains_inside_it(cases, client):
+    """A document of 5,000 tokens: its score is its best window's, the window's span points into it, and the
+    explanation's spans lie inside that window."""
+    case = cases["bert-ce"]
+    filler = " ".join(["the quick brown fox jumps over the lazy dog"] * 125)
+    long_doc = filler + " café crème à zürich " + filler
+    assert 5000 < len(case.tokenizer(long_doc)["input_ids"]) < 6000
+    response = await client.post("/rerank", json={"model": "bert-ce", "query": QUERY, "raw_scores": True,
+                                                  "texts": [long_doc, DOCUMENTS[0]], "chunking": "max",
+                                                  "explain": True})
+    assert response.status_code == 200, response.text
+    first = next(r for r in response.json() if r["index"] == 0)
+    window = first["window"]
+    assert 0 <= window["start"] < window["stop"] <= len(long_doc) and window["tokens"] > 0
+    assert abs(first["score"] - _window_logit(case, QUERY, long_doc, window)) <= TOLERANCE
+    explained = first["explanation"]
+    assert len(explained) == window["tokens"]
+    assert all(window["start"] <= h["start"] < h["stop"] <= window["stop"] for h in explained)
+    assert all(0 <= h["weight"] <= 1 for h in explained) and sum(h["weight"] for h in explained) < 1
+    whole = await client.post("/rerank", json={"model": "bert-ce", "query": QUERY, "texts": [long_doc],
+                                               "raw_scores": True, "truncate": True})
+    assert first["score"] >= whole.json()[0]["score"] - TOLERANCE  # the best window beats the cut-off head
+
+
+def _window_logit(case: Case, query: str, document: str, window: dict[str, int]) -> float:
+    """transformers' logit of [CLS] query [SEP] (the document's tokens inside the window) [SEP]."""
+    whole = case.tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
+    inside = [i for i, (a, b) in zip(whole["input_ids"], whole["offset_mapping"], strict=True)
+              if window["start"] <= a and b <= window["stop"]]
+    assert len(inside) == window["tokens"]
+    first = case.tokenizer(query, add_special_tokens=False)["input_ids"]
+    ids = [case.tokenizer.cls_token_id, *first, case.tokenizer.sep_token_id, *inside, case.tokenizer.sep_token_id]
+    types = [0] * (len(first) + 2) + [1] * (len(inside) + 1)
+    with torch.no_grad():
+        return float(case.model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0, 0])
+
+
+# -- sparse vectors ------------------------------------------------------------------------------
+@pytest.mark.asyncio(loop_scope="module")
+async def test_sparse_vectors_equal_splade_over_transformers(cases, client):
+    case = cases["bert-mlm"]
+    feeds = case.tokenizer(MULTILINGUAL, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = sparse_vector(case.model(**feeds).logits, feeds["attention_mask"]).numpy()  # (N, V)
+    response = await client.post("/embed_sparse", json={"model": "bert-mlm", "inputs": MULTILINGUAL})
+    assert response.status_code == 200, response.text
+    for row, entries in zip(expected, response.json(), strict=True):
+        assert [e["index"] for e in entries] == np.flatnonzero(row > 0).tolist()
+        assert max(abs(e["value"] - row[e["index"]]) for e in entries) <= TOLERANCE
+    top = (await client.post("/embed_sparse", json={"model": "bert-mlm", "inputs": MULTILINGUAL[0], "top_k": 3})).json()
+    best = sorted(np.argsort(-expected[0], kind="stable")[:3].tolist())
+    assert [e["index"] for e in top[0]] == best
+
+
+# -- token labels --------------------------------------------------------------------------------
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("aggregation", ["none", "simple", "first", "average", "max"])
+async def test_token_labels_equal_the_pipeline(cases, client, aggregation):
+    case = cases["bert-ner"]
+    pipe = transformers.pipeline("token-classification", model=case.model, tokenizer=case.tokenizer,
+                                 aggregation_strategy=aggregation, device="cpu")
+    response = await client.post("/classify_tokens", json={"model": "bert-ner", "inputs": MULTILINGUAL,
+                                                           "aggregation": aggregation})
+    assert response.status_code == 200, response.text
+    key = "entity" if aggregation == "none" else "entity_group"
+    for text, got in zip(MULTILINGUAL, response.json(), strict=True):
+        expected = pipe(text)
+        assert [(g[key], g["word"], g["start"], g["end"]) for g in got] == \
+            [(e[key], e["word"], e["start"], e["end"]) for e in expected]
+        assert all(abs(g["score"] - float(e["score"])) <= TOLERANCE for g, e in zip(got, expected, strict=True))
+        if aggregation == "none":
+            assert [g["index"] for g in got] == [e["index"] for e in expected]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_long_text_is_labelled_window_by_window(cases, client):
+    """Each token of a text much longer than the model takes is labelled, by the window where it sits most
+    centrally: a word's label far inside the text equals the label it gets in a short text of its own
+    neighbourhood, and offsets point into the long text."""
+    text = " ".join(MULTILINGUAL * 6)
+    response = await client.post("/classify_tokens", json={"model": "bert-ner", "inputs": text, "chunk_overlap": 16})
+    assert response.status_code == 200, response.text
+    labelled = response.json()[0]
+    whole = (await client.post("/tokenize", json={"model": "bert-ner", "inputs": text})).json()[0]
+    assert len(whole) > 4 * MAX_POSITIONS and labelled[-1]["index"] > 3 * MAX_POSITIONS
+    indices = [t["index"] for t in labelled]
+    assert indices == sorted(set(indices))
+    for t in labelled:  # each labelled token is the text's own token at that position, offsets and all
+        token = whole[t["index"]]
+        assert (token["start"], token["stop"]) == (t["start"], t["end"])
+        assert t["word"] in (token["text"], text[t["start"]:t["end"]])
+
+
+# -- every head in one server --------------------------------------------------------------------
+@pytest.mark.asyncio(loop_scope="module")
+async def test_each_model_names_its_tasks_and_refuses_others(client):
+    listed = {m["id"]: m["tasks"] for m in (await client.get("/v1/models")).json()["data"]}
+    assert "rerank" in listed["bert-ce"] and "sparse" in listed["bert-mlm"] and "tokens" in listed["bert-ner"]
+    info = {m["name"]: m for m in (await client.get("/info")).json()["models"]}
+    assert info["bert-ner"]["task"] == "tokens" and info["bert-ner"]["tasks"] == listed["bert-ner"]
+    refused = await client.post("/rerank", json={"model": "bert-mlm", "query": "a", "texts": ["b"]})
+    body = assert_error(refused, 422, "unsupported")
+    assert "cannot rerank" in body["message"] and "sparse" in body["message"]
+    assert_error(await client.post("/embed_sparse", json={"model": "bert-ce", "inputs": "a"}), 422, "unsupported")
+    assert_error(await client.post("/classify", json={"model": "bert-ner", "inputs": "a"}), 422, "unsupported")
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_routes_no_model_can_answer_are_404_and_left_out_of_openapi(cases):
+    async with serving(cases["bert-mlm"].bundle) as (_, http):
+        for path in ("/rerank", "/v1/rerank", "/score", "/classify_tokens"):
+            assert_error(await http.post(path, json={}), 404)
+        paths = (await http.get("/openapi.json")).json()["paths"]
+        assert "/embed_sparse" in paths and "/rerank" not in paths and "/classify_tokens" not in paths
+
+
+def test_parity_gates_cover_each_head_and_pairs(cases):
+    for name, case in cases.items():
+        manifest = Manifest.read(case.bundle)
+        fast = manifest.graph("fast", "fp32")
+        assert fast is not None and all(v <= TOLERANCE for k, v in fast.parity.items() if k.endswith("diff"))
+        takes_types = "token_type_ids" in [i.name for i in fast.inputs]
+        assert takes_types == (case.model.config.type_vocab_size >= 2)
