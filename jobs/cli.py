@@ -54,6 +54,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                                             "(default: the row number, counted across the inputs from 0)")
     parser.add_argument("--classify", action="store_true", help="also write the label and the softmax scores")
     parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
+    parser.add_argument("--sparse", action="store_true", help="also write a masked-LM (SPLADE) bundle's sparse "
+                        "vector: a column of (index, value) lists, its nonzero entries in vocabulary order")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                         help="L2-normalise the vectors, as /embed does by default")
     parser.add_argument("--part-rows", type=int, default=10_000,
@@ -147,7 +149,8 @@ def _job(args: argparse.Namespace, max_windows: int):
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
-               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows)),
+               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
+                         args.sparse),
                args.part_rows, args.overwrite)
 
 

@@ -6,12 +6,15 @@
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
+    head_bundles      a cross-encoder (BERT, XLM-R), a masked LM and a token classifier from transformers,
+                      each exported (tests.helpers.heads): name -> Case
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +67,10 @@ def live_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     yield server.url
     status, log = stop(server)
     assert status == 0, log
+
+
+@pytest.fixture(scope="session")
+def head_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from tests.helpers.heads import export_cases
+
+    return export_cases(tmp_path_factory.mktemp("heads"))

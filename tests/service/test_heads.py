@@ -1,11 +1,6 @@
-"""The other heads of a retrieval stack, served, against their references: random-weight transformers models
-(tests/helpers/families.py) exported once for the module, served together in one app, and compared with
-transformers itself on the same weights and tokenizer.json:
-
-    bert-ce   BertForSequenceClassification, one label (a cross-encoder; token type ids for pairs)
-    xlmr-ce   XLMRobertaForSequenceClassification, one label (no token types: <s> A </s></s> B </s>)
-    bert-mlm  BertForMaskedLM (SPLADE's sparse vectors)
-    bert-ner  BertForTokenClassification, BIO labels (transformers' token-classification pipeline)
+"""The other heads of a retrieval stack, served, against their references: the random-weight transformers
+models of tests/helpers/heads.py (exported once per session), served together in one app, and compared with
+transformers itself on the same weights and tokenizer.json.
 
 Scores to max abs 1e-5, the same nonzero indices for sparse vectors, identical entity groups; the Cohere SDK
 pointed at a real server; TEI's /rerank shape; a 5,000-token document ranked by its best window, with
@@ -16,8 +11,6 @@ a 404, left out of the OpenAPI document.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
@@ -27,51 +20,20 @@ import torch
 import transformers
 
 from bundle.manifest import Manifest
-from export.bundle import export_bundle
 from model.heads import sparse_vector
-from tests.helpers.families import ENTITIES, MAX_POSITIONS, RELEVANCE, save_hf
+from tests.helpers.families import MAX_POSITIONS
+from tests.helpers.heads import Case
 from tests.helpers.serving import assert_error, serving, uvicorn_here
 from tests.helpers.tokenizers import MULTILINGUAL
 
 TOLERANCE = 1e-5
-WIDE = 0.2  # initializer_range: weights wide enough that a cross-encoder's score moves with its input
-CASES = {"bert-ce": ("bert", "ForSequenceClassification", RELEVANCE),
-         "xlmr-ce": ("xlm-roberta", "ForSequenceClassification", RELEVANCE),
-         "bert-mlm": ("bert", "ForMaskedLM", RELEVANCE), "bert-ner": ("bert", "ForTokenClassification", ENTITIES)}
-SPECIALS = {"bert": dict(unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
-                         mask_token="[MASK]"),
-            "xlm-roberta": dict(unk_token="<unk>", pad_token="<pad>", cls_token="<s>", sep_token="</s>",
-                                mask_token="<mask>", bos_token="<s>", eos_token="</s>")}
 QUERY = "Café crème à Zürich"
 DOCUMENTS = MULTILINGUAL[1:]
 
 
-class Case:
-    def __init__(self, arch: str, source: Path, bundle: Path, model: torch.nn.Module) -> None:
-        self.source, self.bundle, self.model = source, bundle, model
-        self.tokenizer = transformers.PreTrainedTokenizerFast(
-            tokenizer_file=str(source / "tokenizer.json"), **SPECIALS[arch])
-
-    def logits(self, *texts: Any) -> torch.Tensor:
-        """transformers' own tokenizer call (pairs: its pair template, token_type_ids where the model has two
-        token types, cut longest-first to the model's positions) and model."""
-        types = self.model.config.type_vocab_size >= 2
-        feeds = self.tokenizer(*texts, padding=True, truncation=True, max_length=MAX_POSITIONS,
-                               return_token_type_ids=types, return_tensors="pt")
-        with torch.no_grad():
-            return self.model(**feeds).logits
-
-
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
-    made = {}
-    for name, (arch, head, names) in CASES.items():
-        root = tmp_path_factory.mktemp(name)
-        extra = {"initializer_range": WIDE} if names is RELEVANCE and head.endswith("Classification") else {}
-        model = save_hf(root / "source", arch, head, names=names, **extra)
-        export_bundle(root / "source", root / "bundle", name=name)
-        made[name] = Case(arch, root / "source", root / "bundle", model)
-    return made
+def cases(head_bundles: dict[str, Case]) -> dict[str, Case]:
+    return head_bundles
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -285,9 +247,26 @@ async def test_routes_no_model_can_answer_are_404_and_left_out_of_openapi(cases)
 
 
 def test_parity_gates_cover_each_head_and_pairs(cases):
-    for name, case in cases.items():
+    for case in cases.values():
         manifest = Manifest.read(case.bundle)
         fast = manifest.graph("fast", "fp32")
         assert fast is not None and all(v <= TOLERANCE for k, v in fast.parity.items() if k.endswith("diff"))
         takes_types = "token_type_ids" in [i.name for i in fast.inputs]
         assert takes_types == (case.model.config.type_vocab_size >= 2)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_sparse_vectors_on_the_inference_protocol(cases, client):
+    body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [2], "data": MULTILINGUAL[:2]}],
+            "outputs": [{"name": "sparse"}]}
+    response = await client.post("/v2/models/bert-mlm/infer", json=body)
+    assert response.status_code == 200, response.text
+    (tensor,) = response.json()["outputs"]
+    vocab = cases["bert-mlm"].model.config.vocab_size
+    assert (tensor["name"], tensor["shape"]) == ("sparse", [2, vocab])
+    dense = np.asarray(tensor["data"], dtype=np.float32).reshape(2, vocab)
+    served = (await client.post("/embed_sparse", json={"model": "bert-mlm", "inputs": MULTILINGUAL[:2]})).json()
+    for row, entries in zip(dense, served, strict=True):
+        assert np.flatnonzero(row).tolist() == [e["index"] for e in entries]
+    metadata = (await client.get("/v2/models/bert-ner")).json()
+    assert "logits" not in [o["name"] for o in metadata["outputs"]]  # a token classifier has no sequence logits
