@@ -70,7 +70,7 @@ async def score(body: ScoreRequest, pick: PickDep, job: JobDep) -> Response:
     queries = first * len(second) if len(first) == 1 else first
     if len(queries) != len(second):
         raise InvalidRequest(f"text_1 has {len(first)} texts and text_2 {len(second)}: give one text_1, or as "
-                             "many as text_2")
+                             "many as text_2", code="mismatched_pairs")
     result, tokens = await job(core.score_pairs(served, list(zip(queries, second, strict=True)),
                                                 truncate=body.truncate, direction=direction(body), function="sigmoid"))
     data = [{"index": i, "object": "score", "score": float(row[0])} for i, row in enumerate(result.values)]
