@@ -117,7 +117,8 @@ def _cap_lists(node: dict[str, Any], most: int) -> None:
     """A list of inputs (of texts, of token-id lists, of [text]) gets `maxItems: most`; a token-id list that
     is one input does not."""
     for branch in node.get("anyOf", [node]):
-        if branch.get("type") == "array" and branch.get("items", {}).get("type") in ("string", "array"):
+        items = branch.get("items", {})
+        if branch.get("type") == "array" and (items.get("type") in ("string", "array") or "anyOf" in items):
             branch["maxItems"] = min(branch.get("maxItems", most), most)
 
 
