@@ -8,9 +8,10 @@ is the largest absolute difference of its embeddings and logits between the runs
 activation scales depend on the batch (dynamic int8) moves by 1e-3 and more; fp32 graphs stay at float
 rounding or below.
 
-Speed: median time per batch at SPEED_SHAPES, every graph of one provider run once per round in turn
-(interleaved), so all of them see the same background load. On CPU the clock is this process's CPU
-time, which other jobs on a shared machine disturb far less than wall time; on CUDA it is wall time.
+Speed: median time per batch at SPEED_SHAPES (B x T, T cut to the model's max length), every graph of
+one provider run once per round in turn (interleaved), so all of them see the same background load. On
+CPU the clock is this process's CPU time, which other jobs on a shared machine disturb far less than
+wall time; on CUDA it is wall time.
 Sessions are opened with the service's options (bundle.session), so these are the served sessions.
 """
 
@@ -28,7 +29,8 @@ from bundle.feeds import pad
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
 
-SPEED_SHAPES = ((32, 128), (32, 16))
+# Client batches, small callers' batches of short texts, long inputs (cut to the model's max length).
+SPEED_SHAPES = ((32, 128), (32, 16), (8, 512))
 SPEED_ROUNDS = 5
 _COMPARED = ("embeddings", "logits")
 
@@ -86,20 +88,29 @@ def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarr
 
 def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
                  rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, float]]:
-    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring)."""
+    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring).
+    Each graph is asked for its first output (a bundle's: embeddings) and given the feeds it takes."""
     clock = time.process_time if provider == "cpu" else time.perf_counter
     sessions = {name: open_session(path, provider) for name, path in paths.items()}
     times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
     for shape, feed in feeds.items():
-        for session in sessions.values():
-            session.run(["embeddings"], feed)  # warm-up: allocations and kernel choice
+        runs = {name: _first_output(session, feed) for name, session in sessions.items()}
+        for run in runs.values():
+            run()  # warm-up: allocations and kernel choice
         for turn in range(rounds):
-            order = list(sessions) if turn % 2 == 0 else list(sessions)[::-1]
+            order = list(runs) if turn % 2 == 0 else list(runs)[::-1]
             for name in order:
                 started = clock()
-                sessions[name].run(["embeddings"], feed)
+                runs[name]()
                 times[name][shape].append(1000 * (clock() - started))
     return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+
+
+def _first_output(session: Any, feed: dict[str, np.ndarray]) -> Any:
+    """A call running `session` on the inputs of `feed` it takes, for its first output."""
+    names = [session.get_outputs()[0].name]
+    inputs = {i.name: feed[i.name] for i in session.get_inputs()}
+    return lambda: session.run(names, inputs)
 
 
 def measured(invariance: float, speed: dict[str, float], provider: str) -> Measured:
