@@ -66,3 +66,15 @@ def test_position_ids_rewrite_is_value_for_value(tiny_bundle: Path, tmp_path: Pa
     feed = pad([rng.integers(5, 100, n) for n in (3, 17, 64)], 0)  # (B, T) with padding
     for want, got in zip(before.run(None, feed), after.run(None, feed), strict=True):
         assert np.array_equal(want, got)
+
+
+def test_bench_fusion_prints_the_side_by_side_table(default_export: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.fusion import main
+
+    assert main([str(default_export), "--shapes", "2x8,1x200", "--rounds", "1"]) == 0
+    header, _, *lines = capsys.readouterr().out.splitlines()
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines}
+    assert "CPU ms 2x8 | CPU ms 1x64 |" in header  # T cut to the tiny model's 64 positions
+    assert list(rows) == ["fp32", "fp32-opt", "ort-optimizer(fp32)"]
+    assert "EmbedLayerNormalization 1" in rows["fp32-opt"]
+    assert all(line.count("|") == 7 for line in rows.values())  # graph, nodes, ops, 2 shapes, x best
