@@ -17,6 +17,7 @@ Sessions are opened with the service's options (bundle.session), so these are th
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -32,6 +33,9 @@ from bundle.session import ORT_PROVIDERS, open_session
 # Client batches, small callers' batches of short texts, long inputs (cut to the model's max length).
 SPEED_SHAPES = ((32, 128), (32, 16), (8, 512))
 SPEED_ROUNDS = 5
+# Short batches run more rounds, up to about this many seconds of one graph's runs per shape (at most
+# SPEED_ROUNDS_MAX): a 32 x 16 batch takes ~0.15 s, where one slow run in five moves a median by 10 %.
+SPEED_SECONDS_PER_SHAPE, SPEED_ROUNDS_MAX = 2.0, 25
 _COMPARED = ("embeddings", "logits")
 
 
@@ -96,22 +100,27 @@ def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[st
 def ms_per_round(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
                  rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, list[float]]]:
     """name -> shape -> milliseconds of each round's run: in every round each graph runs once, in turn (the
-    order reversed every other round). Each graph is asked for its first output (a bundle's: embeddings) and
-    given the feeds it takes."""
+    order reversed every other round); at least `rounds` rounds, more for short batches (SPEED_SECONDS_PER_SHAPE).
+    Each graph is asked for its first output (a bundle's: embeddings) and given the feeds it takes."""
     clock = time.process_time if provider == "cpu" else time.perf_counter
     sessions = {name: open_session(path, provider) for name, path in paths.items()}
     times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
     for shape, feed in feeds.items():
         runs = {name: _first_output(session, feed) for name, session in sessions.items()}
-        for run in runs.values():
-            run()  # warm-up: allocations and kernel choice
-        for turn in range(rounds):
+        warm_up = max(_seconds(run) for run in runs.values())  # allocations and kernel choice
+        for turn in range(max(rounds, min(SPEED_ROUNDS_MAX, math.ceil(SPEED_SECONDS_PER_SHAPE / warm_up)))):
             order = list(runs) if turn % 2 == 0 else list(runs)[::-1]
             for name in order:
                 started = clock()
                 runs[name]()
                 times[name][shape].append(1000 * (clock() - started))
     return times
+
+
+def _seconds(run: Any) -> float:
+    started = time.perf_counter()
+    run()
+    return max(time.perf_counter() - started, 1e-6)
 
 
 def _first_output(session: Any, feed: dict[str, np.ndarray]) -> Any:
