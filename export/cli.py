@@ -23,7 +23,7 @@ EPILOG = """examples:
   attnserve export --verify bundles/default
 
 gates (a graph that misses its gate fails the export; nothing is written):
-  fp32, fp32-opt  max abs diff <= 1e-4 vs eager PyTorch on every output (real tokens only)
+  fp32, fp32-opt  max abs diff <= 1e-5 vs eager PyTorch on every output (real tokens only)
   int8, int8-dynamic  embedding cosine >= 0.99 and label agreement >= 99% on the parity texts and on up
                   to 200 short and 1,000 held-out texts of the calibration data, never calibrated on, each
                   set on its own (int8: static, calibrated, batch-invariant; int8-dynamic: per-batch scales,
