@@ -1,7 +1,8 @@
 """Session fixtures shared by every test package (registered in tests/conftest.py via pytest_plugins).
 
     tiny_checkpoint   a seeded tiny attnserve checkpoint (tests.helpers.tiny; linear head, labels neg/pos)
-    tiny_bundle       its fp32 bundle (fast + attention graphs), name "tiny", version "7": exported once
+    tiny_bundle       its fp32 bundle (fast + attention graphs, no fp32-opt: auto serves fp32), name "tiny",
+                      version "7": exported once
     tiny_plain_bundle the same model without a classification head: an embedding-only bundle, name "plain"
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
@@ -28,11 +29,11 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **options: str) -> Path:
-    """`source` exported (fp32) to a fresh bundle directory called `folder`."""
+    """`source` exported (fp32 only) to a fresh bundle directory called `folder`."""
     from export.bundle import export_bundle
 
     out = factory.mktemp("bundles") / folder
-    export_bundle(source, out, **options)
+    export_bundle(source, out, variants=("fp32",), **options)
     return out
 
 
