@@ -101,9 +101,9 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     shutil.copyfile(model.path / "tokenizer.json", tokenizer)
     int8 = int8_inputs(model, max_length, texts) if texts is not None else None
     graphs = []
-    texts: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
+    parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
     for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
-        batches = {"parity": reference(model, texts, max_length, kind)}
+        batches = {"parity": reference(model, parity, max_length, kind)}
         graphs += _build_kind(model, tmp, kind, chosen, batches, int8 if kind == "fast" else None)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
