@@ -35,9 +35,10 @@ async def embed(
 
 async def classify(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
-    function: postprocess.ScoreFunction = "softmax", chunked: Chunking | None = None,
+    function: postprocess.ScoreFunction | None = None, chunked: Chunking | None = None,
 ) -> Scores:
-    """Scores over the model's labels per input (or per window), from logits pooled as `embed` pools."""
+    """Scores over the model's labels per input (or per window), from logits pooled as `embed` pools; by
+    `function`, or by default softmax over several labels and sigmoid of one (`postprocess.default_function`)."""
     labels = require_labels(model)
     values, _, spans = await _pooled(model, inputs, "logits", truncate, direction, chunked)
     return Scores(postprocess.scores(values, function), labels, spans)

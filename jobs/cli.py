@@ -52,7 +52,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--text-column", default="text", help="column (or JSON key) holding the text")
     parser.add_argument("--id-column", help="column (or JSON key) holding the id, written as a string "
                                             "(default: the row number, counted across the inputs from 0)")
-    parser.add_argument("--classify", action="store_true", help="also write the label and the softmax scores")
+    parser.add_argument("--classify", action="store_true",
+                        help="also write the label and the scores (softmax; the sigmoid of a single label's logit)")
     parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                         help="L2-normalise the vectors, as /embed does by default")

@@ -4,7 +4,7 @@ Bad rows (no text, a text that is not a string or is empty, no id) are set aside
 good ones are tokenised by the core's `TextTokenizer` (truncation as the server does), batched by the
 core's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
 and the size cap) with at most `window` rows waiting, as in the server's queue under full load, run by
-the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, softmax).
+the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, scores).
 Same bundle, variant and batches as the server: the same vectors. With --chunking, jobs.windows cuts the
 texts into windows instead and runs them through the same `run_batched`.
 
@@ -123,7 +123,7 @@ def embed(
               "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
     if output.classify:
         logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(bundle.manifest.labels)))
-        values["scores"] = postprocess.softmax(logits).astype(np.float32)  # (N, C)
+        values["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
     return values
 
 

@@ -134,7 +134,7 @@ class _Documents:
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
-            values["scores"] = postprocess.softmax(_stack(flat, "logits", classes)).astype(np.float32)
+            values["scores"] = postprocess.scores(_stack(flat, "logits", classes)).astype(np.float32)
         if self.options.mode == "mean":
             values["tokens"] = np.array(self.run, dtype=np.int32)  # (N,)
             return values

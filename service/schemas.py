@@ -45,6 +45,8 @@ CHUNKING = (
     "the mean of its windows' pooled vectors (or logits) weighted by their content tokens, taken before "
     "normalisation (or softmax); windows: every window's answer with its span in the input. Default: truncate."
 )
+RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
+              "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
                  "length less its special tokens), else 422.")
 
@@ -150,7 +152,7 @@ class EmbedRequest(Truncation, Chunked):
 class ClassifyRequest(Truncation, Chunked):
     inputs: TextInputs
     top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
-    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
 
 
 class LabelScore(BaseModel):
@@ -170,7 +172,8 @@ class PredictParameters(_Strict):
 
     top_k: Positive | None = Field(None, description="Return only the k best labels.")
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
-        None, description="Scores from the logits; when given it overrides raw_scores.",
+        None, description="Scores from the logits; when given it overrides raw_scores. Default: softmax over "
+        "two or more labels, sigmoid of a single label's logit.",
     )
 
 
@@ -179,7 +182,7 @@ class PredictRequest(Truncation):
         description="A text (or [text]): answered with one list of labels; or a batch [[text], ...]: one list per "
         "input. Sentence pairs ([a, b]) are refused: the bundles' graphs take no token type ids.",
     )
-    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
     parameters: PredictParameters | None = None
 
 

@@ -52,10 +52,11 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
              responses=errors(*INFERENCE_ERRORS), dependencies=[Depends(needs("classify"))])
 async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
-    """Per input, labels with scores (softmax, or raw logits), best first; with chunking=windows, per input
-    its windows, each with its span and scores."""
+    """Per input, labels with scores, best first: softmax over the labels, or the sigmoid of a model's single
+    logit (a cross-encoder's), or raw logits; with chunking=windows, per input its windows, each with its span
+    and scores."""
     served = pick(body.model, model)
-    function: ScoreFunction = "none" if body.raw_scores else "softmax"
+    function: ScoreFunction | None = "none" if body.raw_scores else None
     chunked = chunking(body, served)
     result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
                                            direction=direction(body), function=function, chunked=chunked))
@@ -75,7 +76,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
     result = await job(operations.classify(
         served, texts, truncate=body.truncate, direction=direction(body),
-        function=function or ("none" if body.raw_scores else "softmax"),
+        function=function or ("none" if body.raw_scores else None),
     ))
     scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
