@@ -155,5 +155,8 @@ def test_info_and_models_name_each_family(server: str) -> None:
     assert families == {"bert-classifier": "bert", "roberta-classifier": "roberta",
                         "xlm-roberta-scorer": "roberta", "distilbert-classifier": "distilbert",
                         "mpnet-classifier": "mpnet", "modernbert-classifier": "modernbert"}
+    windows = {m["name"]: m["attention_windows"] for m in info["models"]}
+    assert windows["modernbert-classifier"] == [None, 2, None]  # local_attention 4: two tokens each side
+    assert windows["bert-classifier"] == [None, None]
     listed = httpx.get(server + "/v1/models").json()["data"]
     assert [m["id"] for m in listed] == list(CLASSIFIERS)
