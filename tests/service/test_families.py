@@ -3,7 +3,8 @@
 and over HTTP its token vectors (/embed_all), pooled embeddings (/embed with normalize false, /v1/embeddings),
 logits (/classify raw_scores, /v2 infer) and attention maps (/attention, /v2 infer) equal transformers' outputs
 for the same texts to max abs 1e-5, at two input shapes: ten multilingual texts of different lengths in one
-request, and one text cut to the model's max length (every position used).
+request, and one text cut to the model's max length (every position used; chunked, its first window is that
+cut: the family's special tokens wrap each window).
 
 CamemBERT loads through the same family code and table as XLM-RoBERTa and ships the same kind of tokenizer
 (Unigram), so XLM-RoBERTa stands for it; RoBERTa (byte-level BPE) is served on its own.
@@ -91,8 +92,6 @@ def test_served_answers_equal_transformers(server: str, family_export: Callable[
     per_token = post(server, "/embed_all", ask)
     scored = post(server, "/classify", {**ask, "raw_scores": True})
     maps = post(server, "/attention", ask)["data"]
-    if shape == "full length":  # every position the model has
-        assert len(per_token[0]) == Manifest.read(exported.bundle).max_length
     logits = [[dict((s["label"], s["score"]) for s in one)[label] for label in labels] for one in scored]
     diffs = {
         "embed": worst(embedded, expected.pooled),
@@ -101,6 +100,11 @@ def test_served_answers_equal_transformers(server: str, family_export: Callable[
         "embed_all": max(worst(got, want) for got, want in zip(per_token, expected.states, strict=True)),
         "attention": max(worst(m["attention"], want) for m, want in zip(maps, expected.attentions, strict=True)),
     }
+    if shape == "full length":  # every position the model has; chunked, the first window is the text cut there
+        assert len(per_token[0]) == Manifest.read(exported.bundle).max_length
+        windows = post(server, "/embed", {**ask, "normalize": False, "chunking": "windows", "chunk_overlap": 8})[0]
+        assert len(windows) > 1 and windows[0]["start"] == 0 and windows[-1]["stop"] >= len(texts[0].rstrip())
+        diffs["first window"] = worst(windows[0]["embedding"], expected.pooled[0])
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
