@@ -1,4 +1,5 @@
-"""Starting points for training: a loaded model (BERT-family dir or our checkpoint) or a fresh one.
+"""Starting points for training: a loaded model (a Hugging Face directory of any family, or our checkpoint) or
+a fresh one.
 
     from_init     load_model(path), then give it a fresh classification head for our labels
                   (a head with the same kind and the same labels is kept, to continue training); the
