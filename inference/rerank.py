@@ -62,10 +62,11 @@ async def rerank(
 
 async def score_pairs(
     model: ServedModel, pairs: Sequence[Pair | str], *, truncate: bool | None = None, direction: Direction = "right",
-    function: postprocess.ScoreFunction = "softmax",
+    function: postprocess.ScoreFunction | None = None,
 ) -> tuple[Scores, int]:
     """Scores over the model's labels per (text, text pair), or per text where an input is one (TEI's
-    /predict batches mix them), and the tokens run."""
+    /predict batches mix them), and the tokens run; by `function`, or by default softmax over several labels
+    and sigmoid of one (`postprocess.default_function`)."""
     model.require("classify", "score text pairs")
     encoded, outputs = await model.run(list(pairs), [PAIRS], truncate, direction)
     scores = postprocess.scores(postprocess.stacked(outputs[PAIRS], "logits"), function)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
@@ -108,23 +109,26 @@ class ServedModel:
     # -- the one path of a request -----------------------------------------------------------------
     async def run(
         self, inputs: Inputs, kinds: Sequence[str], truncate: bool | None = None, direction: Direction = "right",
-        check: Check | None = None,
+        check: Check | None = None, prompt: str = "",
     ) -> tuple[list[Encoded], dict[str, list[Outputs]]]:
-        """Check, admit once (a permit per input and graph), tokenise once, check `check`'s cap, then run
-        every input through each graph of `kinds` (at once: their inputs queue together)."""
+        """Check, admit once (a permit per input and graph), tokenise once (texts after `prompt`), check
+        `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs) * len(kinds)) as ticket:
-            encoded = await self._encode(inputs, truncate, direction)
+            encoded = await self._encode(inputs, truncate, direction, prompt)
             if check is not None:
                 check(encoded)
             ids = [sequence(e.ids, e.type_ids) for e in encoded]  # a pair's type ids travel with its ids
             runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
         return encoded, dict(zip(kinds, runs, strict=True))
 
-    async def run_windows(self, inputs: Inputs, overlap: int) -> tuple[list[list[Window]], list[list[Outputs]]]:
-        """Cut every input into windows (off the loop when large), admit every window (one permit each, all
-        or none), run them through the fast graph; per input, its windows and their outputs."""
-        windows, grouped, _ = await self.run_cut(inputs, overlap, "fast")
+    async def run_windows(
+        self, inputs: Inputs, overlap: int, prompt: str = "",
+    ) -> tuple[list[list[Window]], list[list[Outputs]]]:
+        """Cut every input (texts after `prompt`) into windows (off the loop when large), admit every window (one
+        permit each, all or none), run them through the fast graph; per input, its windows and their outputs."""
+        cut = functools.partial(chunking.cut, prompt=prompt) if prompt else chunking.cut
+        windows, grouped, _ = await self.run_cut(inputs, overlap, "fast", cut)
         return windows, grouped
 
     async def run_cut(
@@ -172,7 +176,7 @@ class ServedModel:
         if (record := timing.current()) is not None:
             record.tokenized(seconds)
 
-    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
+    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
         if any(isinstance(item, tuple) for item in inputs):  # pairs, or pairs and texts (TEI's /predict)
             started = time.perf_counter()
@@ -181,7 +185,7 @@ class ServedModel:
             return pairs
         if isinstance(inputs[0], str):
             started = time.perf_counter()
-            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction)
+            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction, prompt)
             self._tokenized(time.perf_counter() - started)
             return encoded
         return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]

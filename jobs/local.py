@@ -80,8 +80,9 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
     if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     check_sparse(bundle.manifest.task, output)
+    prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
     if output.chunking is not None:
-        windows.check(bundle.tokenizer, output.chunking)
+        windows.check(bundle.tokenizer, output.chunking, prompt)
     return bundle
 
 
@@ -124,7 +125,8 @@ def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
 
 def run_part(bundle: LoadedBundle, job: Job, index: int, part: Chunk, batching: Batching, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, job.output))
+    prompt = embedding.prompt_of(bundle.manifest, job.output)
+    good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, job.output, prompt))
     progress.advance(len(rejects))
     values = windows.embed(bundle, [part.texts[i] for i in good], job.output, batching, progress.advance)
     labels = list(bundle.manifest.labels)
@@ -179,6 +181,7 @@ def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobMo
         "part_rows": job.part_rows, "batching": asdict(model.batching),
         "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
+        "prompt": embedding.prompt_of(m, job.output),
     }
 
 

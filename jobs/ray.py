@@ -193,10 +193,11 @@ def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | Non
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     check_sparse(manifest.task, output)
+    prompt = embedding.prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:
         return None
-    windows.check(tokenizer, output.chunking)
-    return windows.WindowCap(tokenizer, output.chunking)
+    windows.check(tokenizer, output.chunking, prompt)
+    return windows.WindowCap(tokenizer, output.chunking, prompt)
 
 
 def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:

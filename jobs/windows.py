@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from tokenizers import Encoding
 
 from inference import chunking, postprocess
 from inference.chunking import Window
@@ -37,34 +38,39 @@ NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and
 Outputs = dict[str, np.ndarray]
 
 
-def check(tokenizer: TextTokenizer, options: Chunking) -> None:
-    """--chunk-overlap must leave the windows room to advance: 0 <= N < W (the core's rule)."""
+def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:
+    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P (the core's
+    rule)."""
+    prompt_tokens = len(tokenizer.content([prompt])[0].ids) if prompt else 0
     try:
-        chunking.check_overlap(tokenizer, options.overlap)
+        chunking.check_overlap(tokenizer, options.overlap, prompt=prompt_tokens)
     except OutOfRange as error:
         raise JobError(error.message.replace("chunk_overlap", "--chunk-overlap", 1)) from None
 
 
 @dataclass(frozen=True)
 class WindowCap:
-    """Why each text is set aside for making too many windows (None: it is not). A `embedding.TooLong`."""
+    """Why each text is set aside for making too many windows (None: it is not). An `embedding.TooLong`. With
+    a prompt, the text's tokens are counted against windows less the prompt's tokens, as `chunking.cut` cuts."""
 
     tokenizer: TextTokenizer
     options: Chunking
+    prompt: str = ""
 
     def __call__(self, texts: list[str]) -> list[str | None]:
-        counts = [len(e.ids) for start in range(0, len(texts), CUT_ROWS)
-                  for e in self.tokenizer.content(texts[start:start + CUT_ROWS])]
-        return [self._reason(tokens) for tokens in counts]
+        encodings = [e for start in range(0, len(texts), CUT_ROWS)
+                     for e in self.tokenizer.content(texts[start:start + CUT_ROWS], self.prompt)]
+        return [self._reason(e) for e in encodings]
 
-    def _reason(self, tokens: int) -> str | None:
-        size = chunking.window_size(self.tokenizer)
-        reason = chunking.too_many_windows(tokens, size, self.options.overlap, self.options.max_windows)
+    def _reason(self, encoding: Encoding) -> str | None:
+        prompt = self.tokenizer.split_prompt(encoding, len(self.prompt)).length if self.prompt else 0
+        size = chunking.window_size(self.tokenizer) - prompt
+        reason = chunking.too_many_windows(len(encoding.ids), size, self.options.overlap, self.options.max_windows)
         return None if reason is None else f"{reason} (--max-windows-per-input)"
 
 
-def too_long(tokenizer: TextTokenizer, output: JobOutput) -> WindowCap | None:
-    return WindowCap(tokenizer, output.chunking) if output.chunking is not None else None
+def too_long(tokenizer: TextTokenizer, output: JobOutput, prompt: str = "") -> WindowCap | None:
+    return WindowCap(tokenizer, output.chunking, prompt) if output.chunking is not None else None
 
 
 def embed(
@@ -76,7 +82,7 @@ def embed(
     if output.chunking is None:
         return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
-    sequences = documents.cut(bundle.tokenizer, texts)
+    sequences = documents.cut(bundle.tokenizer, texts, embedding.prompt_of(bundle.manifest, output))
     for batch in embedding.run_batched(bundle, sequences, batching):
         done = documents.record(batch)
         if on_rows is not None:
@@ -96,11 +102,11 @@ class _Documents:
         self.left: list[int] = []  # per document, windows not yet run
         self.where: list[tuple[int, int]] = []  # per window item: (document, window)
 
-    def cut(self, tokenizer: TextTokenizer, texts: list[str]) -> Iterator[np.ndarray]:
-        """Each window's ids, document after document, recording the windows as they are cut."""
+    def cut(self, tokenizer: TextTokenizer, texts: list[str], prompt: str) -> Iterator[np.ndarray]:
+        """Each window's ids (after `prompt`), document after document, recording the windows as they are cut."""
         for start in range(0, len(texts), CUT_ROWS):
             for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.overlap,
-                                        self.options.max_windows):
+                                        self.options.max_windows, prompt):
                 document = len(self.windows)
                 self.windows.append([replace(w, ids=NO_IDS) for w in windows])
                 self.run.append(sum(w.length for w in windows))
@@ -134,7 +140,7 @@ class _Documents:
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
-            values["scores"] = postprocess.softmax(_stack(flat, "logits", classes)).astype(np.float32)
+            values["scores"] = postprocess.scores(_stack(flat, "logits", classes)).astype(np.float32)
         if self.options.mode == "mean":
             values["tokens"] = np.array(self.run, dtype=np.int32)  # (N,)
             return values

@@ -9,18 +9,23 @@
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
     head_bundles      a cross-encoder (BERT, XLM-R), a masked LM and a token classifier from transformers,
                       each exported (tests.helpers.heads): name -> Case
+    family_export     case name -> that case of tests.helpers.exports exported (fp32), made on first use: every
+                      family's bundle is exported once per session, whichever tests ask for it
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.helpers.process import launch_server, stop, wait_ready
 from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
+
+if TYPE_CHECKING:
+    from tests.helpers.exports import Exported
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +80,16 @@ def head_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests.helpers.heads import export_cases
 
     return export_cases(tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="session")
+def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Exported]:
+    from tests.helpers.exports import export_case  # torch and transformers: only for the tests that ask
+
+    made: dict[str, Exported] = {}
+
+    def get(name: str) -> Exported:
+        if name not in made:
+            made[name] = export_case(name, tmp_path_factory.mktemp(name))
+        return made[name]
+    return get

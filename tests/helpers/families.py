@@ -41,8 +41,9 @@ MODERNBERT_TOKENS = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": 
 
 def hf_config(arch: str, shape: str, vocab_size: int, names: dict[int, str] = LABELS,
               **extra: Any) -> transformers.PretrainedConfig:
-    """`names`: the heads' labels (one label: a cross-encoder)."""
+    """`names` (or `id2label`): the heads' labels (one label: a cross-encoder)."""
     s = SHAPES[shape]
+    names = extra.pop("id2label", names)  # {0: "relevant"}: a one-label scorer, as cross-encoders are
     labels = dict(id2label=names, label2id={v: k for k, v in names.items()})
     if arch == "distilbert":
         return transformers.DistilBertConfig(

@@ -9,11 +9,12 @@ unless a 422 names a limit no document can state), configured in tests/reliabili
 Nothing may be found: no 5xx, no undocumented status, content type or header, no schema-valid request
 refused, no schema-violating request accepted.
 
-Three servers: one model with a classification head and an attention graph, an embedding-only one, and a
-cross-encoder (the rerank and score routes; tests/helpers/heads.py). In
-CI they serve the tiny test bundles and generation is deterministic (a failure reproduces), 30 examples
-an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the default bundle and the
-embedding-only one with 300 random examples an operation.
+Three servers: one model with a classification head and an attention graph, an embedding-only one with
+prompts (a sentence-transformers MPNet model, tests/helpers/exports.py: `prompt_name` is bound to its prompts,
+`chunk_overlap` to its window less its longest prompt), and a cross-encoder (the rerank and score routes;
+tests/helpers/heads.py). In CI the first serves the tiny test bundle and generation is deterministic (a
+failure reproduces), 30 examples an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the
+default bundle and the embedding-only one with 300 random examples an operation.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def test_schemathesis_finds_nothing(served: str, request: pytest.FixtureRequest,
     elif served == "cross_encoder":  # the rerank routes (TEI, Cohere/Jina, vLLM) and pairs on /predict
         bundle = request.getfixturevalue("head_bundles")["bert-ce"].bundle
     else:
-        bundle = request.getfixturevalue("tiny_plain_bundle")
+        bundle = request.getfixturevalue("family_export")("mpnet-sentence").bundle
     with running(bundle, tmp_path / "server.log", "--max-inputs", "32") as server:
         result = schemathesis_run(server.url, tmp_path / "junit.xml")
     summary = result.stdout[-6000:]
