@@ -22,13 +22,16 @@ import transformers
 from bundle.manifest import Manifest
 from model.heads import sparse_vector
 from tests.helpers.families import MAX_POSITIONS
-from tests.helpers.heads import Case
+from tests.helpers.heads import Case, token_types
 from tests.helpers.serving import assert_error, serving, uvicorn_here
 from tests.helpers.tokenizers import MULTILINGUAL
 
 TOLERANCE = 1e-5
 QUERY = "Café crème à Zürich"
 DOCUMENTS = MULTILINGUAL[1:]
+CROSS_ENCODERS = ["bert-ce", "xlmr-ce", "modernbert-ce"]  # token types; the RoBERTa family's template; ModernBERT's
+MASKED_LMS = ["bert-mlm", "xlmr-mlm"]
+TOKEN_CLASSIFIERS = ["bert-ner", "xlmr-ner"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def _pairs(case: Case, query: str, documents: list[str]) -> np.ndarray:
 
 # -- rerank and pair scores ----------------------------------------------------------------------
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("name", ["bert-ce", "xlmr-ce"])
+@pytest.mark.parametrize("name", CROSS_ENCODERS)
 async def test_rerank_scores_equal_transformers(cases, client, name):
     expected = _pairs(cases[name], QUERY, DOCUMENTS)  # (N,) logits
     response = await client.post("/rerank", json={"model": name, "query": QUERY, "texts": DOCUMENTS,
@@ -65,6 +68,9 @@ async def test_rerank_scores_equal_transformers(cases, client, name):
     got = np.array([r["score"] for r in sorted(sigmoid, key=lambda r: r["index"])])
     assert np.abs(got - 1 / (1 + np.exp(-expected))).max() <= TOLERANCE  # sentence-transformers' CrossEncoder
     assert "text" not in sigmoid[0]
+    alone = await client.post("/rerank", json={"model": name, "query": QUERY, "texts": DOCUMENTS[-1:],
+                                               "raw_scores": True})  # a second shape: one pair, no padding
+    assert abs(alone.json()[0]["score"] - float(expected[-1])) <= TOLERANCE
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -130,56 +136,73 @@ async def test_the_cohere_sdk_reranks_against_the_server(cases):
 
 
 @pytest.mark.asyncio(loop_scope="module")
-async def test_a_long_document_ranks_by_its_best_window_and_explains_inside_it(cases, client):
+@pytest.mark.parametrize("name", CROSS_ENCODERS)
+async def test_a_long_document_ranks_by_its_best_window_and_explains_inside_it(cases, client, name):
     """A document of 5,000 tokens: its score is its best window's, the window's span points into it, and the
     explanation's spans lie inside that window."""
-    case = cases["bert-ce"]
-    filler = " ".join(["the quick brown fox jumps over the lazy dog"] * 140)
-    long_doc = filler + " café crème à zürich " + filler
+    case = cases[name]
+    unit = "the quick brown fox jumps over the lazy dog"
+    filler = " ".join([unit] * (2600 // len(case.tokenizer(unit, add_special_tokens=False)["input_ids"])))
+    long_doc = filler + " café crème à zürich " + filler  # each vocabulary cuts it into 5,000 tokens or more
     assert 5000 < len(case.tokenizer(long_doc)["input_ids"]) < 7000
-    response = await client.post("/rerank", json={"model": "bert-ce", "query": QUERY, "raw_scores": True,
+    response = await client.post("/rerank", json={"model": name, "query": QUERY, "raw_scores": True,
                                                   "texts": [long_doc, DOCUMENTS[0]], "chunking": "max",
-                                                  "explain": True})
+                                                  "chunk_overlap": 8, "explain": True})
     assert response.status_code == 200, response.text
     first = next(r for r in response.json() if r["index"] == 0)
     window = first["window"]
     assert 0 <= window["start"] < window["stop"] <= len(long_doc) and window["tokens"] > 0
-    assert abs(first["score"] - _window_logit(case, QUERY, long_doc, window)) <= TOLERANCE
+    assert min(abs(first["score"] - logit) for logit in _window_logits(case, QUERY, long_doc, window)) <= TOLERANCE
     explained = first["explanation"]
     assert len(explained) == window["tokens"]
     assert all(window["start"] <= h["start"] < h["stop"] <= window["stop"] for h in explained)
     assert all(0 <= h["weight"] <= 1 for h in explained) and sum(h["weight"] for h in explained) < 1
-    whole = await client.post("/rerank", json={"model": "bert-ce", "query": QUERY, "texts": [long_doc],
+    whole = await client.post("/rerank", json={"model": name, "query": QUERY, "texts": [long_doc],
                                                "raw_scores": True, "truncate": True})
     assert first["score"] >= whole.json()[0]["score"] - TOLERANCE  # the best window beats the cut-off head
 
 
-def _window_logit(case: Case, query: str, document: str, window: dict[str, int]) -> float:
-    """transformers' logit of [CLS] query [SEP] (the document's tokens inside the window) [SEP]."""
+def _window_logits(case: Case, query: str, document: str, window: dict[str, int]) -> list[float]:
+    """transformers' logits of the query and the document's tokens inside the window in the model's pair
+    template ([CLS] A [SEP] B [SEP] with segments, <s> A </s></s> B </s>): the window's tokens are the run of
+    `tokens` document tokens from `start` to `stop` (a Unigram vocabulary's lone "▁" shares its offsets with
+    the next token, so a span may name two runs: the score is the closer one's)."""
     whole = case.tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
-    inside = [i for i, (a, b) in zip(whole["input_ids"], whole["offset_mapping"], strict=True)
-              if window["start"] <= a and b <= window["stop"]]
-    assert len(inside) == window["tokens"]
+    ids, offsets, k = whole["input_ids"], whole["offset_mapping"], window["tokens"]
+    runs = [ids[i:i + k] for i in range(len(ids) - k + 1)
+            if offsets[i][0] == window["start"] and offsets[i + k - 1][1] == window["stop"]]
+    assert runs, window
+    return [_pair_logit(case, query, inside) for inside in runs]
+
+
+def _pair_logit(case: Case, query: str, inside: list[int]) -> float:
     first = case.tokenizer(query, add_special_tokens=False)["input_ids"]
-    ids = [case.tokenizer.cls_token_id, *first, case.tokenizer.sep_token_id, *inside, case.tokenizer.sep_token_id]
-    types = [0] * (len(first) + 2) + [1] * (len(inside) + 1)
+    cls, sep = case.tokenizer.cls_token_id, case.tokenizer.sep_token_id
+    middle = [sep, sep] if case.arch == "xlm-roberta" else [sep]  # transformers' pair templates
+    feeds = {"input_ids": torch.tensor([[cls, *first, *middle, *inside, sep]])}
+    if case.arch == "bert":  # segment B after the first [SEP]
+        feeds["token_type_ids"] = torch.tensor([[0] * (len(first) + 2) + [1] * (len(inside) + 1)])
+    elif token_types(case.model):  # the RoBERTa family's template: every token type 0
+        feeds["token_type_ids"] = torch.zeros_like(feeds["input_ids"])
     with torch.no_grad():
-        return float(case.model(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0, 0])
+        return float(case.model(**feeds).logits[0, 0])
 
 
 # -- sparse vectors ------------------------------------------------------------------------------
 @pytest.mark.asyncio(loop_scope="module")
-async def test_sparse_vectors_equal_splade_over_transformers(cases, client):
-    case = cases["bert-mlm"]
+@pytest.mark.parametrize("name", MASKED_LMS)
+async def test_sparse_vectors_equal_splade_over_transformers(cases, client, name):
+    case = cases[name]
     feeds = case.tokenizer(MULTILINGUAL, padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = sparse_vector(case.model(**feeds).logits, feeds["attention_mask"]).numpy()  # (N, V)
-    response = await client.post("/embed_sparse", json={"model": "bert-mlm", "inputs": MULTILINGUAL})
-    assert response.status_code == 200, response.text
-    for row, entries in zip(expected, response.json(), strict=True):
-        assert [e["index"] for e in entries] == np.flatnonzero(row > 0).tolist()
-        assert max(abs(e["value"] - row[e["index"]]) for e in entries) <= TOLERANCE
-    top = (await client.post("/embed_sparse", json={"model": "bert-mlm", "inputs": MULTILINGUAL[0], "top_k": 3})).json()
+    for rows in (slice(None), slice(2, 3)):  # a padded batch and one text alone
+        response = await client.post("/embed_sparse", json={"model": name, "inputs": MULTILINGUAL[rows]})
+        assert response.status_code == 200, response.text
+        for row, entries in zip(expected[rows], response.json(), strict=True):
+            assert [e["index"] for e in entries] == np.flatnonzero(row > 0).tolist()
+            assert max(abs(e["value"] - row[e["index"]]) for e in entries) <= TOLERANCE
+    top = (await client.post("/embed_sparse", json={"model": name, "inputs": MULTILINGUAL[0], "top_k": 3})).json()
     best = sorted(np.argsort(-expected[0], kind="stable")[:3].tolist())
     assert [e["index"] for e in top[0]] == best
 
@@ -187,13 +210,17 @@ async def test_sparse_vectors_equal_splade_over_transformers(cases, client):
 # -- token labels --------------------------------------------------------------------------------
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("aggregation", ["none", "simple", "first", "average", "max"])
-async def test_token_labels_equal_the_pipeline(cases, client, aggregation):
-    case = cases["bert-ner"]
+@pytest.mark.parametrize("name", TOKEN_CLASSIFIERS)
+async def test_token_labels_equal_the_pipeline(cases, client, name, aggregation):
+    case = cases[name]
     pipe = transformers.pipeline("token-classification", model=case.model, tokenizer=case.tokenizer,
                                  aggregation_strategy=aggregation, device="cpu")
-    response = await client.post("/classify_tokens", json={"model": "bert-ner", "inputs": MULTILINGUAL,
+    response = await client.post("/classify_tokens", json={"model": name, "inputs": MULTILINGUAL,
                                                            "aggregation": aggregation})
     assert response.status_code == 200, response.text
+    alone = await client.post("/classify_tokens", json={"model": name, "inputs": MULTILINGUAL[-1:],
+                                                        "aggregation": aggregation})  # one text: no padding
+    assert _same(alone.json()[0], response.json()[-1])
     key = "entity" if aggregation == "none" else "entity_group"
     for text, got in zip(MULTILINGUAL, response.json(), strict=True):
         expected = pipe(text)
@@ -204,16 +231,24 @@ async def test_token_labels_equal_the_pipeline(cases, client, aggregation):
             assert [g["index"] for g in got] == [e["index"] for e in expected]
 
 
+def _same(one: list[dict], other: list[dict]) -> bool:
+    """The same entities, scores to the tolerance."""
+    return len(one) == len(other) and all(
+        {k: v for k, v in a.items() if k != "score"} == {k: v for k, v in b.items() if k != "score"}
+        and abs(a["score"] - b["score"]) <= TOLERANCE for a, b in zip(one, other, strict=True))
+
+
 @pytest.mark.asyncio(loop_scope="module")
-async def test_a_long_text_is_labelled_window_by_window(cases, client):
+@pytest.mark.parametrize("name", TOKEN_CLASSIFIERS)
+async def test_a_long_text_is_labelled_window_by_window(cases, client, name):
     """Each token of a text much longer than the model takes is labelled, by the window where it sits most
     centrally: a word's label far inside the text equals the label it gets in a short text of its own
     neighbourhood, and offsets point into the long text."""
     text = " ".join(MULTILINGUAL * 6)
-    response = await client.post("/classify_tokens", json={"model": "bert-ner", "inputs": text, "chunk_overlap": 16})
+    response = await client.post("/classify_tokens", json={"model": name, "inputs": text, "chunk_overlap": 16})
     assert response.status_code == 200, response.text
     labelled = response.json()[0]
-    whole = (await client.post("/tokenize", json={"model": "bert-ner", "inputs": text})).json()[0]
+    whole = (await client.post("/tokenize", json={"model": name, "inputs": text})).json()[0]
     assert len(whole) > 4 * MAX_POSITIONS and labelled[-1]["index"] > 3 * MAX_POSITIONS
     indices = [t["index"] for t in labelled]
     assert indices == sorted(set(indices))
@@ -252,7 +287,7 @@ def test_parity_gates_cover_each_head_and_pairs(cases):
         fast = manifest.graph("fast", "fp32")
         assert fast is not None and all(v <= TOLERANCE for k, v in fast.parity.items() if k.endswith("diff"))
         takes_types = "token_type_ids" in [i.name for i in fast.inputs]
-        assert takes_types == (case.model.config.type_vocab_size >= 2)
+        assert takes_types == token_types(case.model)
 
 
 @pytest.mark.asyncio(loop_scope="module")
