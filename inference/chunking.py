@@ -128,6 +128,23 @@ def cut_pairs(tokenizer: TextTokenizer, pairs: Sequence[Pair], overlap: int, max
     return [_pair_windows(tokenizer, q, d, size, overlap) for q, d, size in zip(queries, documents, sizes, strict=True)]
 
 
+def pair_window(tokenizer: TextTokenizer) -> int:
+    """The fewest document tokens a chunked pair's window holds: after a query of the most tokens allowed (half
+    the room)."""
+    room = tokenizer.max_length - tokenizer.pair_special_count
+    return room - room // 2
+
+
+def check_pair_overlap(tokenizer: TextTokenizer, overlap: int) -> None:
+    """OutOfRange unless 0 <= overlap < `pair_window`: the bound a rerank request's overlap is held to whatever
+    its query (the served OpenAPI document's)."""
+    size = pair_window(tokenizer)
+    if not 0 <= overlap < size:
+        raise OutOfRange(f"chunk_overlap must be at least 0 and below {size}, the document tokens a chunked pair's "
+                         f"window holds after the longest query it takes (half of the max length of "
+                         f"{tokenizer.max_length} less the {tokenizer.pair_special_count} special tokens)")
+
+
 def pair_window_size(tokenizer: TextTokenizer, query_tokens: int, index: int = 0) -> int:
     """Document tokens per window after a query of `query_tokens`; InputTooLong when the query takes more
     than half the room."""

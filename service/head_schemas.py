@@ -38,7 +38,10 @@ class RerankOptions(BaseModel):
     """attnserve's options on every rerank route."""
 
     chunking: Literal["max"] | None = Field(None, description=PAIR_CHUNKING)
-    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+    chunk_overlap: Index = Field(32, description=(
+        "Tokens shared by neighbouring windows of a document when chunking; below the document tokens a pair's "
+        "window holds after the longest query it takes (half of the max length less the pair's special tokens), "
+        "else 422, whether or not the request chunks."))
     explain: StrictBool = Field(False, description=EXPLAIN)
 
 

@@ -18,10 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from inference.chunking import window_size
+from inference.chunking import pair_window, window_size
 from inference.prompts import longest_prompt
 from inference.registry import ModelRegistry
-from inference.tokenize import TextTokenizer
 
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
          **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
@@ -55,15 +54,9 @@ def bounds(models: ModelRegistry) -> Bounds:
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
         min(window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed),
-        min(_pair_window(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
+        min(pair_window(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
         tuple(outputs), tuple(common),
     )
-
-
-def _pair_window(tokenizer: TextTokenizer) -> int:
-    """The fewest document tokens a chunked pair's window holds: after a query of half the room."""
-    room = tokenizer.max_length - tokenizer.pair_special_count
-    return room - room // 2
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:

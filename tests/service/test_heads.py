@@ -162,6 +162,22 @@ async def test_a_long_document_ranks_by_its_best_window_and_explains_inside_it(c
     assert first["score"] >= whole.json()[0]["score"] - TOLERANCE  # the best window beats the cut-off head
 
 
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_rerank_overlap_is_held_to_the_pair_window_chunked_or_not(cases):
+    """The served OpenAPI document's bound on chunk_overlap (the document tokens a pair's window holds after
+    the longest query) holds whether or not the request chunks, as /embed's does."""
+    async with serving(cases["bert-ce"].bundle) as (_, http):
+        schemas = (await http.get("/openapi.json")).json()["components"]["schemas"]
+        most = schemas["RerankRequest"]["properties"]["chunk_overlap"]["maximum"]
+        assert most == schemas["CohereRerankRequest"]["properties"]["chunk_overlap"]["maximum"]
+        for chunking in (None, "max"):
+            body = {"query": QUERY, "texts": DOCUMENTS[:1], "chunking": chunking}
+            assert (await http.post("/rerank", json={**body, "chunk_overlap": most})).status_code == 200
+            assert_error(await http.post("/rerank", json={**body, "chunk_overlap": most + 1}), 422)
+            cohere = {"query": QUERY, "documents": DOCUMENTS[:1], "chunking": chunking, "chunk_overlap": most + 1}
+            assert_error(await http.post("/v1/rerank", json=cohere), 422)
+
+
 def _window_logits(case: Case, query: str, document: str, window: dict[str, int]) -> list[float]:
     """transformers' logits of the query and the document's tokens inside the window in the model's pair
     template ([CLS] A [SEP] B [SEP] with segments, <s> A </s></s> B </s>): the window's tokens are the run of
