@@ -41,10 +41,10 @@ class BatchQueue(Generic[Q]):
         """Take `item` out if it is still waiting; False when it already left (taken or removed)."""
         return self._items.pop(id(item), None) is not None
 
-    def next_batch(self, max_size: int, max_tokens: int) -> list[Q]:
-        """The oldest item, then same-kind items closest to it in length (less padding), while the batch
-        stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
-        head = self.oldest()
+    def next_batch(self, max_size: int, max_tokens: int, head: Q | None = None) -> list[Q]:
+        """`head` (default: the oldest item), then same-kind items closest to it in length (less padding),
+        while the batch stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
+        head = self.oldest() if head is None else head
         if head is None:
             return []
         others = [i for i in self._items.values() if i.kind == head.kind and i is not head]

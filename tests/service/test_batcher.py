@@ -20,6 +20,7 @@ import pytest_asyncio
 
 from inference.batcher import Batcher, BatchLimits
 from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
+from inference.fairqueue import Caller
 from tests.helpers.serving import until
 
 
@@ -53,7 +54,7 @@ def seq(n: int) -> np.ndarray:
 async def setup():
     runner = FakeRunner()
     executor = ThreadPoolExecutor(1)
-    limits = BatchLimits(max_batch_tokens=64, max_batch_size=4, max_queue=8, queue_timeout_s=5.0)
+    limits = BatchLimits(max_batch_tokens=64, max_batch_size=4, max_queue=8, queue_timeout_s=5.0, bulk_queue=4)
     batcher = Batcher(runner, limits, executor)
     batcher.start()
     yield batcher, runner
@@ -319,3 +320,50 @@ async def test_inputs_that_waited_behind_a_long_run_are_not_held_for_batch_wait_
     assert time.monotonic() - started < 1.0  # counted from now, it would wait 1 s more (a lower bound)
     await batcher.stop()
     executor.shutdown()
+
+
+# -- priority classes and fair shares (the policy itself: tests/inference/test_fairqueue.py) ---------------------
+SEARCH, BACKFILL, REINDEX = Caller("search"), Caller("backfill", "bulk"), Caller("reindex", "bulk")
+
+
+async def submit_as(batcher: Batcher, caller: Caller, lengths: list[int]):
+    with batcher.admit(len(lengths), caller) as ticket:
+        return await batcher.submit(ticket, "fast", [seq(n) for n in lengths])
+
+
+async def test_an_interactive_request_runs_before_bulk_inputs_queued_earlier(setup):
+    batcher, runner = setup  # size cap 4, 8 permits
+    async with plugged(batcher, runner):
+        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7] * 4))  # 4 bulk permits: its whole share
+        await until(lambda: batcher.depth == 4)
+        query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
+        await until(lambda: batcher.depth == 5)
+    assert await query == [("fast", 3)] and await bulk == [("fast", 7)] * 4
+    assert runner.batches == [[3], [7, 7, 7, 7]]  # the later interactive input ran first, alone: no mixing
+
+
+async def test_bulk_requests_are_refused_at_their_share_while_interactive_ones_still_fit(setup):
+    batcher, runner = setup  # 8 permits, bulk_queue 4
+    async with plugged(batcher, runner):  # the plug: 1 interactive permit
+        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7] * 4))
+        await until(lambda: batcher.depth == 4)
+        assert batcher.full_for("bulk") and not batcher.full
+        with pytest.raises(Overloaded):
+            batcher.admit(1, REINDEX)
+        query = asyncio.create_task(submit_as(batcher, SEARCH, [3, 3, 3]))  # 1 + 4 + 3 = 8: fits
+        await until(lambda: batcher.depth == 7)
+        assert batcher.full
+    await asyncio.gather(bulk, query)
+    assert batcher.in_flight == 0
+
+
+async def test_two_bulk_callers_take_turns(setup):
+    batcher, runner = setup
+    batcher.limits.max_batch_size = 1
+    async with plugged(batcher, runner):
+        first = asyncio.create_task(submit_as(batcher, BACKFILL, [7, 7, 7]))
+        await until(lambda: batcher.depth == 3)
+        second = asyncio.create_task(submit_as(batcher, REINDEX, [5]))
+        await until(lambda: batcher.depth == 4)
+    await asyncio.gather(first, second)
+    assert runner.batches == [[7], [5], [7], [7]]  # reindex's one input does not wait for all of backfill's
