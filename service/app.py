@@ -1,6 +1,7 @@
-"""The app factory: `create_app(settings)` wires routes, middleware, the one exception handler and the
-lifespan (load and verify the bundles, start the served models with one batcher each, warm up; on shutdown
-drain admitted work)."""
+"""The app factory: `create_app(settings)` wires routes, middleware, the one exception handler, the callers
+(their keys: ATTNSERVE_API_KEY, ATTNSERVE_API_KEYS_FILE, read here so a bad file stops the start) and the
+lifespan (load and verify the bundles, start the served models with one batcher each, warm up, watch the keys
+file; on shutdown drain admitted work)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from starlette.routing import Match
 
 from attnserve import __version__
 from inference.errors import InferenceError, InvalidRequest
+from inference.fairqueue import Priority
 from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, load_bundles, served_names, start_models
+from service.callers import Callers, single_key
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
+from service.keysfile import KeysFile
 from service.metrics import Metrics
-from service.middleware import TIMING_HEADERS, EdgeMiddleware, Scope
+from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
 from service.routes import attention, explore, openai, ops, tei
 from service.settings import Settings
@@ -40,8 +44,10 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
     bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics))
+    callers, keys_file = _callers(settings, metrics)
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics, keys_file))
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
+    app.state.callers = callers
     for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
@@ -49,40 +55,61 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Priority"],
+            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS, CACHED_HEADER, FINGERPRINT_HEADER],
         )
-    api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key, busy=lambda scope: _busy(app, scope), body_timeout_s=settings.body_timeout_s)
+                       callers=callers, busy=lambda scope, priority: _busy(app, scope, priority),
+                       body_timeout_s=settings.body_timeout_s)
     return app
 
 
-def _busy(app: FastAPI, scope: Scope) -> bool:
+def _callers(settings: Settings, metrics: Metrics) -> tuple[Callers, KeysFile | None]:
+    """The callers in force at start (StartupError when the keys file cannot be used), and the keys file to
+    watch, if any."""
+    callers = Callers()
+    single = single_key(settings.api_key.get_secret_value()) if settings.api_key is not None else None
+    if settings.api_keys_file is None:
+        if single is not None:
+            callers.replace([single])
+        return callers, None
+    keys_file = KeysFile(settings.api_keys_file, callers, metrics, single)
+    keys_file.load()
+    metrics.keys_read(True, len(callers.keys or []))
+    return callers, keys_file
+
+
+def _busy(app: FastAPI, scope: Scope, priority: Priority) -> bool:
     """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
-    only the body can name it) has no free permit."""
+    only the body can name it) has no free permit for the caller's class."""
     models: ModelRegistry | None = app.state.models
     path, infer = scope["path"], V2_INFER.match(scope["path"])
     if models is None or not (path in ADMITTED_PATHS or infer):
         return False
     if infer:
-        return models.busy(infer.group(1))
+        return models.busy(infer.group(1), priority)
     query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model")
-    return models.busy(query[-1] if query else None)
+    return models.busy(query[-1] if query else None, priority)
 
 
-def _lifespan(settings: Settings, bundles: Sequence[LoadedBundle] | None, metrics: Metrics) -> Any:
+def _lifespan(
+    settings: Settings, bundles: Sequence[LoadedBundle] | None, metrics: Metrics, keys_file: KeysFile | None,
+) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = bundles or load_bundles(settings.bundle, settings.load_options())
         models, executors = start_models(served_names(settings.bundle, loaded), loaded, settings, metrics.for_model)
         app.state.models = models
+        if keys_file is not None:
+            keys_file.start(settings.api_keys_check_s)
         try:
             for model in models:
                 await model.warm_up()
                 log.info("ready: %s on %s, variants %s", model.name, model.bundle.provider, model.bundle.variants)
             yield
         finally:
+            if keys_file is not None:
+                await keys_file.stop()
             for model in models:
                 await model.batcher.stop()  # admitted work is finished first
             app.state.models = None

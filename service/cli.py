@@ -55,6 +55,7 @@ def serve(settings: Settings) -> int:
     try:
         loaded = load_bundles(settings.bundle, settings.load_options())
         served_names(settings.bundle, loaded)
+        app = create_app(settings, loaded)  # reads the API keys file
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
@@ -63,7 +64,7 @@ def serve(settings: Settings) -> int:
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
         uvicorn.run(
-            create_app(settings, loaded), host=settings.host, port=settings.port, log_config=None,
+            app, host=settings.host, port=settings.port, log_config=None,
             loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
             timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
         )

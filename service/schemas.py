@@ -133,6 +133,8 @@ class OpenAIModel(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    fingerprint: str = Field(description="The model build: sha256 over its served graph, tokenizer and pooling "
+                             "(every answer of it carries it as x-model-fingerprint).")
 
 
 class OpenAIModelList(BaseModel):

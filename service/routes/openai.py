@@ -37,7 +37,8 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
     """Every served model, in the order the bundles were given (the first is the default)."""
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "attnserve"} for name in models.names]
+    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "fingerprint": m.fingerprint}
+            for m in models]
     return json_response({"object": "list", "data": data})
 
 

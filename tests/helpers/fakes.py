@@ -51,13 +51,15 @@ class GatedBundle(LoadedBundle):
 
 
 @asynccontextmanager
-async def held(app: FastAPI, client: httpx.AsyncClient) -> AsyncIterator[asyncio.Task[httpx.Response]]:
-    """While inside, graph runs are held: a plug request (one input) occupies the graph thread, and what is
-    submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the queued inputs then
-    form batches as they would under load. Yields the plug's task (its answer is a 200)."""
+async def held(
+    app: FastAPI, client: httpx.AsyncClient, headers: dict[str, str] | None = None,
+) -> AsyncIterator[asyncio.Task[httpx.Response]]:
+    """While inside, graph runs are held: a plug request (one input, sent with `headers`) occupies the graph
+    thread, and what is submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the
+    queued inputs then form batches as they would under load. Yields the plug's task (its answer is a 200)."""
     gated: GatedBundle = app.state.models.default.bundle
     gated.gate.clear()
-    plug = asyncio.create_task(client.post("/embed", json={"inputs": "plug"}))
+    plug = asyncio.create_task(client.post("/embed", json={"inputs": "plug"}, headers=headers))
     try:
         await until(lambda: gated.waiting == 1)
         yield plug
