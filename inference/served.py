@@ -51,7 +51,7 @@ class ServedModel:
     ) -> None:
         self.name, self.bundle, self.batcher, self.limits = name, bundle, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
-        self.answers = answers or AnswerCache(0)  # shared by the models of one registry
+        self.answers = answers if answers is not None else AnswerCache(0)  # shared by the models of a registry
         self.fingerprint = bundle.fingerprint
         self.warm = False
         self._probe = asyncio.Lock()

@@ -86,7 +86,8 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
-    return rows.schema(rows.id_type(job.columns.id is not None), m.hidden_size, list(m.labels), job.output)
+    return rows.schema(rows.id_type(job.columns.id is not None), m.hidden_size, list(m.labels), job.output,
+                       bundle.fingerprint)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
