@@ -40,8 +40,11 @@ def main(argv: list[str], prog: str = "attnserve serve") -> int:
         return report(prog, error)
     from service import logs
 
-    logs.configure(settings.log_format)
-    return serve(settings)
+    listener = logs.configure(settings.log_format)
+    try:
+        return serve(settings)
+    finally:
+        listener.stop()  # the lines still queued are written
 
 
 def serve(settings: Settings) -> int:
