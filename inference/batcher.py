@@ -8,7 +8,9 @@ its share, callers of a class sharing by tokens) for a batch: its head, then sam
 and the nearest lengths (less padding) under the token budget (batch size x longest sequence) and the size
 cap (with several slots free, the waiting inputs are shared out among them, so one large request keeps
 every slot busy); it runs the graph in an executor thread and fans the per-input results back out while the
-other slots run. A failed batch fails every waiter in it; a request that waits past the queue timeout fails
+other slots run. A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive
+batch runs at once beside them in one more slot kept for it (the interactive lane), instead of waiting for
+a bulk batch to end. A failed batch fails every waiter in it; a request that waits past the queue timeout fails
 with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs compute. On
 stop, admitted work is drained before the task ends.
 """
@@ -30,24 +32,12 @@ import numpy as np
 from inference.admission import Permits, Ticket
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
 from inference.fairqueue import ANYONE, Caller, FairQueue, Priority
+from inference.observer import BatchObserver
 from inference.options import BatchOptions
 
 log = logging.getLogger(__name__)
 
 RunFn = Callable[[str, list[np.ndarray]], Sequence[Any]]
-
-
-class BatchObserver:
-    """Hooks for metrics; the defaults do nothing. `caller` is a caller's name ("" for none)."""
-
-    def tokenized(self, caller: str, seconds: float) -> None: ...
-    def queue_depth(self, caller: str, depth: int) -> None: ...  # the caller's inputs waiting, after a change
-    def in_flight(self, caller: str, inputs: int) -> None: ...  # its admitted inputs (queued, tokenising, running)
-    def queue_wait(self, caller: str, seconds: float) -> None: ...
-    def cache(self, caller: str, hits: int, misses: int) -> None: ...
-    def cache_size(self, entries_bytes: int, evictions: int) -> None: ...
-    def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None: ...
-    def inference(self, kind: str, seconds: float, ok: bool) -> None: ...
 
 
 @dataclass(eq=False)
@@ -75,12 +65,14 @@ class BatchLimits:
     runs_in_flight: int = 1
     bulk_share: float = 0.2  # of the graph time, while both classes wait
     bulk_queue: int | None = None  # most permits bulk inputs hold at once; None: max_queue
+    interactive_lane: bool = False  # one more run, for an interactive batch while every slot runs a bulk one
 
     @classmethod
     def of(cls, options: BatchOptions, runs_in_flight: int) -> BatchLimits:
         bulk_queue = max(1, int(options.max_queue * options.bulk_queue_share))
         return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue, options.queue_timeout_s,
-                   options.batch_wait_ms / 1000, runs_in_flight, options.bulk_share, bulk_queue)
+                   options.batch_wait_ms / 1000, runs_in_flight, options.bulk_share, bulk_queue,
+                   options.interactive_lane)
 
 
 class Batcher:
@@ -95,7 +87,7 @@ class Batcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], Priority] = {}  # each run and the class of its batch
         self.last_ok = True
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -191,20 +183,26 @@ class Batcher:
                 continue
             for batch in batches:
                 run = asyncio.get_running_loop().create_task(self._run(batch))
-                self._running.add(run)
+                self._running[run] = batch[0].caller.priority
                 run.add_done_callback(self._ran)
         if self._running:
             await asyncio.wait(self._running)  # drained: every admitted input has its answer
 
     def _ran(self, run: asyncio.Task[None]) -> None:
-        self._running.discard(run)
+        self._running.pop(run, None)
         self._wake.set()  # a slot is free
         if not run.cancelled() and run.exception() is not None:
             log.error("batch run failed", exc_info=run.exception())
 
+    def _lane_free(self) -> bool:
+        """Every run slot holds a bulk batch, the interactive lane is free, and an interactive input waits."""
+        return (self.limits.interactive_lane and len(self._running) == self.limits.runs_in_flight
+                and all(p == "bulk" for p in self._running.values()) and self._queue.waiting_in("interactive") > 0)
+
     async def _wait_for_work(self) -> bool:
-        """Until an input waits and a run slot is free; False once stopping with nothing left to take."""
-        while not self.depth or len(self._running) >= self.limits.runs_in_flight:
+        """Until an input waits and a run slot (or the interactive lane, for an interactive input) is free;
+        False once stopping with nothing left to take."""
+        while not self.depth or (len(self._running) >= self.limits.runs_in_flight and not self._lane_free()):
             if self._stopping and not self.depth:
                 return False
             self._wake.clear()
@@ -231,8 +229,12 @@ class Batcher:
 
     def _take_batches(self) -> list[list[WorkItem]]:
         """A batch for each free run slot, the waiting inputs shared out among them, all taken at once: an
-        input left for a later slot would otherwise wait out batch_wait_s again."""
+        input left for a later slot would otherwise wait out batch_wait_s again. No slot free: an interactive
+        batch for the lane."""
         free = self.limits.runs_in_flight - len(self._running)
+        if free <= 0:
+            lane = self._queue.next_batch(self.limits.max_batch_size, self.limits.max_batch_tokens, "interactive")
+            return [lane] if lane else []
         size = min(self.limits.max_batch_size, -(-self.depth // free))
         batches = []
         for _ in range(free):

@@ -8,8 +8,10 @@ time grows with, known when the batch is formed, so no clock is needed):
 1. the class: interactive weighted 1 - bulk_share, bulk weighted bulk_share;
 2. the caller within that class: equal weights, so two bulk callers share the bulk time by tokens.
 
-The head is the chosen caller's oldest input; the batch is filled from its class as `BatchQueue` fills one
-(same kind, nearest lengths, under the caps), and a batch never mixes classes. The class is charged the
+The head is the chosen caller's oldest input; the batch is filled as `BatchQueue` fills one (same kind,
+nearest lengths, under the caps) from that caller's inputs first, then, while room is left, from the other
+callers of its class (many interactive callers' single texts still share a batch); a batch never mixes
+classes. The class is charged the
 batch's padded tokens, each caller in it its inputs' share (its inputs x the batch's longest).
 
 Start-time fair queueing: each key has a finish tag; the virtual time is the start tag of the key chosen
@@ -31,7 +33,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
-from inference.batchqueue import BatchQueue
+from inference.batchqueue import BatchQueue, fill, nearest
 
 Priority = Literal["interactive", "bulk"]
 PRIORITIES: tuple[Priority, ...] = ("interactive", "bulk")  # also the order of ties
@@ -129,17 +131,23 @@ class FairQueue(Generic[F]):
         """Inputs waiting of the callers called `name` (in any class)."""
         return sum(len(items) for caller, items in self._callers.items() if caller.name == name)
 
-    def next_batch(self, max_size: int, max_tokens: int) -> list[F]:
-        """A batch of one class, headed by the oldest input of the caller the fair shares choose."""
-        classes = [p for p in PRIORITIES if len(self._classes[p])]
+    def waiting_in(self, priority: Priority) -> int:
+        return len(self._classes[priority])
+
+    def next_batch(self, max_size: int, max_tokens: int, only: Priority | None = None) -> list[F]:
+        """A batch of one class (`only`, when given), headed by the oldest input of the caller the fair shares
+        choose."""
+        classes = [p for p in PRIORITIES if len(self._classes[p]) and only in (None, p)]
         if not classes:
             return []
         priority = self._class_shares.choose(classes)
         callers = sorted((c for c in self._callers if c.priority == priority), key=self._first_arrival)
         caller = self._caller_shares[priority].choose(callers)
-        head = next(iter(self._callers[caller].values()))
-        batch = self._classes[priority].next_batch(max_size, max_tokens, head=head)
+        own = list(self._callers[caller].values())
+        others = [item for item in self._classes[priority].items() if item.caller != caller]
+        batch = fill(own[0], nearest(own[0], own) + nearest(own[0], others), max_size, max_tokens)
         for item in batch:
+            self._classes[priority].remove(item)
             self._forget(item)
         self._charge(priority, batch)
         return batch

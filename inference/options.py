@@ -89,6 +89,11 @@ class BatchOptions(_Options):
         "too (counted in padded tokens, batch size x longest input): interactive inputs go ahead of queued bulk "
         "ones, yet bulk never starves. Between callers of one class the time is shared by tokens.",
     )
+    interactive_lane: bool = Field(
+        True, description="Keep one more graph run for interactive inputs: while every run slot holds a bulk "
+        "batch, an interactive batch runs at once beside them (a run cannot be interrupted, and a bulk batch "
+        "can take a second). For that long the runs share the cores. Off: interactive inputs wait for a slot.",
+    )
     bulk_queue_share: float = Field(
         0.5, gt=0, le=1, description="Share of max_queue that bulk inputs may hold at once; bulk requests beyond "
         "it are refused (429), so bulk callers alone never fill the queue interactive calls need.",

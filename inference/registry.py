@@ -4,8 +4,8 @@ name, in the order the bundles were given; the first is the default.
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
 request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
-default), so no more graph runs overlap on the CPU than the session threads were sized for, and one pool
-for tokenising.
+default, and the interactive lane's), so no more graph runs overlap on the CPU than the session threads
+were sized for (but for an interactive batch beside bulk ones), and one pool for tokenising.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from inference.batcher import Batcher, BatchLimits, BatchObserver
+from inference.batcher import Batcher, BatchLimits
 from inference.cache import AnswerCache
 from inference.errors import ModelNotFound, StartupError
 from inference.fairqueue import Priority
 from inference.loading import LoadedBundle, Opened, load_bundle
+from inference.observer import BatchObserver
 from inference.options import LoadOptions, ServingOptions
 from inference.served import ServedModel
 
@@ -114,7 +115,8 @@ def start_models(
     """One served model with a started batcher per bundle, sharing the graph threads, the tokenising pool and
     the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
     batchers stop."""
-    graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
+    lanes = options.graph_runs + (1 if options.interactive_lane else 0)  # the interactive lane's thread too
+    graphs = ThreadPoolExecutor(lanes, thread_name_prefix="attnserve-graph")  # all models' runs
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
     answers, models = AnswerCache(options.cache_bytes), {}

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from inference import cache, chunking, timing
-from inference.batcher import Batcher, BatchObserver, Ticket
+from inference.batcher import Batcher, Ticket
 from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady
@@ -35,6 +35,7 @@ from inference.fairqueue import Caller
 from inference.graphs import TOKENS, Outputs
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
+from inference.observer import BatchObserver
 from inference.options import RequestLimits
 from inference.tokenize import Direction, Encoded
 

@@ -4,6 +4,7 @@
     tiny_bundle       its fp32 bundle (fast + attention graphs), name "tiny", version "7": exported once
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
+    small_bundle      a wider, deeper, 128-token model whose graph time dominates (the traffic and cache checks)
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
 """
 
@@ -35,6 +36,12 @@ def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **opti
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _exported(tiny_checkpoint, tmp_path_factory, "tiny", name="tiny", version="7")
+
+
+@pytest.fixture(scope="session")
+def small_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "small", small=True)
+    return _exported(checkpoint, tmp_path_factory, "small", name="small", version="1")
 
 
 @pytest.fixture(scope="session")

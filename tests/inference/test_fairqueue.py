@@ -91,13 +91,23 @@ def test_bulk_that_starts_waiting_takes_no_turn_ahead_of_interactive() -> None:
     assert Counter(taken)[BACKFILL] == 2
 
 
-def test_a_batch_is_one_class_filled_by_nearest_lengths() -> None:
+def test_a_batch_is_one_class_the_chosen_callers_inputs_first() -> None:
+    other = Caller("other")
     queue: FairQueue[Item] = FairQueue(0.2)
-    queue.push([Item(SEARCH, 5), *items(BACKFILL, 3, 5), Item(SEARCH, 30), Item(Caller("other"), 6)])
-    batch = queue.next_batch(3, 10_000)
-    assert [(i.caller.priority, i.length) for i in batch] == [("interactive", 5), ("interactive", 6),
-                                                               ("interactive", 30)]
-    assert {i.caller for i in queue.next_batch(8, 10_000)} == {BACKFILL} and len(queue) == 0
+    queue.push([Item(SEARCH, 5), *items(BACKFILL, 3, 5), Item(SEARCH, 30), Item(other, 6), Item(other, 5)])
+    batch = queue.next_batch(3, 10_000)  # search's own 30 goes before other's 5 and 6, nearer in length
+    assert [(i.caller, i.length) for i in batch] == [(SEARCH, 5), (SEARCH, 30), (other, 5)]
+    assert {i.caller for i in queue.next_batch(8, 10_000)} == {BACKFILL}  # its share: both classes wait
+    assert [(i.caller, i.length) for i in queue.next_batch(8, 10_000)] == [(other, 6)] and len(queue) == 0
+
+
+def test_a_bulk_caller_with_fewer_requests_gets_whole_batches_of_its_own() -> None:
+    """The batch fills with the chosen caller's inputs before another's: else the caller with more waiting
+    inputs filled every batch and first come, first served came back through the filling."""
+    queue: FairQueue[Item] = FairQueue(0.2)
+    queue.push(items(BACKFILL, 6 * 64) + items(REINDEX, 2 * 64))
+    batches = [queue.next_batch(64, 100_000) for _ in range(4)]
+    assert [Counter(i.caller for i in b) for b in batches] == [{BACKFILL: 64}, {REINDEX: 64}] * 2
 
 
 def test_oldest_remove_and_waiting_by_caller_name() -> None:

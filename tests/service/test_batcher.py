@@ -367,3 +367,39 @@ async def test_two_bulk_callers_take_turns(setup):
         await until(lambda: batcher.depth == 4)
     await asyncio.gather(first, second)
     assert runner.batches == [[7], [5], [7], [7]]  # reindex's one input does not wait for all of backfill's
+
+
+@pytest.mark.parametrize("lane", [True, False])
+async def test_the_interactive_lane_runs_an_interactive_batch_beside_a_bulk_one(lane: bool):
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(2)
+    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, interactive_lane=lane), executor)
+    batcher.start()
+    runner.gate.clear()
+    bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7, 7]))
+    await until(lambda: runner.waiting == 1)  # the one slot runs a bulk batch
+    query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
+    more = asyncio.create_task(submit_as(batcher, SEARCH, [2]))
+    if lane:
+        await until(lambda: runner.waiting == 2 and batcher.depth == 0)  # started at once, beside it
+        assert not query.done()
+    else:
+        await until(lambda: batcher.depth == 2)
+        assert runner.waiting == 1  # it waits for the slot
+    runner.gate.set()
+    assert await asyncio.gather(bulk, query, more) == [[("fast", 7)] * 2, [("fast", 3)], [("fast", 2)]]
+    assert sorted(map(sorted, runner.batches)) == [[2, 3], [7, 7]]  # the lane's batch took both interactive inputs
+    await batcher.stop()
+    executor.shutdown()
+
+
+async def test_the_lane_is_only_for_interactive_inputs_waiting_behind_bulk_batches(setup):
+    batcher, runner = setup  # one slot; the lane is off in BatchLimits by default, so turn it on here
+    batcher.limits.interactive_lane = True
+    async with plugged(batcher, runner):  # the plug is interactive: no lane beside it
+        query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
+        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7]))
+        await until(lambda: batcher.depth == 2)
+        assert runner.waiting == 1
+    await asyncio.gather(query, bulk)
+    assert runner.batches == [[3], [7]]
