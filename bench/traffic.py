@@ -159,16 +159,33 @@ class Priorities:
         return sum(s.texts_per_s() for name, s in served.items() if name != SEARCH.name)
 
 
-async def priorities(url: str, tokenizer: Tokenizer, duration_s: float) -> Priorities:
-    """Interactive alone, bulk alone (8 callers x 64 texts x 128 tokens), then both: the interactive caller's
-    latency and the bulk throughput, each alone and together."""
+async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: int = 4) -> Priorities:
+    """Interactive alone, bulk alone (8 callers x 64 texts x 128 tokens), then both, `duration_s` each, in
+    `rounds` rounds (so a shared machine's load, which drifts over a minute, weighs on the three alike): the
+    interactive caller's latency and the bulk throughput, each alone and together."""
     texts, tokens = BULK_SHAPE
     bulk = [Load(c, 1, bodies(tokenizer, texts, tokens, 8, seed=i)) for i, c in enumerate(BULK)]
     query = Load(SEARCH, 1, bodies(tokenizer, 1, INTERACTIVE_TOKENS, 64, seed=99), INTERACTIVE_PAUSE_S)
-    alone = (await run(url, [query], duration_s))[SEARCH.name]
-    bulk_alone = await run(url, bulk, duration_s)
-    together = await run(url, [query, *bulk], duration_s)
-    return Priorities(alone, bulk_alone, together)
+    phases: list[list[dict[str, Served]]] = [[], [], []]
+    for _ in range(rounds):
+        for phase, loads in zip(phases, ([query], bulk, [query, *bulk]), strict=True):
+            phase.append(await run(url, loads, duration_s / rounds))
+    alone, bulk_alone, together = (merged(phase) for phase in phases)
+    return Priorities(alone[SEARCH.name], bulk_alone, together)
+
+
+def merged(runs: Sequence[dict[str, Served]]) -> dict[str, Served]:
+    """Several runs of the same callers as one: statuses, texts, tokens, latencies and seconds added up."""
+    total: dict[str, Served] = {}
+    for one in runs:
+        for name, served in one.items():
+            into = total.setdefault(name, Served())
+            into.statuses.update(served.statuses)
+            into.texts, into.tokens = into.texts + served.texts, into.tokens + served.tokens
+            into.latencies_s += served.latencies_s
+            into.retry_after += served.retry_after
+            into.seconds += served.seconds
+    return total
 
 
 async def fair_shares(url: str, tokenizer: Tokenizer, duration_s: float, workers: tuple[int, int] = (6, 2),

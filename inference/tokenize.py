@@ -26,15 +26,33 @@ Direction = Literal["right", "left"]
 
 @dataclass(frozen=True)
 class Encoded:
+    """One input's token ids, and, read from the library's encoding only when asked (/tokenize, /attention),
+    its tokens, character offsets and special flags: building those lists for every text of a 64-text
+    embedding request cost more than tokenising it, on the event loop or holding the interpreter's lock."""
+
     ids: np.ndarray  # (T,) int64
-    tokens: list[str]
-    offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
-    special: list[bool]
-    type_ids: np.ndarray | None = None  # (T,) int64 token types (the pair template's segments); None: all 0
+    encoding: Encoding | None = None  # None: token-id inputs, used as given
 
     @property
     def length(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def tokens(self) -> list[str]:
+        return list(self.encoding.tokens) if self.encoding is not None else [""] * self.length
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Character offsets into the input text; (0, 0) for special tokens and token-id inputs."""
+        if self.encoding is None:
+            return [(0, 0)] * self.length
+        return [(int(a), int(b)) for a, b in self.encoding.offsets]
+
+    @property
+    def special(self) -> list[bool]:
+        if self.encoding is None:
+            return [False] * self.length
+        return [bool(s) for s in self.encoding.special_tokens_mask]
 
 
 class TextTokenizer:
@@ -103,8 +121,7 @@ class TextTokenizer:
                     f"input {index} has {len(ids)} tokens, over the model's max length of {self.max_length}"
                 )
             ids = ids[-self.max_length:] if direction == "left" else ids[: self.max_length]
-        n = len(ids)
-        return Encoded(np.asarray(ids, dtype=np.int64), [""] * n, [(0, 0)] * n, [False] * n)
+        return Encoded(np.asarray(ids, dtype=np.int64))
 
 
 def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
@@ -125,10 +142,4 @@ def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction
 
 
 def _encoded(encoding: Encoding) -> Encoded:
-    return Encoded(
-        ids=np.asarray(encoding.ids, dtype=np.int64),
-        tokens=list(encoding.tokens),
-        offsets=[(int(a), int(b)) for a, b in encoding.offsets],
-        special=[bool(s) for s in encoding.special_tokens_mask],
-        type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
-    )
+    return Encoded(np.asarray(encoding.ids, dtype=np.int64), encoding)
