@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import numpy as np
 import orjson
 from tokenizers import Tokenizer
 
 from bench.httpclient import TRANSPORT_ERRORS, Client
+from bench.promtext import quantile, sample
 from bench.texts import make_texts, token_counts
 
 BULK_SHAPE = (64, 128)  # texts per request, tokens per text: what a backfill sends
@@ -236,3 +238,20 @@ async def embed_corpus(url: str, corpus: Sequence[str], rows_per_request: int, w
 
 def _b64(text: str) -> bytes:
     return base64.b64decode(text)
+
+
+def fully_cached(url: str, texts: Sequence[str]) -> tuple[float, float]:
+    """Each text again, alone, one at a time (each must be an answer cache hit): the server's own median time
+    for them (seconds, from its request histogram, as Prometheus' histogram_quantile reads it), and the share
+    it served within 1 ms (a bucket bound)."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        before = client.get("/metrics").text
+        for text in texts:
+            answer = client.post("/embed", content=orjson.dumps({"inputs": text}),
+                                 headers={"content-type": "application/json"})
+            if answer.status_code != 200 or answer.headers.get("x-cached-inputs") != "1":
+                raise RuntimeError(f"not a fully cached answer: {answer.status_code} {answer.text[:200]}")
+        after = client.get("/metrics").text
+    name, route = "attnserve_request_duration_seconds", {"route": "/embed"}
+    under = sample(after, f"{name}_bucket", le="0.001", **route) - sample(before, f"{name}_bucket", le="0.001", **route)
+    return quantile(before, after, name, 0.5, **route), under / len(texts)

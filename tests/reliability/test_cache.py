@@ -21,19 +21,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import numpy as np
-import orjson
 import pytest
 
 from bench import traffic
 from bench.texts import load_tokenizer
-from tests.helpers.metrics import quantile, sample
 from tests.helpers.process import running
 from tests.reliability.figures import SCALE, Figures
 
 REPEATED, ROWS_PER_REQUEST, IN_FLIGHT, RUNS = 0.37, 16, 2, 3
-DURATION = "attnserve_request_duration_seconds"
 
 
 @pytest.mark.reliability
@@ -50,7 +46,7 @@ async def test_a_corpus_with_repeated_rows_runs_faster_with_the_cache_limits(
             with running(medium_bundle, tmp_path / f"{mode}-{run}.log", *flags) as server:
                 took, served = await traffic.embed_corpus(server.url, corpus, ROWS_PER_REQUEST, IN_FLIGHT)
                 if mode == "cache" and run == 0:
-                    cached_p50, under = _fully_cached(server.url, sorted(set(corpus)))
+                    cached_p50, under = traffic.fully_cached(server.url, sorted(set(corpus)))
             seconds[mode].append(took)
             vectors.setdefault(mode, np.frombuffer(served, dtype=np.float32).reshape(rows, -1))
     speedup = min(seconds["no cache"]) / min(seconds["cache"])
@@ -68,22 +64,6 @@ async def test_a_corpus_with_repeated_rows_runs_faster_with_the_cache_limits(
     figures.note(f"rows bit-equal across the two runs: {equal} of {rows}; fully cached requests under 1 ms: "
                  f"{under:.0%} of {len(first)}")
     figures.assert_met()
-
-
-def _fully_cached(url: str, texts: list[str]) -> tuple[float, float]:
-    """Each text again, alone, one at a time (each a hit): the server's median time for them, and the share of
-    them it served in at most 1 ms (from its histogram, whose buckets are 0.5 ms and 1 ms there)."""
-    with httpx.Client(base_url=url, timeout=30) as client:
-        before = client.get("/metrics").text
-        for text in texts:
-            answer = client.post("/embed", content=orjson.dumps({"inputs": text}),
-                                 headers={"content-type": "application/json"})
-            assert answer.status_code == 200 and answer.headers["x-cached-inputs"] == "1", answer.text
-        after = client.get("/metrics").text
-    labels = {"route": "/embed"}
-    under = sample(after, f"{DURATION}_bucket", le="0.001", **labels) - sample(before, f"{DURATION}_bucket",
-                                                                               le="0.001", **labels)
-    return quantile(before, after, DURATION, 0.5, **labels), under / len(texts)
 
 
 def _list(values: list[float]) -> str:
