@@ -60,7 +60,7 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
             expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS, CACHED_HEADER, FINGERPRINT_HEADER],
         )
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       callers=callers, busy=lambda scope, priority: _busy(app, scope, priority),
+                       callers=callers, batched=batched, busy=lambda scope, priority: _busy(app, scope, priority),
                        body_timeout_s=settings.body_timeout_s)
     return app
 
@@ -80,12 +80,18 @@ def _callers(settings: Settings, metrics: Metrics) -> tuple[Callers, KeysFile | 
     return callers, keys_file
 
 
+def batched(scope: Scope) -> bool:
+    """A route that uses the batcher (so admits, queues and spends tokens): refused early when busy, and
+    when its caller's budget is spent."""
+    return scope["method"] == "POST" and (scope["path"] in ADMITTED_PATHS or V2_INFER.match(scope["path"]) is not None)
+
+
 def _busy(app: FastAPI, scope: Scope, priority: Priority) -> bool:
     """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
     only the body can name it) has no free permit for the caller's class."""
     models: ModelRegistry | None = app.state.models
-    path, infer = scope["path"], V2_INFER.match(scope["path"])
-    if models is None or not (path in ADMITTED_PATHS or infer):
+    infer = V2_INFER.match(scope["path"])
+    if models is None:
         return False
     if infer:
         return models.busy(infer.group(1), priority)

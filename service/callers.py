@@ -132,15 +132,16 @@ class Callers:
         self.budgets.update((k.name, k.tokens_per_minute) for k in keys)
         self.generation += 1
 
-    def verdict(self, headers: Sequence[tuple[bytes, bytes]]) -> Verdict:
-        """The request's caller, or Unauthorized (401), OverBudget (429) or InvalidRequest (a bad x-priority)."""
+    def verdict(self, headers: Sequence[tuple[bytes, bytes]], spends: bool = True) -> Verdict:
+        """The request's caller, or Unauthorized (401), OverBudget (429: only for a request that `spends` tokens,
+        one to a batched route) or InvalidRequest (a bad x-priority)."""
         if self.keys is None:
             return Verdict(None, Caller("", lowered("interactive", headers)))
         digest = presented(headers)
         key = self.find(digest)
         if key is None:
             raise Unauthorized("missing or wrong API key; send `Authorization: Bearer <key>`")
-        if (wait := self.budgets.retry_after(key.name)) is not None:
+        if spends and (wait := self.budgets.retry_after(key.name)) is not None:
             raise OverBudget(f"caller {key.name} has spent its budget of {key.tokens_per_minute} tokens per "
                              f"minute; retry after {wait} s", retry_after_s=wait)
         return Verdict(key, Caller(key.name, lowered(key.priority, headers)), digest, self.generation)

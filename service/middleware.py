@@ -12,8 +12,10 @@ The request's record names its caller (class and fairness key) for the core; onc
 used are taken from the caller's budget. When the keys change while a request is in flight, it is judged
 again before its answer starts (a revoked key's answer becomes its 401).
 
-Under overload, requests to the admitted (batched) routes are refused with 429 here, before their body
-is read or parsed, while `busy(scope, class)` says their batcher has no free permit for the caller's class:
+A caller over its budget is refused only on the batched routes (`batched(scope)`: those that spend tokens);
+it may still read /info or /v1/models and tokenise. Under overload, requests to the batched routes are
+refused with 429 here, before their body is read or parsed, while `busy(scope, class)` says their batcher
+has no free permit for the caller's class:
 refusing must cost far less than serving, or open-loop overload starves the event loop before admission
 can act. The engine's admission stays exact. Error bodies follow the path (`errors.error_body_for`).
 
@@ -77,10 +79,11 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", "/v2/health/live", "/v2
 class EdgeMiddleware:
     def __init__(
         self, app: ASGIApp, payload_limit_bytes: int, metrics: Metrics, callers: Callers | None = None,
-        busy: Callable[[Scope, Priority], bool] | None = None, body_timeout_s: float = 30.0,
+        batched: Callable[[Scope], bool] | None = None, busy: Callable[[Scope, Priority], bool] | None = None,
+        body_timeout_s: float = 30.0,
     ) -> None:
         self.app, self.limit, self.metrics, self.body_timeout_s = app, payload_limit_bytes, metrics, body_timeout_s
-        self.callers, self.busy = callers or Callers(), busy
+        self.callers, self.batched, self.busy = callers or Callers(), batched or (lambda scope: False), busy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,7 +111,7 @@ class EdgeMiddleware:
     def _verdict(self, scope: Scope) -> Verdict:
         if scope["method"] == "OPTIONS" or scope["path"] in OPEN_PATHS:
             return Verdict(None, Caller())
-        return self.callers.verdict(scope.get("headers", []))
+        return self.callers.verdict(scope.get("headers", []), spends=self.batched(scope))
 
     def _account(self, scope: Scope, response: _Response, record: timing.RequestTiming, seconds: float) -> None:
         route = getattr(scope.get("route"), "path", "unmatched")
@@ -121,8 +124,11 @@ class EdgeMiddleware:
         if scope["method"] not in _BODY_METHODS:
             await self.app(scope, receive, response.send)
             return
-        if self.busy is not None and self.busy(scope, priority):
-            await response.error(Overloaded("server busy: no admission permit is free (ATTNSERVE_MAX_QUEUE)"))
+        if self.busy is not None and self.batched(scope) and self.busy(scope, priority):
+            setting = "ATTNSERVE_BULK_QUEUE_SHARE of " if priority == "bulk" else ""
+            await response.error(Overloaded(
+                f"server busy: no admission permit is free for {priority} inputs ({setting}ATTNSERVE_MAX_QUEUE)"
+            ))
             return
         too_large = PayloadTooLarge(
             f"request body is over the limit of {self.limit} bytes (ATTNSERVE_PAYLOAD_LIMIT_BYTES)"

@@ -39,9 +39,9 @@ INFER_RESPONSES = {
     200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
           "description": "JSON; or, with binary outputs, the JSON header (Inference-Header-Content-Length bytes) "
           "and then the outputs' little-endian data"},
-    **errors(401, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError),
+    **errors(401, 403, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError),
 }
-MODEL_ERRORS = errors(401, 404, 422, 503, model=ProtocolError)  # 422: FastAPI would document its own body
+MODEL_ERRORS = errors(401, 403, 404, 422, 503, model=ProtocolError)  # 422: FastAPI would document its own body
 
 
 @router.get("/v2", response_model=ServerMetadata, responses=errors(401, model=ProtocolError))

@@ -167,6 +167,10 @@ async def test_a_caller_over_its_budget_gets_429_with_retry_after_and_others_do_
         assert len(used) == 2 and math.floor(debt - elapsed) + 1 <= int(answer.headers["retry-after"]) <= debt + 1
         assert "small" in error["message"] and error["type"] == "rate_limit_error"
         assert (await client.post("/embed", json={"inputs": "x"}, headers=bearer("other-key"))).status_code == 200
+        for path in ("/info", "/v1/models"):  # only the routes that spend tokens are refused
+            assert (await client.get(path, headers=bearer("small-key"))).status_code == 200
+        tokenized = await client.post("/tokenize", json={"inputs": "x"}, headers=bearer("small-key"))
+        assert tokenized.status_code == 200
 
 
 async def test_x_priority_lowers_a_requests_class_and_never_raises_it(tiny_bundle: Path, keys: Path) -> None:
