@@ -95,11 +95,9 @@ class EdgeMiddleware:
         record, token = timing.begin()
         response = _Response(send, request_id, scope, record, self.callers)
         try:
-            verdict = self._verdict(scope)
-            record.caller, state["verdict"], response.verdict = verdict.caller, verdict, verdict
-            await self._handle(scope, receive, response, verdict.caller.priority)
-        except InferenceError as refused:  # the caller's verdict: 401, 429 over budget, 422 bad x-priority
-            await response.error(refused)
+            if (verdict := await self._judge(scope, response)) is not None:
+                record.caller, state["verdict"], response.verdict = verdict.caller, verdict, verdict
+                await self._handle(scope, receive, response, verdict.caller.priority)
         except Exception:
             log.exception("unhandled error in %s %s (request %s)", scope["method"], scope["path"], request_id)
             if not response.started:
@@ -108,10 +106,15 @@ class EdgeMiddleware:
             timing.end(token)
             self._account(scope, response, record, time.perf_counter() - started)
 
-    def _verdict(self, scope: Scope) -> Verdict:
+    async def _judge(self, scope: Scope, response: _Response) -> Verdict | None:
+        """The request's caller; None once a refusal (401, 429 over budget, 422 bad x-priority) was answered."""
         if scope["method"] == "OPTIONS" or scope["path"] in OPEN_PATHS:
             return Verdict(None, Caller())
-        return self.callers.verdict(scope.get("headers", []), spends=self.batched(scope))
+        try:
+            return self.callers.verdict(scope.get("headers", []), spends=self.batched(scope))
+        except InferenceError as refused:
+            await response.error(refused)
+            return None
 
     def _account(self, scope: Scope, response: _Response, record: timing.RequestTiming, seconds: float) -> None:
         route = getattr(scope.get("route"), "path", "unmatched")
