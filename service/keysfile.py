@@ -45,6 +45,8 @@ class KeysFile:
         try:
             changed = self._read()
         except (OSError, KeysError) as error:
+            if isinstance(error, OSError):
+                self._stamp = None  # gone or unreadable: said once, read again when it is back
             log.error("API keys file %s not used, the previous keys stay: %s", self.path, _reason(error))
             self._metrics.keys_read(False, len(self.callers.keys or []))
             return False

@@ -251,3 +251,23 @@ def test_api_key_entries_are_frozen() -> None:
     key = ApiKey(name="a", sha256=sha("k"))
     with pytest.raises(ValueError):
         key.name = "b"  # type: ignore[misc]
+
+
+def test_a_removed_or_unreadable_file_keeps_the_keys_and_says_why(tmp_path: Path, caplog) -> None:
+    from service.callers import Callers
+    from service.keysfile import KeysFile
+    from service.metrics import Metrics
+
+    path = write(tmp_path / "keys.toml", entry("search", "search-key"))
+    callers = Callers()
+    keys_file = KeysFile(path, callers, Metrics())
+    keys_file.load()
+    path.unlink()
+    assert keys_file.changed()
+    with caplog.at_level(logging.ERROR, logger="service.keysfile"):
+        assert not keys_file.reload()
+    assert "cannot be read" in caplog.text and [k.name for k in callers.keys or []] == ["search"]
+    assert not keys_file.changed()  # read (and refused) once: not again until it changes
+    write(path, entry("search", "search-key"))  # the same keys again: nothing to replace
+    generation = callers.generation
+    assert keys_file.changed() and keys_file.reload() and callers.generation == generation

@@ -53,6 +53,13 @@ def test_service_readme_documents_every_setting_as_it_is():
         assert row in readme, row
 
 
+@pytest.mark.parametrize(("name", "value"), [("bulk_share", 0), ("bulk_share", 1), ("bulk_queue_share", 0),
+                                             ("bulk_queue_share", 1.5), ("cache_bytes", -1), ("api_keys_check_s", 0)])
+def test_the_traffic_settings_refuse_what_cannot_work(name, value):
+    with pytest.raises(ValidationError):
+        Settings(bundle="b", **{name: value})
+
+
 def test_graceful_drain_is_never_rounded_down_to_none():
     assert [drain_seconds(Settings(bundle="b", graceful_timeout_s=s)) for s in (0.5, 1.0, 8.2)] == [1, 1, 9]
 
