@@ -78,9 +78,10 @@ class BatchLimits:
 class Batcher:
     def __init__(
         self, run: RunFn, limits: BatchLimits, executor: Executor | None = None,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, lane: Executor | None = None,
     ) -> None:
         self._run_fn, self.limits, self._executor = run, limits, executor
+        self._lane = lane or executor  # the interactive lane's thread: only its batches run there
         self._observer = observer or BatchObserver()
         self._queue: FairQueue[WorkItem] = FairQueue(limits.bulk_share)
         self._permits = Permits(limits.max_queue, limits.bulk_queue or limits.max_queue, self._observer.in_flight)
@@ -182,7 +183,8 @@ class Batcher:
                 log.exception("batcher iteration failed")
                 continue
             for batch in batches:
-                run = asyncio.get_running_loop().create_task(self._run(batch))
+                lane = len(self._running) >= self.limits.runs_in_flight  # every slot taken: the lane's batch
+                run = asyncio.get_running_loop().create_task(self._run(batch, self._lane if lane else self._executor))
                 self._running[run] = batch[0].caller.priority
                 run.add_done_callback(self._ran)
         if self._running:
@@ -246,13 +248,13 @@ class Batcher:
             self._observer.queue_depth(name, self._queue.waiting(name))
         return batches
 
-    async def _run(self, batch: list[WorkItem]) -> None:
+    async def _run(self, batch: list[WorkItem], executor: Executor | None) -> None:
         live = [item for item in batch if not item.future.done()]  # clients gone: skip
         self._release_items([item for item in batch if item.future.done()])
         if not live:
             return
         try:
-            outputs = await self._execute(live)
+            outputs = await self._execute(live, executor)
         except Exception as exc:
             self._fail(live, exc)
         else:
@@ -262,7 +264,7 @@ class Batcher:
         finally:
             self._release_items(live)
 
-    async def _execute(self, live: list[WorkItem]) -> Sequence[Any]:
+    async def _execute(self, live: list[WorkItem], executor: Executor | None) -> Sequence[Any]:
         now = time.monotonic()
         for item in live:
             item.ran_at = now
@@ -271,7 +273,7 @@ class Batcher:
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(self._executor, self._run_fn, live[0].kind, [i.ids for i in live])
+            outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
         except Exception:

@@ -4,8 +4,9 @@ name, in the order the bundles were given; the first is the default.
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
 request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
-default, and the interactive lane's), so no more graph runs overlap on the CPU than the session threads
-were sized for (but for an interactive batch beside bulk ones), and one pool for tokenising.
+default), so no more graph runs overlap on the CPU than the session threads were sized for, and one more
+thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
+tokenising.
 """
 
 from __future__ import annotations
@@ -115,13 +116,13 @@ def start_models(
     """One served model with a started batcher per bundle, sharing the graph threads, the tokenising pool and
     the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
     batchers stop."""
-    lanes = options.graph_runs + (1 if options.interactive_lane else 0)  # the interactive lane's thread too
-    graphs = ThreadPoolExecutor(lanes, thread_name_prefix="attnserve-graph")  # all models' runs
+    graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
+    lane = ThreadPoolExecutor(1, thread_name_prefix="attnserve-lane")  # interactive batches beside bulk ones
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
     answers, models = AnswerCache(options.cache_bytes), {}
     for name, bundle in zip(names, loaded, strict=True):
-        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name))
+        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name), lane)
         batcher.start()
         models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers)
-    return ModelRegistry(models), [graphs, cpu]
+    return ModelRegistry(models), [graphs, lane, cpu]

@@ -393,6 +393,50 @@ async def test_the_interactive_lane_runs_an_interactive_batch_beside_a_bulk_one(
     executor.shutdown()
 
 
+class ThreadRunner(FakeRunner):
+    """A FakeRunner that also records, per batch, the thread it ran on and the most runs at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: dict[int, str] = {}  # first length of each batch -> its thread's name
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            self.threads[len(seqs[0])] = threading.current_thread().name
+            return super().__call__(kind, seqs)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
+async def test_the_lanes_batches_run_on_the_lane_thread_and_the_slots_batches_never_do():
+    """Two batchers (two models) share one graph thread and one lane thread, as start_models builds them: the
+    interactive batch beside the bulk ones runs on the lane, bulk batches only on the graph thread, so no
+    more than graph_runs + 1 runs overlap and never two bulk ones."""
+    runner = ThreadRunner()
+    graphs = ThreadPoolExecutor(1, thread_name_prefix="graph")
+    lane = ThreadPoolExecutor(1, thread_name_prefix="lane")
+    limits = BatchLimits(64, 4, 16, 5.0, interactive_lane=True)
+    first, second = (Batcher(runner, limits, graphs, lane=lane), Batcher(runner, limits, graphs, lane=lane))
+    first.start(), second.start()
+    runner.gate.clear()
+    bulk = [asyncio.create_task(submit_as(first, BACKFILL, [7])), asyncio.create_task(submit_as(second, REINDEX, [6]))]
+    await until(lambda: runner.waiting == 1 and first.depth + second.depth == 0)  # one bulk run, one in the pool
+    query = asyncio.create_task(submit_as(first, SEARCH, [3]))
+    await until(lambda: runner.waiting == 2 and first.depth == 0)  # the lane's run, beside the bulk one
+    runner.gate.set()
+    assert await asyncio.gather(*bulk, query) == [[("fast", 7)], [("fast", 6)], [("fast", 3)]]
+    assert runner.threads[3].startswith("lane") and runner.most == 2
+    assert runner.threads[7].startswith("graph") and runner.threads[6].startswith("graph")
+    await asyncio.gather(first.stop(), second.stop())
+    graphs.shutdown(), lane.shutdown()
+
+
 async def test_the_lane_is_only_for_interactive_inputs_waiting_behind_bulk_batches(setup):
     batcher, runner = setup  # one slot; the lane is off in BatchLimits by default, so turn it on here
     batcher.limits.interactive_lane = True
