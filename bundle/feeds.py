@@ -1,6 +1,12 @@
-"""The graphs' inputs: every graph in a bundle takes right-padded token ids and their attention mask.
+"""The graphs' inputs: right-padded token ids and their attention mask, and token type ids where a graph
+takes them.
 
 Shape letters: B batch, T the longest sequence in the batch.
+
+Every graph takes input_ids and attention_mask; a graph whose model has two token types (BERT's segment A
+and B) may also take token_type_ids. A graph entry's `inputs` in the manifest names exactly what its graph
+takes, and onnxruntime refuses a feed it does not take, so a caller builds the feeds a graph lists:
+pad(sequences, pad_id, names=[i.name for i in entry.inputs]).
 """
 
 from __future__ import annotations
@@ -10,14 +16,29 @@ from collections.abc import Sequence
 import numpy as np
 
 INPUT_NAMES = ("input_ids", "attention_mask")
+TOKEN_TYPE_IDS = "token_type_ids"
+KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)
 
 
-def pad(sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> dict[str, np.ndarray]:
-    """Token-id sequences -> {input_ids, attention_mask}, both (B, T) int64, right-padded with pad_id."""
+def pad(
+    sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int, names: Sequence[str] = INPUT_NAMES,
+    type_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """Token-id sequences -> the `names` feeds, each (B, T) int64, right-padded: input_ids with pad_id,
+    attention_mask 1 over each sequence, token_type_ids from `type_ids` (a pair's 0s then 1s; all 0 when
+    not given) and 0 over padding."""
+    unknown = sorted(set(names) - set(KNOWN_INPUTS))
+    if unknown:
+        raise ValueError(f"unknown graph input(s) {', '.join(unknown)}; known: {', '.join(KNOWN_INPUTS)}")
     longest = max(len(s) for s in sequences)
-    input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)  # (B, T)
-    attention_mask = np.zeros((len(sequences), longest), dtype=np.int64)  # (B, T)
+    feeds = {
+        "input_ids": np.full((len(sequences), longest), pad_id, dtype=np.int64),  # (B, T)
+        "attention_mask": np.zeros((len(sequences), longest), dtype=np.int64),  # (B, T)
+        TOKEN_TYPE_IDS: np.zeros((len(sequences), longest), dtype=np.int64),  # (B, T)
+    }
     for row, ids in enumerate(sequences):
-        input_ids[row, : len(ids)] = ids
-        attention_mask[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
+        feeds["input_ids"][row, : len(ids)] = ids
+        feeds["attention_mask"][row, : len(ids)] = 1
+        if type_ids is not None:
+            feeds[TOKEN_TYPE_IDS][row, : len(ids)] = type_ids[row]
+    return {name: feeds[name] for name in names}

@@ -5,9 +5,12 @@ directory holds `manifest.json`, `tokenizer.json` and the graphs the manifest li
 is a plain name inside the bundle directory.
 
 Graph kinds:
-    fast       inputs input_ids, attention_mask (int64, (batch, sequence)); outputs embeddings
-               (batch, hidden), token_embeddings (batch, sequence, hidden), logits (batch, labels)
-               when the model has a classification head.
+    fast       inputs input_ids, attention_mask (int64, (batch, sequence)) and, where the entry lists it,
+               token_type_ids; outputs embeddings (batch, embedding_size), pooled (and projected by a
+               sentence-transformers Dense) before L2 normalisation, token_embeddings (batch, sequence,
+               hidden), and by `task`: logits (batch, labels) for "classify", token_logits (batch,
+               sequence, labels) for "tokens", sparse (batch, vocabulary) for "sparse" (SPLADE: the max over
+               real tokens of log(1 + relu(masked-LM logits))); "embed" has neither.
     attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence).
 Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (static
 quantisation with calibrated activation scales, CPU), int8-dynamic (dynamic quantisation, CPU; its
@@ -17,6 +20,12 @@ Schema 2 adds what export measured of each graph on each provider it ran on (`me
 text's outputs move between being run alone and in mixed batches, and the time per batch at fixed
 shapes. The service's `variant=auto` chooses from these figures. Schema 1 bundles (no figures) are
 still read; auto then serves fp32.
+
+Schema 3 adds what a consumer of other architectures needs: `architecture` (the model family: bert,
+roberta, distilbert, mpnet, modernbert), `task`, `embedding_size`, more pooling modes, and the
+sentence-transformers `prompts` with their `default_prompt_name`. Schema 1 and 2 bundles read with the
+values they implied: architecture "bert", task "classify" with labels else "embed", embedding_size =
+hidden_size, no prompts.
 """
 
 from __future__ import annotations
@@ -24,15 +33,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 MANIFEST_NAME = "manifest.json"
 # A graph is batch-invariant when a text's outputs alone and in any batch differ by at most this.
 BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 GraphKind = Literal["fast", "attention"]
+Pooling = Literal["mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len"]
+Task = Literal["embed", "classify", "tokens", "sparse"]
 Variant = Literal["fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 
 
@@ -77,7 +88,7 @@ class GraphEntry(_Strict):
 
 class Source(_Strict):
     path: str
-    kind: str  # "attnserve" checkpoint or "hf-bert" / "sentence-transformers" directory
+    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert") or "sentence-transformers" directory
     sha256: str
 
 
@@ -89,8 +100,13 @@ class Manifest(_Strict):
     source: Source
     model_config_: dict[str, Any] = Field(alias="model_config")
     labels: list[str] = Field(default_factory=list)
-    pooling: Literal["mean", "cls"]
+    architecture: str = "bert"
+    task: Task  # before schema 3: "classify" when there are labels, else "embed"
+    pooling: Pooling
     normalize: bool
+    embedding_size: int  # width of `embeddings`; before schema 3: hidden_size
+    prompts: dict[str, str] = Field(default_factory=dict)  # name -> prefix, as sentence-transformers prepends it
+    default_prompt_name: str | None = None
     max_length: int
     hidden_size: int
     num_layers: int
@@ -100,6 +116,22 @@ class Manifest(_Strict):
     graphs: list[GraphEntry]
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _before_schema_3(cls, data: Any) -> Any:
+        """Bundles written before schema 3 lack task and embedding_size: the values they implied."""
+        if isinstance(data, dict):
+            data = {"task": "classify" if data.get("labels") else "embed",
+                    "embedding_size": data.get("hidden_size"), **data}
+        return data
+
+    @model_validator(mode="after")
+    def _known_default_prompt(self) -> Manifest:
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ValueError(f"default_prompt_name {self.default_prompt_name!r} is not one of the prompts "
+                             f"{sorted(self.prompts)}")
+        return self
 
     @field_validator("schema_version")
     @classmethod
@@ -113,6 +145,16 @@ class Manifest(_Strict):
     @classmethod
     def _plain_tokenizer(cls, value: str) -> str:
         return _check_plain_name(value)
+
+    @property
+    def attention_windows(self) -> list[int | None]:
+        """Per layer, how many tokens on each side a token attends to in a local (sliding-window) layer, as
+        ModernBERT's are, or None for a global layer (every token), from the model config's layer pattern."""
+        config = self.model_config_
+        window, every = int(config.get("window_size", 0)), int(config.get("global_attn_every", 1))
+        if config.get("mask_kind") == "window":
+            return [window] * self.num_layers
+        return [window if every > 1 and layer % every else None for layer in range(self.num_layers)]
 
     def graph(self, kind: str, variant: str) -> GraphEntry | None:
         return next((g for g in self.graphs if g.kind == kind and g.variant == variant), None)

@@ -1,6 +1,6 @@
 """PyTorch -> ONNX: the two graph kinds the bundle carries, exported with the dynamo exporter.
 
-Shape letters: B batch, T sequence, D hidden, C labels, L layers, H heads.
+Shape letters: B batch, T sequence, D hidden, E pooled width, C labels, V vocabulary, L layers, H heads.
 
 The dynamo exporter (torch.onnx.export(dynamo=True)) is used: batch and sequence are Dim objects
 that torch.export checks, so the graph cannot silently specialise to the example's length (a trace
@@ -12,6 +12,16 @@ two Unsqueeze ops into one, and onnxruntime's BERT Attention fusion (export.vari
 recognises the mask as Unsqueeze -> Unsqueeze -> Cast -> Sub -> Mul -> Add, so the fused Attention
 needs the unmerged graph. onnxruntime folds the constants and Identity ops the optimiser would have
 removed when it loads the graph, so the plain fp32 graph runs as fast either way (docs/export.md).
+
+Outputs by the model's head (its manifest `task`): logits for a sequence classifier, token_logits for a
+token classifier, and for a masked-LM head `sparse`, SPLADE's vector, so the (B, T, V) logits never
+leave the graph.
+
+A model with two token types (BERT's segments A and B) can take token_type_ids as a third input
+(token_types=True); the graph then gives pairs their segment embeddings. export.bundle does not ask for it
+yet: export.measure, export.calibration and the service still feed input_ids and attention_mask alone,
+and onnxruntime refuses a graph run without one of its inputs. Once they feed what a graph entry's
+`inputs` lists (bundle.feeds.pad(..., names=...)), export_bundle can pass token_types=True for such models.
 """
 
 from __future__ import annotations
@@ -23,13 +33,31 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bundle.feeds import INPUT_NAMES
-from model.config import EncoderConfig
+from bundle.feeds import INPUT_NAMES, TOKEN_TYPE_IDS
+from model.config import SEQUENCE_HEADS, EncoderConfig
 from model.encoder import Encoder
+from model.heads import sparse_vector
 
 log = logging.getLogger(__name__)
 
 KINDS = ("fast", "attention")
+HEAD_OUTPUTS = {"tokens": "token_logits", "mlm": "sparse", **{head: "logits" for head in SEQUENCE_HEADS}}
+TASKS = {"none": "embed", "tokens": "tokens", "mlm": "sparse", **{head: "classify" for head in SEQUENCE_HEADS}}
+
+
+def task(config: EncoderConfig) -> str:
+    """The manifest's task for the model's head: embed, classify, tokens or sparse."""
+    return TASKS[config.head]
+
+
+def takes_token_types(config: EncoderConfig) -> bool:
+    """Whether token_type_ids can mean anything: only with two or more token types (BERT's segments)."""
+    return config.type_vocab_size >= 2
+
+
+def input_names(config: EncoderConfig, token_types: bool = False) -> list[str]:
+    """The graph's inputs: input_ids, attention_mask, and token_type_ids when asked for and meaningful."""
+    return [*INPUT_NAMES, *([TOKEN_TYPE_IDS] if token_types and takes_token_types(config) else [])]
 
 
 def output_names(config: EncoderConfig, kind: str) -> list[str]:
@@ -38,7 +66,7 @@ def output_names(config: EncoderConfig, kind: str) -> list[str]:
         raise ValueError(f"unknown graph kind {kind!r}; expected one of {', '.join(KINDS)}")
     names = ["embeddings", "token_embeddings"]
     if config.head != "none":
-        names.append("logits")
+        names.append(HEAD_OUTPUTS[config.head])
     if kind == "attention":
         names.append("attentions")
     return names
@@ -47,9 +75,11 @@ def output_names(config: EncoderConfig, kind: str) -> list[str]:
 def output_shapes(config: EncoderConfig, kind: str) -> dict[str, list[str | int]]:
     """Symbolic shape of each output: named axes are dynamic, integers are fixed."""
     shapes: dict[str, list[str | int]] = {
-        "embeddings": ["batch", config.d_model],
+        "embeddings": ["batch", config.embedding_size],
         "token_embeddings": ["batch", "sequence", config.d_model],
         "logits": ["batch", config.num_labels],
+        "token_logits": ["batch", "sequence", config.num_labels],
+        "sparse": ["batch", config.vocab_size],
         "attentions": ["batch", config.num_layers, config.num_heads, "sequence", "sequence"],
     }
     return {name: shapes[name] for name in output_names(config, kind)}
@@ -62,40 +92,45 @@ class GraphModule(nn.Module):
     hand out the raw pooled vector even for models configured with normalize=True.
     """
 
-    def __init__(self, encoder: Encoder, kind: str) -> None:
+    def __init__(self, encoder: Encoder, kind: str, token_types: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.names = output_names(encoder.config, kind)
+        self.input_names = input_names(encoder.config, token_types)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
-        out = self.encoder(input_ids, attention_mask, output_attentions="attentions" in self.names)
-        pooled = self.encoder._pooled(out.token_states, attention_mask)  # (B, D), not normalised
-        values = {"embeddings": pooled, "token_embeddings": out.token_states,
-                  "logits": out.logits, "attentions": out.attentions}
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> tuple[
+            Tensor, ...]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names)
+        pooled = self.encoder.pooled(out.token_states, attention_mask)  # (B, E), not normalised
+        values = {"embeddings": pooled, "token_embeddings": out.token_states, "logits": out.logits,
+                  "token_logits": out.logits, "attentions": out.attentions}
+        if "sparse" in self.names:
+            values["sparse"] = sparse_vector(out.logits, attention_mask)  # type: ignore[arg-type]  # (B, V)
         return tuple(values[name] for name in self.names)  # type: ignore[misc]
 
 
-def example_inputs(config: EncoderConfig) -> tuple[Tensor, Tensor]:
-    """(2, 8) int64 ids and mask with one padded row: sizes above 1 so no axis is specialised."""
-    length = min(8, config.max_length)
+def example_inputs(config: EncoderConfig, token_types: bool = False) -> tuple[Tensor, ...]:
+    """(2, 8) int64 ids and mask with one padded row (and type ids): sizes above 1 so no axis is specialised."""
+    length = min(8, config.position_limit)
     ids = torch.arange(length).repeat(2, 1) % config.vocab_size  # (B, T)
     mask = torch.ones_like(ids)
     mask[1, length // 2:] = 0
-    return ids, mask
+    types = (torch.arange(length) >= length // 2).long().repeat(2, 1) * mask  # (B, T): segments A, B
+    return (ids, mask, types) if TOKEN_TYPE_IDS in input_names(config, token_types) else (ids, mask)
 
 
-def export_graph(encoder: Encoder, kind: str, path: Path) -> None:
+def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = False) -> None:
     """Export one graph kind of `encoder` (put in eval mode) to `path` as a single .onnx file."""
-    module = GraphModule(encoder.eval(), kind).eval()
+    module = GraphModule(encoder.eval(), kind, token_types).eval()
     batch = torch.export.Dim("batch")
-    sequence = torch.export.Dim("sequence", max=encoder.config.max_length)
+    sequence = torch.export.Dim("sequence", max=encoder.config.position_limit)
     axes = {0: batch, 1: sequence}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module, example_inputs(encoder.config), dynamo=True, optimize=False, verbose=False,
-            input_names=list(INPUT_NAMES), output_names=module.names,
-            dynamic_shapes={"input_ids": axes, "attention_mask": axes},
+            module, example_inputs(encoder.config, token_types), dynamo=True, optimize=False, verbose=False,
+            input_names=module.input_names, output_names=module.names,
+            dynamic_shapes={name: axes for name in module.input_names},
         )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")

@@ -49,6 +49,7 @@ class WorkItem:
     enqueued_at: float = field(default_factory=time.monotonic)
     ran_at: float = 0.0  # its graph run started
     done_at: float = 0.0  # its graph run ended
+    urgent: bool = False  # its batch runs without waiting batch_wait_s (warm-up, readiness probes)
 
     @property
     def length(self) -> int:
@@ -87,6 +88,7 @@ class Batcher:
         self._permits = Permits(limits.max_queue, limits.bulk_queue or limits.max_queue, self._observer.in_flight)
         self._wake = asyncio.Event()
         self._stopping = False
+        self._draining = False  # batches run at once, without batch_wait_s: shutdown has begun
         self._task: asyncio.Task[None] | None = None
         self._running: dict[asyncio.Task[None], Priority] = {}  # each run and the class of its batch
         self.last_ok = True
@@ -94,6 +96,12 @@ class Batcher:
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="attnserve-batcher")
+
+    def drain(self) -> None:
+        """Shutdown has begun (the server stopped accepting): run what waits at once instead of waiting out
+        batch_wait_s for partners that will not come. Admission stays open until `stop`."""
+        self._draining = True
+        self._wake.set()
 
     async def stop(self) -> None:
         """Refuse new work, finish what was admitted, then end the worker task."""
@@ -128,11 +136,14 @@ class Batcher:
         self._permits.take(n, caller)
         return Ticket(self._permits, n, caller)
 
-    async def submit(self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray]) -> list[Any]:
-        """Queue one item per sequence (the ticket's caller's) and wait for all results, in order."""
+    async def submit(
+        self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray], urgent: bool = False,
+    ) -> list[Any]:
+        """Queue one item per sequence (the ticket's caller's) and wait for all results, in order. `urgent`
+        items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
-        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller) for ids in sequences]
+        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller, urgent=urgent) for ids in sequences]
         self._queue.push(items)
         self._observer.queue_depth(ticket.caller.name, self._queue.waiting(ticket.caller.name))
         self._wake.set()
@@ -209,7 +220,7 @@ class Batcher:
                 return False
             self._wake.clear()
             await self._wake.wait()
-        if self.limits.batch_wait_s:
+        if self.limits.batch_wait_s and not self._draining:
             await self._gather(self.limits.batch_wait_s)
         return True
 
@@ -219,10 +230,10 @@ class Batcher:
         was shared out among run slots, or queued behind a long run, have waited already and run at once
         (counted from now, n inputs shared out among 2 slots waited about log2(n) times `seconds`)."""
         oldest = self._queue.oldest()
-        if oldest is None:
+        if oldest is None or oldest.urgent:
             return
         deadline = oldest.enqueued_at + seconds  # time.monotonic(), as enqueued_at
-        while self.depth < self.limits.max_batch_size and not self._stopping and (
+        while self.depth < self.limits.max_batch_size and not (self._stopping or self._draining) and (
             left := deadline - time.monotonic()
         ) > 0:
             self._wake.clear()

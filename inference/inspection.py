@@ -29,14 +29,16 @@ async def attention(
 
 async def graph_outputs(
     model: ServedModel, inputs: Inputs, *, fast: bool = True, query: AttentionQuery | None = None,
-    truncate: bool | None = None, direction: Direction = "right",
+    truncate: bool | None = None, direction: Direction = "right", prompt: str = "",
 ) -> GraphOutputs:
     """The fast graph's outputs stacked (embeddings (N, D) pooled, not normalised; logits (N, C) with
-    labels) when `fast`, and the attention maps `query` asks for when given; one admission either way."""
+    labels) when `fast`, and the attention maps `query` asks for when given, of the texts after `prompt`; one
+    admission either way."""
     kinds = (["fast"] if fast else []) + (["attention"] if query is not None else [])
     if query is not None:
         check_attention_query(model, query)
-    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query))
+    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query),
+                                       prompt=prompt)
     values = {}
     if fast:
         values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)
@@ -48,8 +50,13 @@ def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     """Unsupported without an attention graph; OutOfRange for a layer or head past the model's."""
     if "attention" not in model.bundle.graphs:
         raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
+    check_indices(model, query.layers, query.heads)
+
+
+def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int] | None) -> None:
+    """OutOfRange for a layer or head index past the model's (None: all of them)."""
     m = model.bundle.manifest
-    for name, chosen, size in (("layers", query.layers, m.num_layers), ("heads", query.heads, m.num_heads)):
+    for name, chosen, size in (("layers", layers, m.num_layers), ("heads", heads, m.num_heads)):
         if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
             raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 

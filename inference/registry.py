@@ -94,6 +94,11 @@ class ModelRegistry:
         for model in self:
             await model.ensure_ready()
 
+    def drain(self) -> None:
+        """Shutdown has begun: every model runs what waits at once (`Batcher.drain`)."""
+        for model in self:
+            model.batcher.drain()
+
     def busy(self, name: str | None, priority: Priority = "interactive") -> bool:
         """Whether a request of `priority` to `name` would surely be refused: that model's permits for the class
         are all taken, or, when the model is not known before the body is read (None), every model's are.

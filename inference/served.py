@@ -58,6 +58,15 @@ class ServedModel:
         self._probe = asyncio.Lock()
 
     @property
+    def tasks(self) -> frozenset[str]:
+        """What this model can be asked: embed always; classify with labels; attention with an attention
+        graph; embed_all with the fast graph's token vectors."""
+        graphs, labels = self.bundle.graphs, self.bundle.manifest.labels
+        can = {"embed": True, "classify": bool(labels), "attention": "attention" in graphs,
+               "embed_all": TOKENS in graphs}
+        return frozenset(task for task, able in can.items() if able)
+
+    @property
     def ready(self) -> bool:
         return self.warm and self.batcher.last_ok
 
@@ -73,8 +82,8 @@ class ServedModel:
     async def _probe_run(self) -> None:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
-            encoded = await self._encode(["ready probe"], True, "right")
-            await self._run_graph(ticket, "fast", [encoded[0].ids])
+            encoded = await self._encode(["ready probe"], True, "right", "")
+            await self._run_graph(ticket, "fast", [encoded[0].ids], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -92,19 +101,19 @@ class ServedModel:
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await self._run_graph(ticket, kind, [e.ids for e in encoded])  # the whole batch: not cached
+                await self._run_graph(ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
     async def run(
         self, inputs: Inputs, kinds: Sequence[str], truncate: bool | None = None, direction: Direction = "right",
-        check: Check | None = None,
+        check: Check | None = None, prompt: str = "",
     ) -> tuple[list[Encoded], dict[str, list[Outputs]]]:
-        """Check, admit once (a permit per input and graph), tokenise once, check `check`'s cap, then run
-        every input through each graph of `kinds` (at once: their inputs queue together)."""
+        """Check, admit once (a permit per input and graph), tokenise once (texts after `prompt`), check
+        `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs) * len(kinds), self._caller()) as ticket:
-            encoded = await self._encode(inputs, truncate, direction)
+            encoded = await self._encode(inputs, truncate, direction, prompt)
             if check is not None:
                 check(encoded)
             ids = [e.ids for e in encoded]
@@ -112,13 +121,15 @@ class ServedModel:
             runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
         return encoded, dict(zip(kinds, runs, strict=True))
 
-    async def run_windows(self, inputs: Inputs, overlap: int) -> tuple[list[list[Window]], list[list[Outputs]]]:
-        """Cut every input into windows (off the loop when large), admit every window (one permit each, all
-        or none), run them through the fast graph; per input, its windows and their outputs."""
+    async def run_windows(
+        self, inputs: Inputs, overlap: int, prompt: str = "",
+    ) -> tuple[list[list[Window]], list[list[Outputs]]]:
+        """Cut every input (texts after `prompt`) into windows (off the loop when large), admit every window (one
+        permit each, all or none), run them through the fast graph; per input, its windows and their outputs."""
         check_inputs(self.limits, inputs, chunked=True)
         started = time.perf_counter()
         windows = await self.maybe_off_loop(
-            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
+            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input, prompt,
         )
         self._tokenized(time.perf_counter() - started)
         flat = [w.ids for ws in windows for w in ws]
@@ -156,8 +167,10 @@ class ServedModel:
         if (record := timing.current()) is not None and inputs > ran:
             record.answered_cached(inputs - ran)
 
-    async def _run_graph(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        outputs = await self.batcher.submit(ticket, kind, sequences)
+    async def _run_graph(
+        self, ticket: Ticket, kind: str, sequences: list[np.ndarray], urgent: bool = False,
+    ) -> list[Outputs]:
+        outputs = await self.batcher.submit(ticket, kind, sequences, urgent)
         if (record := timing.current()) is not None:
             record.ran(ticket.queue_s, ticket.inference_s)
         for index, output in enumerate(outputs):
@@ -191,11 +204,11 @@ class ServedModel:
         if (record := timing.current()) is not None:
             record.admitted(tokens)
 
-    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
+    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
         if isinstance(inputs[0], str):
             started = time.perf_counter()
-            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction)
+            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction, prompt)
             self._tokenized(time.perf_counter() - started)
             return encoded
         return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]

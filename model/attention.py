@@ -5,6 +5,10 @@
 Shape letters used in comments:
     B batch, T sequence length, D model width (d_model), H heads, d_k = D / H head width.
 
+Positions enter here in two of the encoder's schemes (model/positions.py): MPNet's relative bias is
+added to the scores, and rotary angles turn q and k before their dot product. Both are optional, so
+BERT's attention is the equation alone.
+
 Masks are boolean and broadcast to (B, H, T, T): True means "this query may look at this key".
 They are applied as BERT does, additively: (1 - mask) · (the dtype's most negative finite value) is
 added to the scores, so a masked key gets exactly zero weight (exp underflows to 0), and a row with
@@ -21,14 +25,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.positions import rotate
+
 
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-    dropout: nn.Module | None = None,
+    dropout: nn.Module | None = None, bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Return (weights · V, weights) for q, k, v of shape (B, H, T, d_k)."""
+    """Return (weights · V, weights) for q, k, v of shape (B, H, T, d_k); `bias` (1|B, H, T, T) is added to
+    the scaled scores before the mask."""
     d_k = q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
+    if bias is not None:
+        scores = scores + bias  # (B, H, T, T)
     if mask is not None:
         scores = scores + (1.0 - mask.to(scores.dtype)) * torch.finfo(scores.dtype).min  # (B, H, T, T)
     weights = F.softmax(scores, dim=-1)  # (B, H, T, T), rows sum to 1
@@ -40,16 +49,16 @@ def scaled_dot_product_attention(
 class MultiHeadSelfAttention(nn.Module):
     """Q, K, V from three projections of one input; heads split, attended, merged, then W_o."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_heads = num_heads
         self.d_k = d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model)
-        self.k_proj = nn.Linear(d_model, d_model)
-        self.v_proj = nn.Linear(d_model, d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -57,13 +66,19 @@ class MultiHeadSelfAttention(nn.Module):
         x = x.view(B, T, self.num_heads, self.d_k)  # (B, T, H, d_k)
         return x.transpose(1, 2)  # (B, H, T, d_k)
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T))."""
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
+        the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k."""
         B, T, D = x.shape
         q = self.split_heads(self.q_proj(x))  # (B, H, T, d_k)
         k = self.split_heads(self.k_proj(x))  # (B, H, T, d_k)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, d_k)
-        context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+        if rotary is not None:
+            q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k) each
+        context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias)
         context = context.transpose(1, 2).contiguous()  # (B, T, H, d_k)
         context = context.view(B, T, D)  # (B, T, D): heads merged back
         return self.out_proj(context), weights

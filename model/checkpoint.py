@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,10 @@ FORMAT_VERSION = 1
 class LoadedModel:
     encoder: Encoder
     tokenizer: Tokenizer
-    kind: str  # "attnserve", "hf-bert" or "sentence-transformers"
+    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta") or "sentence-transformers"
     path: Path
+    prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
+    default_prompt_name: str | None = None
 
 
 def is_checkpoint(path: Path) -> bool:
@@ -50,7 +52,8 @@ def _write(directory: Path, encoder: Encoder, tokenizer: Tokenizer, metrics: dic
     config = encoder.config
     meta = {"format": FORMAT, "format_version": FORMAT_VERSION, "encoder": config.to_dict()}
     (directory / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    state = {k: v.detach().contiguous().cpu() for k, v in encoder.state_dict().items()}
+    # clone: a tied MLM decoder shares the embedding's storage, which safetensors refuses to write twice
+    state = {k: v.detach().cpu().clone().contiguous() for k, v in encoder.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     os.chmod(directory / "model.safetensors", 0o644)  # safetensors 0.8 writes 0o600 (safetensors#782)
     tokenizer.save(str(directory / "tokenizer.json"))

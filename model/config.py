@@ -1,6 +1,22 @@
 """Encoder configuration: a frozen dataclass that travels with the weights.
 
-Every dimension a consumer needs (export, service) is read from here, never guessed.
+Every dimension a consumer needs (export, service) is read from here, never guessed. The families the
+loaders know (BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, ModernBERT) are one encoder with a few
+axes set differently, as x-transformers exposes them as flags; the defaults are BERT's, so configs saved
+before an axis existed load as they did.
+
+    positions      position_embedding: learned "absolute" table indexed 0..T-1, "fairseq" (RoBERTa, MPNet:
+                   real tokens count from pad_token_id + 1) or "none"; relative_attention_buckets > 0: MPNet's
+                   bucketed relative bias, one table shared by all layers; rotary_theta > 0: rotary q/k
+                   (ModernBERT; rotary_local_theta for the local layers)
+    token types    type_vocab_size 0 (no table), 1 (one row, always 0), 2 (segment A / B)
+    norms          norm_position post/pre; norm_bias; embedding_norm; pre-norm ends with a final norm, and
+                   first_attn_norm=False skips the first block's attention norm (its input is normalised)
+    feed-forward   activation; gated_ffn: up projects to 2 x d_ff, act(first half) * second half (GeGLU)
+    biases         attention_bias (q, k, v, out), ffn_bias
+    layer pattern  global_attn_every n: layers i % n != 0 attend only within window_size of each token
+    pooling        pooling mode, then an optional projection (sentence-transformers' Dense), then normalize
+    heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
 """
 
 from __future__ import annotations
@@ -14,10 +30,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len")
 NORM_POSITIONS = ("post", "pre")
 MASK_KINDS = ("full", "causal", "window")
-HEADS = ("none", "linear", "pooler", "attention")
+HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
+SEQUENCE_HEADS = ("linear", "pooler", "attention")
+POSITION_EMBEDDINGS = ("absolute", "fairseq", "none")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "tanh", "identity")
+HEAD_POOLINGS = ("cls", "mean")
 
 
 @dataclass(frozen=True)
@@ -29,7 +49,7 @@ class EncoderConfig:
     num_heads: int = 8
     num_layers: int = 4
     d_ff: int = 1024
-    max_length: int = 512  # size of the position table
+    max_length: int = 512  # size of the position table (rotary: the longest input)
     max_seq_length: int = 0  # longest input the model is meant to see (sentence-transformers' limit); 0: max_length
     dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -45,10 +65,36 @@ class EncoderConfig:
     num_labels: int = 0
     label_names: tuple[str, ...] = field(default_factory=tuple)
     head_dropout: float = 0.1
+    # architecture axes (module docstring); defaults are BERT's
+    architecture: str = "bert"
+    position_embedding: str = "absolute"
+    relative_attention_buckets: int = 0
+    relative_attention_max_distance: int = 128
+    rotary_theta: float = 0.0
+    rotary_local_theta: float = 0.0
+    global_attn_every: int = 1
+    activation: str = "gelu"
+    gated_ffn: bool = False
+    attention_bias: bool = True
+    ffn_bias: bool = True
+    norm_bias: bool = True
+    embedding_norm: bool = True
+    first_attn_norm: bool = True
+    # sentence-transformers' Dense after pooling: 0 = none
+    projection_size: int = 0
+    projection_activation: str = "identity"
+    projection_bias: bool = True
+    # heads: pooler/tokens/mlm transform = dense -> head_activation -> norm (when head_norm)
+    head_pooling: str = "cls"
+    head_activation: str = "tanh"
+    head_norm: bool = False
+    head_bias: bool = True
+    head_transform: bool = False  # tokens head: the transform before the classifier (ModernBERT)
+    tie_decoder: bool = True  # mlm head: the decoder shares the token embedding matrix
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))
-        for check in (_check_sizes, _check_choices, _check_mask, _check_labels):
+        for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels):
             check(self)
         if self.head_dim < 32:
             log.warning(
@@ -59,18 +105,33 @@ class EncoderConfig:
     @property
     def serving_length(self) -> int:
         """Inputs are truncated to this many tokens when embedding or serving."""
-        return self.max_seq_length or self.max_length
+        return self.max_seq_length or self.position_limit
+
+    @property
+    def position_limit(self) -> int:
+        """The longest input the positions reach: max_length, less the pad_token_id + 1 rows that fairseq
+        positions skip (RoBERTa's 514-row table holds 512 tokens)."""
+        return self.max_length - (self.pad_token_id + 1 if self.position_embedding == "fairseq" else 0)
 
     @property
     def labels(self) -> list[str]:
-        """Class names in logit order: label_names, or "0" .. "C-1" when none were given; [] without a head."""
-        if self.head == "none":
+        """Class names in logit order: label_names, or "0" .. "C-1" when none were given; [] without labels."""
+        if self.head in ("none", "mlm"):
             return []
         return list(self.label_names) or [str(i) for i in range(self.num_labels)]
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def embedding_size(self) -> int:
+        """Width of the pooled embedding: the projection's output, else d_model."""
+        return self.projection_size or self.d_model
+
+    def is_local(self, layer: int) -> bool:
+        """Layer `layer` attends within window_size (ModernBERT's pattern: every n-th layer is global)."""
+        return self.global_attn_every > 1 and layer % self.global_attn_every != 0
 
     def replace(self, **changes: Any) -> EncoderConfig:
         return dataclasses.replace(self, **changes)
@@ -97,7 +158,7 @@ class EncoderConfig:
 
 
 def _check_sizes(c: EncoderConfig) -> None:
-    positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_length")
+    positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_length", "global_attn_every")
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(c, name)}")
@@ -109,16 +170,21 @@ def _check_sizes(c: EncoderConfig) -> None:
     for name in ("dropout", "attention_dropout", "head_dropout"):
         if not 0.0 <= getattr(c, name) < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {getattr(c, name)}")
-    if not 0 <= c.max_seq_length <= c.max_length:
-        raise ValueError(f"max_seq_length ({c.max_seq_length}) must be between 0 and max_length ({c.max_length})")
+    if not 0 <= c.max_seq_length <= c.position_limit:
+        raise ValueError(f"max_seq_length ({c.max_seq_length}) must be between 0 and the position limit "
+                         f"({c.position_limit}, max_length {c.max_length})")
     if c.layer_norm_eps <= 0:
         raise ValueError(f"layer_norm_eps must be positive, got {c.layer_norm_eps}")
+    for name in ("type_vocab_size", "projection_size", "relative_attention_buckets"):
+        if getattr(c, name) < 0:
+            raise ValueError(f"{name} must be 0 or more, got {getattr(c, name)}")
 
 
 def _check_choices(c: EncoderConfig) -> None:
     for name, allowed in (
-        ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS),
-        ("mask_kind", MASK_KINDS), ("head", HEADS),
+        ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS), ("mask_kind", MASK_KINDS), ("head", HEADS),
+        ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS),
+        ("projection_activation", ACTIVATIONS), ("head_activation", ACTIVATIONS), ("head_pooling", HEAD_POOLINGS),
     ):
         if getattr(c, name) not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(c, name)!r}")
@@ -127,15 +193,28 @@ def _check_choices(c: EncoderConfig) -> None:
 def _check_mask(c: EncoderConfig) -> None:
     if c.mask_kind == "window" and c.window_size <= 0:
         raise ValueError("mask_kind 'window' needs a positive window_size")
+    if c.global_attn_every > 1 and c.window_size <= 0:
+        raise ValueError("local layers (global_attn_every > 1) need a positive window_size")
+
+
+def _check_positions(c: EncoderConfig) -> None:
+    if c.rotary_theta < 0 or c.rotary_local_theta < 0:
+        raise ValueError("rotary_theta and rotary_local_theta must be 0 (no rotary) or positive")
+    if c.rotary_theta and c.head_dim % 2:
+        raise ValueError(f"rotary positions need an even head dimension, got {c.head_dim}")
+    if c.relative_attention_buckets and c.relative_attention_buckets % 4:
+        raise ValueError(f"relative_attention_buckets must be a multiple of 4, got {c.relative_attention_buckets}")
+    if c.position_embedding == "fairseq" and c.max_length <= c.pad_token_id + 1:
+        raise ValueError("fairseq positions start at pad_token_id + 1: max_length must be larger")
 
 
 def _check_labels(c: EncoderConfig) -> None:
-    if c.head == "none":
-        if c.num_labels:
-            raise ValueError("num_labels is set but head is 'none'; choose a classification head")
+    if c.head in ("none", "mlm"):
+        if c.num_labels or c.label_names:
+            raise ValueError(f"num_labels is set but head is {c.head!r}; choose a classification head")
         return
-    if c.num_labels < 2:
-        raise ValueError(f"a classification head needs num_labels >= 2, got {c.num_labels}")
+    if c.num_labels < 1:
+        raise ValueError(f"a classification head needs num_labels >= 1, got {c.num_labels}")
     if c.label_names and len(c.label_names) != c.num_labels:
         raise ValueError(
             f"label_names has {len(c.label_names)} names but num_labels is {c.num_labels}"

@@ -1,7 +1,12 @@
-"""Transformer encoder: embeddings, N attention blocks, pooling, optional classification head.
+"""Transformer encoder: embeddings, N attention blocks, pooling, an optional head.
 
-Shape letters: B batch, T sequence length, D d_model, H heads, L layers, C classes.
-The layout follows BERT (post-norm by default) so BERT-family checkpoints load weight for weight.
+Shape letters: B batch, T sequence length, D d_model, E pooled width, H heads, L layers, C classes,
+V vocabulary.
+
+One encoder for every family the loaders know: the axes of model/config.py choose its parts (positions
+in model/positions.py, feed-forward and norms in model/layers.py, pooling in model/pooling.py, heads in
+model/heads.py). The defaults are BERT's layout (post-norm), so BERT-family checkpoints load weight for
+weight and configs saved before the axes existed build the same network.
 """
 
 from __future__ import annotations
@@ -14,103 +19,97 @@ from torch import Tensor, nn
 
 from model.attention import MultiHeadSelfAttention, build_mask
 from model.config import EncoderConfig
+from model.heads import ClassificationHead, MaskedLMHead, TokenHead
+from model.layers import FeedForward, layer_norm
+from model.pooling import Projection, mean_pool, pool
+from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
+
+__all__ = ["Encoder", "EncoderBlock", "EncoderOutput", "mean_pool"]
 
 
 @dataclass
 class EncoderOutput:
     token_states: Tensor  # (B, T, D)
-    embedding: Tensor  # (B, D), pooled (and L2-normalised when configured)
-    logits: Tensor | None  # (B, C) when there is a head
+    embedding: Tensor  # (B, E), pooled, projected (and L2-normalised when configured)
+    logits: Tensor | None  # (B, C) sequence, (B, T, C) tokens or (B, T, V) mlm head; None without a head
     attentions: Tensor | None  # (B, L, H, T, T) when asked for
 
 
+@dataclass
+class LayerInputs:
+    """What a block reads besides its states, shared by all blocks of one kind (full, i.e. global, or local)."""
+
+    mask: Tensor  # (B, 1, 1|T, T) boolean
+    bias: Tensor | None  # (1, H, T, T) relative-position bias
+    rotary: tuple[Tensor, Tensor] | None  # cos, sin: (1, 1, T, d_k) each
+
+
 class Embeddings(nn.Module):
+    """Token + position + token-type embeddings (each where the config has it), then a norm."""
+
     def __init__(self, c: EncoderConfig) -> None:
         super().__init__()
         self.token = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_token_id)
-        self.position = nn.Embedding(c.max_length, c.d_model)
-        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model)
-        self.norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.position = None if c.position_embedding == "none" else AbsolutePositions(
+            c.max_length, c.d_model, c.pad_token_id if c.position_embedding == "fairseq" else None)
+        self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
+        self.norm = layer_norm(c) if c.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(c.dropout)
 
-    def forward(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
-        positions = torch.arange(input_ids.size(1), device=input_ids.device)[None]  # (1, T)
-        x = self.token(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        x = self.token(input_ids)  # (B, T, D)
+        if self.position is not None:
+            x = x + self.position(attention_mask)  # (B|1, T, D)
+        if self.token_type is not None:
+            x = x + self.token_type(token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids))
         return self.dropout(self.norm(x))  # (B, T, D)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, c: EncoderConfig) -> None:
-        super().__init__()
-        self.up = nn.Linear(c.d_model, c.d_ff)
-        self.down = nn.Linear(c.d_ff, c.d_model)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down(F.gelu(self.up(x)))
 
 
 class EncoderBlock(nn.Module):
     """Attention and feed-forward, each with a residual and a layer norm (post- or pre-norm)."""
 
-    def __init__(self, c: EncoderConfig) -> None:
+    def __init__(self, c: EncoderConfig, local: bool = False, first: bool = False) -> None:
         super().__init__()
-        self.pre_norm = c.norm_position == "pre"
-        self.attention = MultiHeadSelfAttention(c.d_model, c.num_heads, c.attention_dropout)
-        self.attn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.pre_norm, self.local = c.norm_position == "pre", local
+        self.attention = MultiHeadSelfAttention(c.d_model, c.num_heads, c.attention_dropout, c.attention_bias)
+        skip = self.pre_norm and first and not c.first_attn_norm  # the embedding norm already normalised it
+        self.attn_norm = nn.Identity() if skip else layer_norm(c)
         self.ffn = FeedForward(c)
-        self.ffn_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
+        self.ffn_norm = layer_norm(c)
         self.dropout = nn.Dropout(c.dropout)
 
-    def forward(self, x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, mask: Tensor, bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, Tensor]:
         if self.pre_norm:
-            attended, weights = self.attention(self.attn_norm(x), mask)
+            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary)
             x = x + self.dropout(attended)
             return x + self.dropout(self.ffn(self.ffn_norm(x))), weights
-        attended, weights = self.attention(x, mask)
+        attended, weights = self.attention(x, mask, bias, rotary)
         x = self.attn_norm(x + self.dropout(attended))
         return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
-
-
-def mean_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
-    """Average of the real tokens' states: (B, T, D), (B, T) -> (B, D)."""
-    weights = attention_mask.to(token_states.dtype).unsqueeze(-1)  # (B, T, 1)
-    total = (token_states * weights).sum(dim=1)  # (B, D)
-    return total / weights.sum(dim=1).clamp(min=1e-9)
-
-
-class ClassificationHead(nn.Module):
-    """linear: on the pooled vector; pooler: BERT's tanh pooler on [CLS];
-    attention: one extra attention block of our own over the token states, mean-pooled."""
-
-    def __init__(self, c: EncoderConfig) -> None:
-        super().__init__()
-        self.kind = c.head
-        if c.head == "pooler":
-            self.pooler = nn.Linear(c.d_model, c.d_model)
-        if c.head == "attention":
-            self.block = EncoderBlock(c)
-        self.dropout = nn.Dropout(c.head_dropout)
-        self.classifier = nn.Linear(c.d_model, c.num_labels)
-
-    def forward(self, token_states: Tensor, pooled: Tensor, mask: Tensor, attention_mask: Tensor) -> Tensor:
-        if self.kind == "pooler":
-            pooled = torch.tanh(self.pooler(token_states[:, 0]))  # (B, D)
-        elif self.kind == "attention":
-            states, _ = self.block(token_states, mask)  # (B, T, D)
-            pooled = mean_pool(states, attention_mask)
-        return self.classifier(self.dropout(pooled))  # (B, C)
 
 
 class Encoder(nn.Module):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.config = config
-        self.embeddings = Embeddings(config)
-        self.blocks = nn.ModuleList(EncoderBlock(config) for _ in range(config.num_layers))
-        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) \
-            if config.norm_position == "pre" else nn.Identity()
-        self.head = ClassificationHead(config) if config.head != "none" else None
+        c = self.config = config
+        self.embeddings = Embeddings(c)
+        self.blocks = nn.ModuleList(EncoderBlock(c, c.is_local(i), i == 0) for i in range(c.num_layers))
+        self.relative_bias = RelativePositionBias(
+            c.relative_attention_buckets, c.relative_attention_max_distance, c.num_heads,
+        ) if c.relative_attention_buckets else None
+        self.rotary = nn.ModuleDict({
+            "full": RotaryAngles(c.head_dim, c.rotary_theta),
+            "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta),
+        }) if c.rotary_theta else None
+        self.final_norm = layer_norm(c) if c.norm_position == "pre" else nn.Identity()
+        self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias) \
+            if c.projection_size else None
+        self.head = _head(c)
         self.apply(self._init_weights)
+        if c.head == "mlm" and c.tie_decoder:
+            self.head.decoder.weight = self.embeddings.token.weight  # type: ignore[union-attr]
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -125,27 +124,48 @@ class Encoder(nn.Module):
     ) -> EncoderOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        mask = build_mask(attention_mask, self.config.mask_kind, self.config.window_size)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        x = self.embeddings(input_ids, attention_mask, token_type_ids)  # (B, T, D)
+        inputs = self.layer_inputs(attention_mask)
         layers = []
         for block in self.blocks:
-            x, weights = block(x, mask)
+            kind = inputs["local" if block.local else "full"]
+            x, weights = block(x, kind.mask, kind.bias, kind.rotary)
             layers.append(weights)  # (B, H, T, T)
         x = self.final_norm(x)
+        pooled = self.pooled(x, attention_mask)  # (B, E)
         return EncoderOutput(
             token_states=x,
-            embedding=self.pool(x, attention_mask),
-            logits=self.head(x, self._pooled(x, attention_mask), mask, attention_mask) if self.head else None,
+            embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
+            logits=self.head_logits(x, pooled, inputs["full"].mask, attention_mask),
             attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
         )
 
-    def _pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
-        if self.config.pooling == "cls":
-            return token_states[:, 0]  # (B, D)
-        return mean_pool(token_states, attention_mask)
+    def layer_inputs(self, attention_mask: Tensor) -> dict[str, LayerInputs]:
+        """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones."""
+        c, T, device = self.config, attention_mask.size(1), attention_mask.device
+        bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
+        kinds = {"full": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
+        if any(block.local for block in self.blocks):
+            kinds["local"] = build_mask(attention_mask, "window", c.window_size)  # (B, 1, T, T)
+        return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None)
+                for kind, mask in kinds.items()}
 
-    def pool(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
-        pooled = self._pooled(token_states, attention_mask)
-        return F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled
+    def pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
+        """The embedding before L2 normalisation: pooled, then projected when there is a projection."""
+        pooled = pool(self.config.pooling, token_states, attention_mask)  # (B, D)
+        return self.projection(pooled) if self.projection is not None else pooled  # (B, E)
+
+    def head_logits(self, token_states: Tensor, pooled: Tensor, mask: Tensor, attention_mask: Tensor) -> Tensor | None:
+        if isinstance(self.head, ClassificationHead):
+            return self.head(token_states, pooled, mask, attention_mask)  # (B, C)
+        return self.head(token_states) if self.head is not None else None  # (B, T, C) or (B, T, V)
+
+
+def _head(c: EncoderConfig) -> nn.Module | None:
+    if c.head == "tokens":
+        return TokenHead(c)
+    if c.head == "mlm":
+        return MaskedLMHead(c)
+    if c.head == "none":
+        return None
+    return ClassificationHead(c, EncoderBlock(c) if c.head == "attention" else None)

@@ -1,11 +1,11 @@
-"""One entry point for every model source: our checkpoints and BERT-family HF directories."""
+"""One entry point for every model source: our checkpoints and Hugging Face directories (model/hf.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from model.checkpoint import LoadedModel, is_checkpoint, load_checkpoint
-from model.hf import is_hf_bert_dir, load_hf_bert
+from model.hf import is_hf_dir, load_hf
 
 
 def load_model(path: Path | str) -> LoadedModel:
@@ -14,9 +14,9 @@ def load_model(path: Path | str) -> LoadedModel:
         raise FileNotFoundError(f"model directory not found: {path}")
     if is_checkpoint(path):
         return load_checkpoint(path)
-    if is_hf_bert_dir(path):
-        return load_hf_bert(path)
+    if is_hf_dir(path):
+        return load_hf(path)
     raise ValueError(
-        f"{path} is neither an attnserve checkpoint nor a Hugging Face BERT directory "
+        f"{path} is neither an attnserve checkpoint nor a Hugging Face model directory "
         "(config.json with 'format' or 'model_type' is missing)"
     )

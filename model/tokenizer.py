@@ -1,6 +1,7 @@
 """Tokenisation through the Hugging Face `tokenizers` library and a `tokenizer.json`.
 
-Nothing here splits text by hand: loaded tokenizers behave exactly as their authors' do, and a new
+Nothing here splits text by hand: any tokenizer.json (WordPiece, byte-level BPE, Unigram) behaves exactly
+as its authors' does, post-processor (the family's single and pair templates) included, and a new
 WordPiece vocabulary is trained with the library's own trainer (BERT normaliser and pre-tokeniser).
 """
 
@@ -60,6 +61,15 @@ def truncating(tokenizer: Tokenizer, max_length: int) -> Tokenizer:
 def token_ids(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
     """Token ids per text, with special tokens, truncated to max_length, unpadded."""
     return [e.ids for e in truncating(tokenizer, max_length).encode_batch(list(texts))]
+
+
+def pair_ids(
+    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]], max_length: int,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """(token ids, token type ids) per (text, text pair), through the tokenizer's own pair template (e.g.
+    [CLS] A [SEP] B [SEP] or <s> A </s></s> B </s>), truncated longest-first to max_length, unpadded."""
+    encodings = truncating(tokenizer, max_length).encode_batch(list(pairs))
+    return [e.ids for e in encodings], [e.type_ids for e in encodings]
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
@@ -30,6 +30,7 @@ from service.keysfile import KeysFile
 from service.metrics import Metrics
 from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
+from service.openapi import bounds, served_document
 from service.routes import attention, explore, openai, ops, tei
 from service.settings import Settings
 
@@ -51,6 +52,7 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     app.state.callers = callers
     for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
+    app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
     if settings.cors_origins:
@@ -84,6 +86,22 @@ def batched(scope: Scope) -> bool:
     """A route that uses the batcher (so admits, queues and spends tokens): refused early when busy, and
     when its caller's budget is spent."""
     return scope["method"] == "POST" and (scope["path"] in ADMITTED_PATHS or V2_INFER.match(scope["path"]) is not None)
+
+
+def _served_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The routes' document, and once the models are served, what they accept (service.openapi), made once."""
+    routes_document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        models: ModelRegistry | None = app.state.models
+        if models is None:
+            return routes_document()
+        if getattr(app.state, "served_openapi", None) is None:
+            settings: Settings = app.state.settings
+            app.state.served_openapi = served_document(routes_document(), bounds(models), settings.max_inputs)
+        return app.state.served_openapi  # type: ignore[no-any-return]
+
+    return openapi
 
 
 def _busy(app: FastAPI, scope: Scope, priority: Priority) -> bool:
@@ -120,7 +138,7 @@ def _lifespan(
                 await keys_file.stop()
             for model in models:
                 await model.batcher.stop()  # admitted work is finished first
-            app.state.models = None
+            app.state.models = app.state.served_openapi = None
             for executor in executors:
                 executor.shutdown(wait=True)
 

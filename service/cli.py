@@ -8,11 +8,14 @@ stops accepting, admitted requests finish, the lifespan drains the batchers, and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import logging
 import math
 import signal
+from typing import Any
 
+import uvicorn
 from pydantic import ValidationError
 
 from attnserve.flags import add_flags, given, report
@@ -48,8 +51,6 @@ def main(argv: list[str], prog: str = "attnserve serve") -> int:
 
 
 def serve(settings: Settings) -> int:
-    import uvicorn
-
     from inference.errors import StartupError
     from inference.registry import load_bundles, served_names
     from service.app import create_app
@@ -64,14 +65,30 @@ def serve(settings: Settings) -> int:
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_config=None, loop="auto",
+        http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
+        timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
+    )
     # uvicorn re-raises the signal after its graceful shutdown; here that is a clean end, exit status 0
     with contextlib.suppress(_Stopped):
-        uvicorn.run(
-            app, host=settings.host, port=settings.port, log_config=None,
-            loop="auto", http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
-            timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
-        )
+        DrainingServer(config, app).run()
     return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that, when a signal starts the graceful shutdown, also tells the served models to run
+    what waits at once: admitted requests then finish without waiting out batch_wait_ms."""
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        models = self._app.state.models
+        if models is not None:
+            asyncio.get_event_loop().call_soon_threadsafe(models.drain)
 
 
 def drain_seconds(settings: Settings) -> int:

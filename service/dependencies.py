@@ -21,7 +21,7 @@ from inference.errors import InvalidRequest, NotReady
 from inference.registry import ModelRegistry, quoted
 from inference.served import ServedModel
 from service.callers import Verdict, forbidden
-from service.errors import ClientGone, UnsupportedMediaType
+from service.errors import ClientGone, NotFound, UnsupportedMediaType
 
 T = TypeVar("T")
 Job = Callable[[Awaitable[T]], Awaitable[T]]
@@ -55,6 +55,18 @@ async def model_picker(
         return model
 
     return pick
+
+
+def needs(task: str) -> Callable[..., Awaitable[None]]:
+    """A route's dependency: 404 when no served model can `task` (the served OpenAPI document leaves the
+    route out too); a model that cannot, named by a request while another can, gets the route's own 422."""
+
+    async def some_model_can(models: Annotated[ModelRegistry, Depends(get_models)]) -> None:
+        if not any(task in model.tasks for model in models):
+            raise NotFound(f"no served model can {task.replace('_', ' ')} (served: {', '.join(models.names)}; "
+                           "GET /info lists what each can do)")
+
+    return some_model_can
 
 
 async def require_json(request: Request) -> None:

@@ -15,7 +15,8 @@ def planned(target: str, tmp_path: Path) -> str:
     not exist yet)."""
     result = subprocess.run(
         ["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"BUNDLE={tmp_path / 'bundle'}",
-         f"CHECKPOINT={tmp_path / 'checkpoint'}", "CHROMIUM=/nonexistent/chromium"],
+         f"CHECKPOINT={tmp_path / 'checkpoint'}", "CHROMIUM=/nonexistent/chromium",
+         f"NODE_STAMP={tmp_path / 'node' / '.installed'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
@@ -35,6 +36,7 @@ def test_make_serve_installs_inside_the_venv_only_what_serving_needs(tmp_path: P
 def test_make_test_is_ci_and_runs_the_lints_and_the_suite(tmp_path: Path) -> None:
     plan = planned("test", tmp_path)
     assert "apt-get" in plan  # Chromium for the browser tests, when it is missing
-    for step in ("ruff check", "vermin", "mypy", "-m pytest"):
+    for step in ("npm ci", "eslint service/static", "tsc -p jsconfig.json", "ruff check", "vermin", "mypy",
+                 "-m pytest"):
         assert step in plan, step
     assert "make test" in (ROOT / ".ci" / "run").read_text()

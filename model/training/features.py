@@ -5,7 +5,7 @@ the token states are computed once, batched and sorted by length, and every epoc
 them. What is cached per example is exactly what the head reads, so the saved Encoder computes the
 same logits at serve time:
     linear    the pooled vector (mean or CLS, un-normalised)  -> stored as one "token" (1, D)
-    pooler    the first token's state                          -> (1, D)
+    pooler    the first token's state (mean pooling: the mean)  -> (1, D)
     attention all real tokens' states                          -> (T_i, D)
 Shape letters: B batch, T sequence length, D d_model, C classes.
 """
@@ -47,7 +47,9 @@ def _head_input(encoder: Encoder, states: Tensor, attention_mask: Tensor) -> Ten
     """(T, D) states of one padded example -> what its head reads: (1, D) or (T_i, D)."""
     kind = encoder.config.head
     if kind == "linear":
-        return encoder._pooled(states[None], attention_mask[None])  # (1, D), same pooling as serving
+        return encoder.pooled(states[None], attention_mask[None])  # (1, E), same pooling as serving
+    if kind == "pooler" and encoder.config.head_pooling == "mean":
+        return mean_pool(states[None], attention_mask[None])  # (1, D): its mean over one row is itself
     if kind == "pooler":
         return states[:1]  # (1, D)
     return states[: int(attention_mask.sum())]  # (T_i, D)

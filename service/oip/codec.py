@@ -37,6 +37,15 @@ class Tensor:
     binary: bool
 
 
+def header_length(value: str | None) -> int | None:
+    """The Inference-Header-Content-Length header as a byte count (None when absent)."""
+    if value is None:
+        return None
+    if not value.strip().isascii() or not value.strip().isdigit():
+        raise InvalidRequest(f"Inference-Header-Content-Length must be a whole number of bytes, got {value[:32]!r}")
+    return int(value)
+
+
 def parse_request(body: bytes, header_length: int | None, content_encoding: str | None) -> tuple[InferRequest, bytes]:
     """The validated JSON header and the binary data after it."""
     if content_encoding not in (None, "", "identity"):

@@ -4,9 +4,7 @@ body `{"error": message}` with this service's statuses (422 for a bad request, a
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Request, Response
 
 from inference.served import ServedModel
 from service.dependencies import JobDep, ModelsDep, PickDep
@@ -26,20 +24,16 @@ from service.routes.common import errors, json_response
 
 router = APIRouter(tags=["open-inference-protocol"])
 
-HeaderLength = Annotated[int | None, Header(
-    alias="Inference-Header-Content-Length", ge=0,
-    description="Bytes of the JSON header when binary tensor data follows it (binary tensor data extension).",
-)]
-INFER_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": inline_schema(InferRequest)},
-    "application/octet-stream": {"schema": {"type": "string", "format": "binary"},
-                                 "description": "The JSON header, then the inputs' binary data."},
-}}}
-INFER_RESPONSES = {
-    200: {"content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-          "description": "JSON; or, with binary outputs, the JSON header (Inference-Header-Content-Length bytes) "
-          "and then the outputs' little-endian data"},
-    **errors(401, 403, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError),
+HEADER_LENGTH = "inference-header-content-length"  # the binary extension's header: read in _infer, not a parameter
+# The JSON request. A binary request (the JSON header, then the inputs' data) is described in the operation's
+# text: a body whose validity depends on a header's value cannot be stated as a schema.
+INFER_BODY = {"requestBody": {"required": True,
+                              "content": {"application/json": {"schema": inline_schema(InferRequest)}}}}
+INFER_RESPONSES = errors(401, 403, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError)
+INFER_RESPONSES[200] |= {  # besides the timing headers errors() documents on routes that queue
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    "description": "JSON; or, with binary outputs, the JSON header (Inference-Header-Content-Length bytes) and then "
+    "the outputs' little-endian data",
 }
 MODEL_ERRORS = errors(401, 403, 404, 422, 503, model=ProtocolError)  # 422: FastAPI would document its own body
 
@@ -89,20 +83,21 @@ async def model_version_ready(name: str, version: str, pick: PickDep) -> Respons
 
 @router.post("/v2/models/{name}/infer", response_model=InferResponse, responses=INFER_RESPONSES,
              openapi_extra=INFER_BODY)
-async def infer(name: str, request: Request, pick: PickDep, job: JobDep, length: HeaderLength = None) -> Response:
+async def infer(name: str, request: Request, pick: PickDep, job: JobDep) -> Response:
     """Inputs `text` (BYTES [n]) or `input_ids` (+ `attention_mask`); outputs `embeddings`, `logits`,
     `scores`, `attentions`, `attention_mask`, each as JSON or binary data. Request parameters: truncate,
-    truncation_direction, normalize, layers, heads, aggregation, binary_data_output."""
-    return await _infer(pick(name), None, request, job, length)
+    truncation_direction, normalize, layers, heads, aggregation, binary_data_output. With binary tensor data,
+    the body is the JSON header and then the inputs' data, and the header Inference-Header-Content-Length
+    gives the JSON header's bytes (within the body, else 422; not a documented parameter, since its only
+    valid value depends on the body)."""
+    return await _infer(pick(name), None, request, job)
 
 
 @router.post("/v2/models/{name}/versions/{version}/infer", response_model=InferResponse,
              responses=INFER_RESPONSES, openapi_extra=INFER_BODY)
-async def infer_version(
-    name: str, version: str, request: Request, pick: PickDep, job: JobDep, length: HeaderLength = None,
-) -> Response:
+async def infer_version(name: str, version: str, request: Request, pick: PickDep, job: JobDep) -> Response:
     """As POST /v2/models/{name}/infer; the version must be the served bundle's."""
-    return await _infer(_versioned(pick(name), version), version, request, job, length)
+    return await _infer(_versioned(pick(name), version), version, request, job)
 
 
 def _versioned(served: ServedModel, version: str) -> ServedModel:
@@ -115,9 +110,8 @@ async def _ready(served: ServedModel) -> Response:
     return json_response({"name": served.name, "ready": True})
 
 
-async def _infer(
-    served: ServedModel, version: str | None, request: Request, job: JobDep, length: int | None,
-) -> Response:
+async def _infer(served: ServedModel, version: str | None, request: Request, job: JobDep) -> Response:
+    length = codec.header_length(request.headers.get(HEADER_LENGTH))
     parsed, tail = codec.parse_request(await request.body(), length, request.headers.get("content-encoding"))
     outputs = await job(adapter.infer(served, parsed, codec.read_inputs(parsed, tail)))
     header = {"model_name": served.name, "model_version": version or served.bundle.manifest.version}

@@ -9,9 +9,11 @@ allows; unknown parameters are refused (422) rather than ignored, so a misspelt 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+
+from service.schemas import integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
@@ -60,6 +62,11 @@ class RequestedOutput(_Strict):
     parameters: OutputParameters | None = None
 
 
+# Parameter values are scalars in the protocol: an index, or indices as text ("0,2"; ASCII digits only).
+IndexParameter = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)] | \
+    Annotated[StrictStr, Field(pattern=r"^[0-9]+(,[0-9]+)*$")]
+
+
 class InferParameters(_Strict):
     binary_data_output: StrictBool = Field(False, description="Return every output as binary data unless the "
                                            "output says otherwise.")
@@ -69,21 +76,16 @@ class InferParameters(_Strict):
         "right", description="Which end of a long input is cut.")
     normalize: StrictBool | None = Field(None, description="L2-normalise `embeddings` (default: as the model's "
                                          "manifest says, as /v1/embeddings does).")
-    layers: StrictInt | StrictStr | None = Field(None, description="`attentions`: a layer index or comma-separated "
-                                                 "indices (default: all).")
-    heads: StrictInt | StrictStr | None = Field(None, description="`attentions`: a head index or comma-separated "
-                                                "indices (default: all).")
+    layers: IndexParameter | None = Field(None, description="`attentions`: a layer index or comma-separated "
+                                          "indices such as '0,2' (default: all).")
+    heads: IndexParameter | None = Field(None, description="`attentions`: a head index or comma-separated indices "
+                                         "such as '0,2' (default: all).")
     aggregation: Aggregation = Field("none", description="`attentions`: none [n, l, h, T, T]; mean or max over "
                                      "heads [n, l, T, T]; rollout across the layers [n, T, T].")
-
-    @field_validator("layers", "heads")
-    @classmethod
-    def _indices(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, str):
-            parts = [p.strip() for p in value.split(",")]
-            if not all(p.isdigit() for p in parts):
-                raise ValueError("must be an index or comma-separated indices, such as 0 or '0,2'")
-        return value
+    prompt_name: StrictStr | None = Field(None, description="One of the model's prompts (GET /info), put before "
+                                          "every `text` input as /embed puts it, so `embeddings` equal /embed's; "
+                                          "`attentions` and `attention_mask` cover its tokens too. Default: the "
+                                          "model's default prompt, when it names one.")
 
 
 class InferRequest(BaseModel):

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Response
 
 from inference import inspection
 from inference.limits import AttentionQuery
-from service.dependencies import JobDep, ModelQuery, PickDep, require_json
+from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
 from service.wire import attention_item
@@ -14,7 +14,8 @@ from service.wire import attention_item
 router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
 
 
-@router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS))
+@router.post("/attention", response_model=AttentionResponse, responses=errors(*INFERENCE_ERRORS),
+             dependencies=[Depends(needs("attention"))])
 async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
     served = pick(body.model, model)

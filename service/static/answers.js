@@ -1,17 +1,39 @@
+// @ts-check
 // The model's answer for each text, from /classify: the best label and every label's score as a bar.
 
 import { call, withModel } from "./api.js";
 import { formatValue } from "./colormap.js";
 
+/** @typedef {{label: string, score: number}} Score */
+
+/**
+ * /classify's answer for each text (its labels, best first), or null for a model without a classification head.
+ * @param {string[]} texts
+ * @param {import("./facts.js").Facts} facts
+ * @returns {Promise<Score[][] | null>}
+ */
 export async function classify(texts, facts) {
-  if (facts.labels.length === 0) return null; // no classification head: nothing to show
+  if (facts.labels.length === 0) return null; // no classification head: nothing to ask
   const { json } = await call("/classify", withModel({ inputs: texts }, facts.model, facts.modelCount));
-  return json;
+  return /** @type {Score[][]} */ (json);
 }
 
-export function showAnswers(container, texts, answers) {
+/**
+ * One box per text; `answers` null: the model has no classification head, which a note says.
+ * @param {HTMLElement} container
+ * @param {string[]} texts
+ * @param {Score[][] | null} answers
+ * @param {string} model
+ */
+export function showAnswers(container, texts, answers, model) {
   container.replaceChildren();
-  if (answers === null) return;
+  if (answers === null) {
+    const note = document.createElement("p");
+    note.className = "note";
+    note.textContent = `The model ${model} has no classification head: no labels to show.`;
+    container.append(note);
+    return;
+  }
   answers.forEach((scores, i) => {
     const box = document.createElement("div");
     box.className = "answer";
@@ -24,6 +46,7 @@ export function showAnswers(container, texts, answers) {
   });
 }
 
+/** @param {Score} score */
 function scoreRow({ label, score }) {
   const row = document.createElement("div");
   row.className = "score";

@@ -1,10 +1,17 @@
+// @ts-check
 // Calls to this service's own routes. The API key, when the user gave one, is kept in this tab's
 // session storage and sent as `Authorization: Bearer`. A non-2xx answer becomes an ApiError that
 // carries the server's message from its one error body {"error": {"message", "type", "code"}}.
 
 const KEY_NAME = "attnserve.apiKey";
 
+/** A call that failed: the HTTP status (0: no answer), the message to show, the error body's code. */
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} message
+   * @param {string} code
+   */
   constructor(status, message, code) {
     super(message);
     this.status = status;
@@ -16,12 +23,15 @@ export function apiKey() {
   return sessionStorage.getItem(KEY_NAME) || "";
 }
 
+/** @param {string} key "" forgets the key */
 export function setApiKey(key) {
   if (key) sessionStorage.setItem(KEY_NAME, key);
   else sessionStorage.removeItem(KEY_NAME);
 }
 
+/** @param {boolean} withBody */
 function headers(withBody) {
+  /** @type {Record<string, string>} */
   const result = { Accept: "application/json" };
   if (withBody) result["Content-Type"] = "application/json";
   const key = apiKey();
@@ -29,6 +39,11 @@ function headers(withBody) {
   return result;
 }
 
+/**
+ * @param {number} status
+ * @param {string} text the answer's body
+ * @param {string} path
+ */
 function errorOf(status, text, path) {
   try {
     const { message, code } = JSON.parse(text).error;
@@ -38,7 +53,13 @@ function errorOf(status, text, path) {
   }
 }
 
-// Returns {json, text}: the parsed answer and the exact text it came from (for export).
+/**
+ * GET `path`, or POST `body` to it as JSON. Returns the parsed answer, for the caller to read as the route's
+ * type, and the exact text it came from (for export); throws ApiError.
+ * @param {string} path
+ * @param {object} [body]
+ * @returns {Promise<{json: unknown, text: string}>}
+ */
 export async function call(path, body) {
   let response;
   try {
@@ -48,20 +69,23 @@ export async function call(path, body) {
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (err) {
-    throw new ApiError(0, `${path}: the server could not be reached (${err.message})`, "network");
+    const reason = err instanceof Error ? err.message : String(err);
+    throw new ApiError(0, `${path}: the server could not be reached (${reason})`, "network");
   }
   const text = await response.text();
   if (!response.ok) throw errorOf(response.status, text, path);
   return { json: JSON.parse(text), text };
 }
 
-// The served models. The request bodies name the model only when there is a choice: with one model the
-// TEI-shaped routes (which refuse unknown fields) get no `model` field.
-export async function models() {
-  const { json } = await call("/v1/models");
-  return json.data.map((m) => m.id);
-}
-
+/**
+ * `body` naming the model only when there is a choice: with one model the TEI-shaped routes (which refuse
+ * unknown fields) get no `model` field.
+ * @template {object} T
+ * @param {T} body
+ * @param {string} model
+ * @param {number} modelCount
+ * @returns {T & {model?: string}}
+ */
 export function withModel(body, model, modelCount) {
   return modelCount > 1 && model ? { ...body, model } : body;
 }

@@ -1,71 +1,113 @@
-// The attention explorer: loads the model's facts, runs the texts, and keeps the controls, the views and
-// the messages in step. Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message
-// on the page; nothing is left blank. #views carries data-state="loading" | "ready" | "error".
+// @ts-check
+// The attention explorer: loads the served models' facts, runs the texts, and keeps the controls, the views
+// and the messages in step with the model chosen (its layers, heads and labels; whether it has attention).
+// Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message on the page; nothing is
+// left blank. #views carries data-state="loading" | "ready" | "error" | "unavailable" (the model chosen has
+// no attention graph) and, once drawn, data-model: the model its views are of.
 
-import { ApiError, call, models, setApiKey } from "./api.js";
+import { ApiError, setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { downloadCanvas, downloadText } from "./exporter.js";
+import { describe, factsOf, layerKind, loadServed } from "./facts.js";
+import { tabs, ui } from "./page.js";
 import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./views.js";
 
-const $ = (id) => document.getElementById(id);
+/** @typedef {import("./facts.js").Facts} Facts */
+/** @typedef {import("./facts.js").Served} Served */
+/** @typedef {import("./views.js").Settings} Settings */
+/** @typedef {import("./views.js").ViewName} ViewName */
+/** @typedef {import("./views.js").Combine} Combine */
+
+/** @type {Settings} */
 const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpecial: false, renormalise: false };
-const facts = { model: null, modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, maxChars: Infinity, labels: [] };
-let texts = []; // the texts last run
-let shown = { answer: null, drawings: [] }; // what the views show now
+/** @type {Served} every served model, from /info; none until it answered */
+let served = { models: [], maxChars: Infinity };
+/** @type {Facts} the chosen model's */
+const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], maxChars: Infinity,
+  labels: [], attention: false };
+/** @type {string[]} the texts last run */
+let texts = [];
+/** @type {{answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]}} what the views show */
+let shown = { answer: null, drawings: [] };
 let generation = 0; // each render's number: answers to an older one are dropped
 let runs = 0; // each run's number: the labels of an older run are dropped too
 
+/** @param {string} text "" hides the message */
 function showMessage(text) {
-  $("message").textContent = text;
-  $("message").hidden = !text;
+  ui.message.textContent = text;
+  ui.message.hidden = !text;
 }
 
+/** @param {unknown} error */
 function fail(error) {
   if (error instanceof ApiError && error.status === 401) {
-    $("key-form").hidden = false;
-    $("api-key").focus();
+    ui.keyForm.hidden = false;
+    ui.apiKey.focus();
   }
-  showMessage(error.message);
-  $("views").dataset.state = "error";
+  showMessage(error instanceof Error ? error.message : String(error));
+  ui.views.dataset.state = "error";
 }
 
 async function loadFacts() {
   try {
-    const ids = await models();
-    facts.modelCount = ids.length;
-    facts.model = facts.model && ids.includes(facts.model) ? facts.model : ids[0];
-    fillModels(ids);
-    const { json: info } = await call("/info");
-    Object.assign(facts, { numLayers: info.num_layers, numHeads: info.num_heads, maxLength: info.max_length,
-      maxChars: info.limits.max_input_chars, labels: info.labels });
-    fillSelect($("layer"), facts.numLayers, settings.layer);
-    fillSelect($("head"), facts.numHeads, settings.head);
-    $("model-info").textContent = `${info.model} · ${info.num_layers} layers × ${info.num_heads} heads`
-      + ` · up to ${info.max_length} tokens${info.labels.length ? ` · labels: ${info.labels.join(", ")}` : ""}`;
-    $("key-form").hidden = true;
+    served = await loadServed();
+    useModel(facts.model);
+    fillModels(served.models.map((m) => m.name));
+    ui.keyForm.hidden = true;
     return true;
   } catch (error) {
-    $("model-info").textContent = "The model's facts could not be loaded.";
+    ui.modelInfo.textContent = "The model's facts could not be loaded.";
     fail(error);
     return false;
   }
 }
 
-function fillModels(ids) {
-  $("model-box").hidden = ids.length < 2;
-  $("model").replaceChildren(...ids.map((id) => new Option(id, id, false, id === facts.model)));
+/**
+ * Takes the facts of the model called `name` (the default one when no model is): the layer and head pickers
+ * list its layers and heads (the layer and head chosen are kept where it has them), its line is shown, and
+ * the answers of the model before are cleared.
+ * @param {string} name
+ */
+function useModel(name) {
+  Object.assign(facts, factsOf(served, name));
+  settings.layer = Math.max(0, Math.min(settings.layer, facts.numLayers - 1));
+  settings.head = Math.max(0, Math.min(settings.head, facts.numHeads - 1));
+  fillSelect(ui.layer, facts.numLayers, settings.layer, (i) => layerKind(facts, i));
+  fillSelect(ui.head, facts.numHeads, settings.head);
+  ui.modelInfo.textContent = describe(facts);
+  ui.answers.replaceChildren();
+  syncControls();
 }
 
-function fillSelect(select, count, chosen) {
-  select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(String(i), String(i), false, i === chosen)));
+/** @param {string[]} names */
+function fillModels(names) {
+  ui.modelBox.hidden = names.length < 2;
+  ui.model.replaceChildren(...names.map((name) => new Option(name, name, false, name === facts.model)));
+}
+
+/**
+ * @param {HTMLSelectElement} select
+ * @param {number} count options 0 .. count - 1
+ * @param {number} chosen
+ * @param {(i: number) => string} [note] shown after an option's number (a local layer's window)
+ */
+function fillSelect(select, count, chosen, note = () => "") {
+  select.replaceChildren(...Array.from({ length: count }, (_, i) => {
+    const label = note(i) ? `${i} · ${note(i)}` : String(i);
+    return new Option(label, String(i), false, i === chosen);
+  }));
 }
 
 function currentTexts() {
-  const chosen = [$("text-a").value];
-  if ($("compare").checked) chosen.push($("text-b").value);
+  const chosen = [ui.textA.value];
+  if (ui.compare.checked) chosen.push(ui.textB.value);
   return chosen;
 }
 
+/**
+ * What is wrong with the texts, before anything is sent ("" when nothing is).
+ * @param {string[]} chosen
+ */
 function checkTexts(chosen) {
   if (chosen.some((t) => t.trim() === "")) return "Type a text first (both texts when comparing).";
   const long = chosen.findIndex((t) => t.length > facts.maxChars);
@@ -75,7 +117,7 @@ function checkTexts(chosen) {
 }
 
 async function run() {
-  if (facts.numLayers === 0 && !(await loadFacts())) return;
+  if (served.models.length === 0 && !(await loadFacts())) return;
   const chosen = currentTexts();
   const problem = checkTexts(chosen);
   if (problem) {
@@ -85,23 +127,27 @@ async function run() {
   texts = chosen;
   const mine = ++runs;
   showMessage("");
-  $("run").disabled = true;
+  ui.run.disabled = true;
   try {
     const [answers] = await Promise.all([classify(chosen, facts), render()]);
-    if (mine === runs) showAnswers($("answers"), chosen, answers);
+    if (mine === runs) showAnswers(ui.answers, chosen, answers, facts.model);
   } catch (error) {
     if (mine !== runs) return;
-    $("answers").replaceChildren();
+    ui.answers.replaceChildren();
     fail(error);
   } finally {
-    if (mine === runs) $("run").disabled = false;
+    if (mine === runs) ui.run.disabled = false;
   }
 }
 
 async function render() {
   if (texts.length === 0) return;
   const mine = ++generation;
-  $("views").dataset.state = "loading";
+  if (!facts.attention) {
+    showUnavailable();
+    return;
+  }
+  ui.views.dataset.state = "loading";
   let answer;
   try {
     answer = await fetchAttention(attentionBody(settings, texts), facts);
@@ -110,15 +156,31 @@ async function render() {
     return; // a newer render is under way: its outcome is the one to show
   }
   if (mine !== generation) return;
-  const panels = makePanels($("views"), texts, answer.items, settings.hideSpecial);
+  const panels = makePanels(ui.views, texts, answer.items, settings.hideSpecial);
   shown = { answer, drawings: draw(settings, facts, answer, panels, openInHeatmap) };
-  Object.assign($("views").dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts) });
+  Object.assign(ui.views.dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts),
+    model: facts.model });
+}
+
+// The model chosen has no attention graph: no /attention request, a note where the views would be.
+function showUnavailable() {
+  const note = document.createElement("p");
+  note.className = "note";
+  note.textContent = `The model ${facts.model} has no attention graph (its bundle was exported without one):`
+    + ` there is no attention to show.${facts.labels.length ? " Its labels for the text are above." : ""}`;
+  ui.views.replaceChildren(note);
+  shown = { answer: null, drawings: [] };
+  Object.assign(ui.views.dataset, { state: "unavailable", view: settings.view, title: "", model: facts.model });
 }
 
 function rerender() {
   render().then(() => showMessage(""), fail);
 }
 
+/**
+ * @param {number} layer
+ * @param {number} head
+ */
 function openInHeatmap(layer, head) {
   Object.assign(settings, { layer, head, combine: "none" });
   syncControls();
@@ -126,36 +188,48 @@ function openInHeatmap(layer, head) {
 }
 
 function syncControls() {
-  $("layer").value = String(settings.layer);
-  $("head").value = String(settings.head);
-  $("combine").value = settings.combine;
-  $("layer").disabled = settings.combine === "rollout" || settings.view === "grid";
-  $("head").disabled = settings.combine !== "none" || settings.view === "grid";
-  $("combine").disabled = settings.view === "grid";
-  $("renormalise").disabled = !settings.hideSpecial;
+  ui.layer.value = String(settings.layer);
+  ui.head.value = String(settings.head);
+  ui.combine.value = settings.combine;
+  const none = !facts.attention;
+  ui.layer.disabled = none || settings.combine === "rollout" || settings.view === "grid";
+  ui.head.disabled = none || settings.combine !== "none" || settings.view === "grid";
+  ui.combine.disabled = none || settings.view === "grid";
+  ui.renormalise.disabled = none || !settings.hideSpecial;
+  ui.exportPng.disabled = none;
+  ui.exportJson.disabled = none;
 }
 
+/** @param {HTMLElement} tab */
+function viewOfTab(tab) {
+  return /** @type {ViewName} */ (tab.dataset.view);
+}
+
+/** @param {ViewName} view */
 function selectTab(view) {
   settings.view = view;
-  for (const tab of document.querySelectorAll("[role=tab]")) {
-    const on = tab.dataset.view === view;
+  for (const tab of tabs()) {
+    const on = viewOfTab(tab) === view;
     tab.setAttribute("aria-selected", String(on));
     tab.tabIndex = on ? 0 : -1;
-    if (on) $("views").setAttribute("aria-labelledby", tab.id);
+    if (on) ui.views.setAttribute("aria-labelledby", tab.id);
   }
   syncControls();
   rerender();
 }
 
+/** @param {KeyboardEvent} event */
 function onTabKey(event) {
-  const tabs = [...document.querySelectorAll("[role=tab]")];
-  const at = tabs.indexOf(document.activeElement);
-  const step = { ArrowRight: 1, ArrowLeft: -1 }[event.key];
+  const all = tabs();
+  const at = all.findIndex((tab) => tab === document.activeElement);
+  /** @type {Record<string, number>} */
+  const steps = { ArrowRight: 1, ArrowLeft: -1 };
+  const step = steps[event.key];
   if (at < 0 || !step) return;
   event.preventDefault();
-  const next = tabs[(at + step + tabs.length) % tabs.length];
+  const next = all[(at + step + all.length) % all.length];
   next.focus();
-  selectTab(next.dataset.view);
+  selectTab(viewOfTab(next));
 }
 
 function exportPng() {
@@ -166,32 +240,37 @@ function exportJson() {
   if (shown.answer) downloadText(shown.answer.text, `attention-${settings.view}.json`);
 }
 
+/** @param {Partial<Settings>} change */
+function changeSettings(change) {
+  Object.assign(settings, change);
+  syncControls();
+  rerender();
+}
+
 function wire() {
-  $("text-form").addEventListener("submit", (e) => { e.preventDefault(); run(); });
-  for (const id of ["text-a", "text-b"]) {
-    $(id).addEventListener("keydown", (e) => {
+  ui.textForm.addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  for (const box of [ui.textA, ui.textB]) {
+    box.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(); }
     });
   }
-  $("compare").addEventListener("change", () => { $("text-b-box").hidden = !$("compare").checked; });
-  $("key-form").addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
-  $("model").addEventListener("change", () => { facts.model = $("model").value; run(); });
-  $("tabs").addEventListener("keydown", onTabKey);
-  for (const tab of document.querySelectorAll("[role=tab]")) tab.addEventListener("click", () => selectTab(tab.dataset.view));
-  const controls = { layer: (v) => ({ layer: Number(v) }), head: (v) => ({ head: Number(v) }), combine: (v) => ({ combine: v }) };
-  for (const [id, change] of Object.entries(controls)) {
-    $(id).addEventListener("change", () => { Object.assign(settings, change($(id).value)); syncControls(); rerender(); });
-  }
-  for (const [id, name] of [["hide-special", "hideSpecial"], ["renormalise", "renormalise"]]) {
-    $(id).addEventListener("change", () => { settings[name] = $(id).checked; syncControls(); rerender(); });
-  }
-  $("export-png").addEventListener("click", exportPng);
-  $("export-json").addEventListener("click", exportJson);
+  ui.compare.addEventListener("change", () => { ui.textBBox.hidden = !ui.compare.checked; });
+  ui.keyForm.addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
+  ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); });
+  ui.tabs.addEventListener("keydown", onTabKey);
+  for (const tab of tabs()) tab.addEventListener("click", () => selectTab(viewOfTab(tab)));
+  ui.layer.addEventListener("change", () => changeSettings({ layer: Number(ui.layer.value) }));
+  ui.head.addEventListener("change", () => changeSettings({ head: Number(ui.head.value) }));
+  ui.combine.addEventListener("change", () => changeSettings({ combine: /** @type {Combine} */ (ui.combine.value) }));
+  ui.hideSpecial.addEventListener("change", () => changeSettings({ hideSpecial: ui.hideSpecial.checked }));
+  ui.renormalise.addEventListener("change", () => changeSettings({ renormalise: ui.renormalise.checked }));
+  ui.exportPng.addEventListener("click", exportPng);
+  ui.exportJson.addEventListener("click", exportJson);
 }
 
 async function useKey() {
-  setApiKey($("api-key").value.trim());
-  $("api-key").value = "";
+  setApiKey(ui.apiKey.value.trim());
+  ui.apiKey.value = "";
   showMessage("");
   if (await loadFacts()) run();
 }

@@ -1,5 +1,7 @@
+// @ts-check
 // The colour scale: viridis (matplotlib's perceptually uniform map, readable with the common colour
-// vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table.
+// vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table; and
+// the light grey of cells a local layer cannot attend (outside its window), which no value on the scale has.
 
 const STOPS = [
   [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
@@ -18,37 +20,61 @@ function buildTable() {
 }
 
 export const TABLE = buildTable();
+export const OUTSIDE = [216, 216, 216]; // a key beyond a local layer's window: not attended, not a low value
 
-// Index into TABLE of value v on the scale [0, max].
+/**
+ * Index into TABLE of a value on the scale [0, max].
+ * @param {number} value
+ * @param {number} max
+ */
 export function level(value, max) {
   if (!(max > 0)) return 0;
   return Math.max(0, Math.min(255, Math.round((value / max) * 255)));
 }
 
+/**
+ * @param {number} value
+ * @param {number} max
+ */
 export function cssColour(value, max) {
   const i = 3 * level(value, max);
   return `rgb(${TABLE[i]}, ${TABLE[i + 1]}, ${TABLE[i + 2]})`;
 }
 
-// An n x n matrix (row-major Float32Array) as an n x n ImageData, coloured on [0, max].
-export function matrixImage(values, n, max) {
+/**
+ * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max]; cells `outside` says are beyond a
+ * local layer's window are grey.
+ * @param {Float32Array} values
+ * @param {number} n
+ * @param {number} max
+ * @param {(row: number, col: number) => boolean} [outside]
+ */
+export function matrixImage(values, n, max, outside = () => false) {
   const image = new ImageData(Math.max(n, 1), Math.max(n, 1));
   const pixels = image.data;
   for (let i = 0; i < n * n; i++) {
     const t = 3 * level(values[i], max);
-    pixels[4 * i] = TABLE[t];
-    pixels[4 * i + 1] = TABLE[t + 1];
-    pixels[4 * i + 2] = TABLE[t + 2];
+    const rgb = outside(Math.floor(i / n), i % n) ? OUTSIDE : [TABLE[t], TABLE[t + 1], TABLE[t + 2]];
+    pixels.set(rgb, 4 * i);
     pixels[4 * i + 3] = 255;
   }
   return image;
 }
 
+/** @param {number} value */
 export function formatValue(value) {
   return value.toFixed(4);
 }
 
-// A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+/**
+ * A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+ * @param {CanvasRenderingContext2D} ctx
+ * @param {number} x
+ * @param {number} y
+ * @param {number} height
+ * @param {number} max
+ * @param {number} [width]
+ */
 export function drawColourBar(ctx, x, y, height, max, width = 14) {
   for (let py = 0; py < height; py++) {
     ctx.fillStyle = cssColour((1 - py / Math.max(height - 1, 1)) * max, max);

@@ -1,7 +1,9 @@
+// @ts-check
 // Decoding /attention's `encoding: "base64"`, `dtype: "float16"` answers: base64 -> bytes ->
 // little-endian IEEE 754 half floats -> Float32Array. Float16Array is used where the browser has it;
 // elsewhere a 65,536-entry table built from halfToFloat does the same work.
 
+/** @param {number} bits an IEEE 754 half float's 16 bits */
 export function halfToFloat(bits) {
   const sign = bits & 0x8000 ? -1 : 1;
   const exponent = (bits >> 10) & 0x1f;
@@ -11,6 +13,7 @@ export function halfToFloat(bits) {
   return sign * (1 + fraction / 1024) * 2 ** (exponent - 15);
 }
 
+/** @type {Float32Array | null} */
 let table = null;
 
 function halfTable() {
@@ -21,6 +24,7 @@ function halfTable() {
   return table;
 }
 
+/** @param {string} text */
 export function base64Bytes(text) {
   if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(text);
   const binary = atob(text);
@@ -31,7 +35,12 @@ export function base64Bytes(text) {
 
 const littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
-// `native`: use Float16Array when there is one (tests pass false to check the table path too).
+/**
+ * Little-endian half floats as float32; `native`: use Float16Array when there is one (tests pass false to check
+ * the table path too).
+ * @param {Uint8Array} bytes
+ * @param {boolean} [native]
+ */
 export function halvesToFloats(bytes, native = true) {
   const count = bytes.byteLength >> 1;
   if (native && littleEndian && typeof Float16Array === "function") {
@@ -44,6 +53,10 @@ export function halvesToFloats(bytes, native = true) {
   return out;
 }
 
+/**
+ * @param {string} text base64 of little-endian half floats
+ * @param {boolean} [native]
+ */
 export function decodeFloat16(text, native = true) {
   return halvesToFloats(base64Bytes(text), native);
 }

@@ -1,22 +1,60 @@
+// @ts-check
 // Attention maps as the views use them. An /attention item has `tokens` and `shape`: (layers, heads, n, n)
 // for one head per map, (layers, n, n) for a mean or max over heads, (n, n) for rollout; its values are
 // one row-major Float32Array. A "map" below is one n x n square of it: rows are queries, columns keys.
 
 import { decodeFloat16 } from "./half.js";
 
+/**
+ * A token of an /attention item: its id, its text, where it is in the input (characters), whether it is special.
+ * @typedef {{id: number, text: string, start: number, stop: number, special: boolean}} Token
+ */
+
+/**
+ * One text's item as /attention answers it: the maps as base64 float16 (what the page asks for), or as JSON
+ * numbers nested as deep as `shape` is long (flat(3) flattens any of the three depths).
+ * @typedef {{tokens: Token[], shape: number[], attention: string | number[][][][]}} WireItem
+ */
+
+/**
+ * An item decoded: `values` holds every map of it, row-major.
+ * @typedef {{tokens: Token[], shape: number[], values: Float32Array}} Item
+ */
+
+/**
+ * What a view draws of one map: the tokens shown, their indices in the item, their (m, m) values and the maximum,
+ * and the window of the layer it is from (tokens on each side a local layer attends to; null: a global layer).
+ * @typedef {{tokens: Token[], indices: number[], values: Float32Array, max: number, window: number | null}} View
+ */
+
+/** @typedef {{hideSpecial: boolean, renormalise: boolean}} ViewOptions */
+
+/**
+ * @param {WireItem} item
+ * @returns {Item}
+ */
 export function decodeItem(item) {
   const values = typeof item.attention === "string" ? decodeFloat16(item.attention) : Float32Array.from(item.attention.flat(3));
   return { tokens: item.tokens, shape: item.shape, values };
 }
 
-// The index-th n x n map of an item (maps counted in C order over the leading axes).
+/**
+ * The index-th n x n map of an item (maps counted in C order over the leading axes).
+ * @param {Item} item
+ * @param {number} index
+ */
 export function mapAt(item, index) {
   const n = item.tokens.length;
   return item.values.subarray(index * n * n, (index + 1) * n * n);
 }
 
-// Indices of the tokens a view shows.
+/**
+ * Indices of the tokens a view shows.
+ * @param {Token[]} tokens
+ * @param {boolean} hideSpecial
+ */
 export function keptIndices(tokens, hideSpecial) {
+  /** @type {number[]} */
   const kept = [];
   tokens.forEach((token, i) => {
     if (!(hideSpecial && token.special)) kept.push(i);
@@ -24,8 +62,14 @@ export function keptIndices(tokens, hideSpecial) {
   return kept;
 }
 
-// The rows and columns of `kept` from an n x n map; with `renormalise`, each row rescaled to sum to 1
-// (what the query's attention would be over the tokens left).
+/**
+ * The rows and columns of `kept` from an n x n map; with `renormalise`, each row rescaled to sum to 1
+ * (what the query's attention would be over the tokens left).
+ * @param {Float32Array} map
+ * @param {number} n
+ * @param {number[]} kept
+ * @param {boolean} renormalise
+ */
 export function project(map, n, kept, renormalise) {
   const m = kept.length;
   const out = new Float32Array(m * m);
@@ -37,6 +81,10 @@ export function project(map, n, kept, renormalise) {
   return out;
 }
 
+/**
+ * @param {Float32Array} values (m, m), rescaled in place
+ * @param {number} m
+ */
 function normaliseRows(values, m) {
   for (let r = 0; r < m; r++) {
     let sum = 0;
@@ -45,21 +93,44 @@ function normaliseRows(values, m) {
   }
 }
 
+/** @param {Float32Array} values */
 export function maxOf(values) {
   let max = 0;
   for (const v of values) if (v > max) max = v;
   return max;
 }
 
-// Everything a view draws for one map: the kept tokens and their indices in the item, their square of
-// values and its maximum.
-export function viewOf(item, index, options) {
+/**
+ * Everything a view draws for one map: the kept tokens and their indices in the item, their square of
+ * values and its maximum, and its layer's window.
+ * @param {Item} item
+ * @param {number} index
+ * @param {ViewOptions} options
+ * @param {number | null} [window] a local layer's reach on each side (null: a global layer, or a rollout)
+ * @returns {View}
+ */
+export function viewOf(item, index, options, window = null) {
   const kept = keptIndices(item.tokens, options.hideSpecial);
   const values = project(mapAt(item, index), item.tokens.length, kept, options.hideSpecial && options.renormalise);
-  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values) };
+  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values), window };
 }
 
-// A token as the axes show it: the text, with special tokens and whitespace-only ones made visible.
+/**
+ * Whether the cell (row, col) of a view is a key beyond its local layer's window: positions in the input
+ * (not in the view, which may hide special tokens) more than `window` apart. Such cells are 0 by
+ * construction, which the views show as such rather than as a low weight.
+ * @param {View} view
+ * @param {number} row
+ * @param {number} col
+ */
+export function outsideWindow(view, row, col) {
+  return view.window !== null && Math.abs(view.indices[row] - view.indices[col]) > view.window;
+}
+
+/**
+ * A token as the axes show it: the text, with whitespace-only ones made visible and long ones cut.
+ * @param {Token} token
+ */
 export function tokenLabel(token) {
   const text = token.text.trim() === "" ? "␣" : token.text;
   return text.length > 16 ? `${text.slice(0, 15)}…` : text;

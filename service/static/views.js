@@ -1,3 +1,4 @@
+// @ts-check
 // The three views of the texts last run: what each asks /attention for (only the layers and heads it shows,
 // as base64 float16), the panels (one per text, side by side), and which drawing module draws them.
 
@@ -5,14 +6,55 @@ import { call, withModel } from "./api.js";
 import { Grid } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { Lines } from "./lines.js";
+import { layerKind } from "./facts.js";
 import { decodeItem, viewOf } from "./matrix.js";
 
-const cache = new Map(); // request body (JSON) -> {items, text}; the last few answers
+/** @typedef {import("./facts.js").Facts} Facts */
+/** @typedef {import("./matrix.js").Item} Item */
+/** @typedef {import("./matrix.js").WireItem} WireItem */
+
+/** @typedef {"heatmap" | "grid" | "lines"} ViewName */
+/** @typedef {"none" | "mean" | "max" | "rollout"} Combine one head, the heads of a layer combined, or rollout */
+
+/**
+ * What the controls chose.
+ * @typedef {object} Settings
+ * @property {ViewName} view
+ * @property {number} layer
+ * @property {number} head
+ * @property {Combine} combine
+ * @property {boolean} hideSpecial
+ * @property {boolean} renormalise
+ */
+
+/**
+ * An /attention request body, less the `model` (api.withModel adds it).
+ * @typedef {object} AttentionBody
+ * @property {string[]} inputs
+ * @property {"base64"} encoding
+ * @property {"float16"} dtype
+ * @property {number[]} [layers]
+ * @property {number[]} [heads]
+ * @property {"mean" | "max" | "rollout"} [aggregation]
+ */
+
+/** @typedef {{items: Item[], text: string}} Answer an /attention answer decoded, and the exact text it came in */
+/** @typedef {{panel: HTMLElement, figure: HTMLElement, readout: HTMLElement}} Panel */
+/** @typedef {Grid | Heatmap | Lines} Drawing */
+
+/** @type {Map<string, Answer>} request body (JSON) -> its answer; the last few */
+const cache = new Map();
 const CACHE_SIZE = 6;
 
-// The /attention request body a view needs. Heatmap and lines: one map (a head, or the heads combined,
-// of one layer; or the rollout). The grid: every layer and head.
+/**
+ * The /attention request body a view needs. Heatmap and lines: one map (a head, or the heads combined,
+ * of one layer; or the rollout). The grid: every layer and head.
+ * @param {Settings} settings
+ * @param {string[]} texts
+ * @returns {AttentionBody}
+ */
 export function attentionBody(settings, texts) {
+  /** @type {AttentionBody} */
   const body = { inputs: texts, encoding: "base64", dtype: "float16" };
   if (settings.view === "grid") return body;
   if (settings.combine === "rollout") return { ...body, aggregation: "rollout" };
@@ -20,24 +62,46 @@ export function attentionBody(settings, texts) {
   return { ...body, layers: [settings.layer], aggregation: settings.combine };
 }
 
+/**
+ * The answer to `body` for the model chosen, from the cache when it was asked for lately.
+ * @param {AttentionBody} body
+ * @param {Facts} facts
+ * @returns {Promise<Answer>}
+ */
 export async function fetchAttention(body, facts) {
   const request = withModel(body, facts.model, facts.modelCount);
   const key = JSON.stringify(request);
-  if (!cache.has(key)) {
+  let answer = cache.get(key);
+  if (answer === undefined) {
     const { json, text } = await call("/attention", request);
-    cache.set(key, { items: json.data.map(decodeItem), text });
-    if (cache.size > CACHE_SIZE) cache.delete(cache.keys().next().value);
+    answer = { items: /** @type {{data: WireItem[]}} */ (json).data.map(decodeItem), text };
+    cache.set(key, answer);
+    const oldest = cache.keys().next().value;
+    if (cache.size > CACHE_SIZE && oldest !== undefined) cache.delete(oldest);
   }
-  return cache.get(key);
+  return answer;
 }
 
+/**
+ * @param {Settings} settings
+ * @param {Facts} facts
+ */
 export function mapTitle(settings, facts) {
   if (settings.combine === "rollout") return `rollout over ${facts.numLayers} layers`;
-  if (settings.combine === "none") return `layer ${settings.layer} · head ${settings.head}`;
-  return `layer ${settings.layer} · ${settings.combine} over heads`;
+  const kind = layerKind(facts, settings.layer);
+  const layer = kind ? `layer ${settings.layer} (${kind})` : `layer ${settings.layer}`;
+  if (settings.combine === "none") return `${layer} · head ${settings.head}`;
+  return `${layer} · ${settings.combine} over heads`;
 }
 
-// Empties `container` and adds one panel per text: a heading, a note, a scrolling figure, a read-out.
+/**
+ * Empties `container` and adds one panel per text: a heading, a note, a scrolling figure, a read-out.
+ * @param {HTMLElement} container
+ * @param {string[]} texts
+ * @param {Item[]} items
+ * @param {boolean} hideSpecial
+ * @returns {Panel[]}
+ */
 export function makePanels(container, texts, items, hideSpecial) {
   container.replaceChildren();
   return texts.map((text, i) => {
@@ -54,6 +118,11 @@ export function makePanels(container, texts, items, hideSpecial) {
   });
 }
 
+/**
+ * @param {string} text
+ * @param {import("./matrix.js").Token[]} tokens
+ * @param {boolean} hideSpecial
+ */
 function tokenNote(text, tokens, hideSpecial) {
   const plain = tokens.filter((t) => !t.special);
   const shown = hideSpecial ? ` (${plain.length} shown: special tokens hidden)` : "";
@@ -62,6 +131,11 @@ function tokenNote(text, tokens, hideSpecial) {
   return `${tokens.length} tokens${shown}${cut}`;
 }
 
+/**
+ * @param {string} tag
+ * @param {string} className
+ * @param {string} [text]
+ */
 function element(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
@@ -69,7 +143,15 @@ function element(tag, className, text) {
   return node;
 }
 
-// Draws the view into each panel; returns the drawing objects (each has a .canvas).
+/**
+ * Draws the view into each panel; returns the drawings (each has a .canvas).
+ * @param {Settings} settings
+ * @param {Facts} facts
+ * @param {Answer} answer
+ * @param {Panel[]} panels
+ * @param {(layer: number, head: number) => void} onPick the grid's: open a head in the heatmap
+ * @returns {Drawing[]}
+ */
 export function draw(settings, facts, answer, panels, onPick) {
   const options = { hideSpecial: settings.hideSpecial, renormalise: settings.renormalise };
   const title = mapTitle(settings, facts);
@@ -78,12 +160,18 @@ export function draw(settings, facts, answer, panels, onPick) {
     const width = Math.max(figure.clientWidth - 4, 240);
     if (settings.view === "grid") {
       const grid = new Grid(figure, readout, onPick);
-      grid.show(item, options, width, { layer: settings.layer, head: settings.head });
+      grid.show(item, options, width, { layer: settings.layer, head: settings.head }, facts.windows);
       return grid;
     }
-    const view = viewOf(item, 0, options);
-    const drawing = settings.view === "lines" ? new Lines(figure, readout) : new Heatmap(figure, readout);
-    drawing.show(view, title, width);
-    return drawing;
+    const window = settings.combine === "rollout" ? null : facts.windows[settings.layer] ?? null;
+    const view = viewOf(item, 0, options, window);
+    if (settings.view === "lines") {
+      const lines = new Lines(figure, readout);
+      lines.show(view, title);
+      return lines;
+    }
+    const heatmap = new Heatmap(figure, readout);
+    heatmap.show(view, title, width);
+    return heatmap;
   });
 }

@@ -276,8 +276,10 @@ class FullLengthModel(http.server.ThreadingHTTPServer):
                            "data": [item] * len(body["inputs"])}).encode()
 
     def info(self, route: Route) -> None:
-        route.fulfill(json={"model": "full-length", "num_layers": self.layers, "num_heads": self.heads,
-                            "max_length": self.n, "labels": ["neg", "pos"], "limits": {"max_input_chars": 20000}})
+        model = {"model": "full-length", "num_layers": self.layers, "num_heads": self.heads, "max_length": self.n,
+                 "labels": ["neg", "pos"], "variants": {"fast": "fp32", "attention": "fp32"}}
+        limits = {"max_input_chars": 20000}
+        route.fulfill(json={**model, "models": [{"name": "full-length", **model}], "limits": limits})
 
     def attention(self, route: Route) -> None:
         route.continue_(url=f"http://127.0.0.1:{self.server_address[1]}/attention")

@@ -43,10 +43,11 @@ class Watched:
 
     # -- steps -------------------------------------------------------------------------------------
     def open(self, base_url: str) -> None:
-        """Load the explorer and wait for its first run (the example text) to end, drawn or as a message."""
+        """Load the explorer and wait for its first run (the example text) to end: drawn, as a message, or as
+        the note that the model has no attention graph."""
         self.page.goto(f"{base_url}/explore")
-        self.page.wait_for_selector("#views[data-state=ready], #views[data-state=error]", state="attached",
-                                    timeout=WAIT_MS)
+        self.page.wait_for_selector("#views:is([data-state=ready], [data-state=error], [data-state=unavailable])",
+                                    state="attached", timeout=WAIT_MS)
 
     def run(self, *texts: str) -> None:
         page = self.page
@@ -56,9 +57,11 @@ class Watched:
         page.click("#run")
         self.wait_for(panel_text=texts[-1])
 
-    def wait_for(self, view: str | None = None, title: str | None = None, panel_text: str | None = None) -> None:
-        """Until #views is drawn (for this view, map title and text when given)."""
+    def wait_for(self, view: str | None = None, title: str | None = None, panel_text: str | None = None,
+                 model: str | None = None) -> None:
+        """Until #views is drawn (for this view, map title, text and model when given)."""
         selector = "#views[data-state=ready]"
+        selector += f"[data-model={json.dumps(model)}]" if model else ""
         selector += f"[data-view={view}]" if view else ""
         selector += f"[data-title={json.dumps(title, ensure_ascii=False)}]" if title else ""
         selector += f" .panel[data-text={json.dumps(panel_text, ensure_ascii=False)}]" if panel_text else ""

@@ -4,6 +4,7 @@ under a second."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -28,6 +29,13 @@ SENTENCES = [
 LABELS = ("neg", "pos")
 
 
+def review_texts(count: int) -> list[str]:
+    """`count` distinct texts made of SENTENCES, e.g. to calibrate a tiny model's int8 graph on."""
+    pairs = [f"{a}, but {b}" for a in SENTENCES for b in SENTENCES if a != b]
+    assert count <= len(pairs)
+    return pairs[:count]
+
+
 def tiny_config(head: bool = True, vocab_size: int = 200) -> EncoderConfig:
     return EncoderConfig(
         vocab_size=vocab_size, d_model=32, num_heads=2, num_layers=2, d_ff=64, max_length=64,
@@ -49,15 +57,15 @@ def wider_config(size: str, vocab_size: int) -> EncoderConfig:
     return tiny_config(head=False, vocab_size=vocab_size).replace(max_length=128, **WIDER[size])
 
 
-def make_tiny_checkpoint(dir: Path, head: bool = True, size: str = "tiny") -> Path:
+def make_tiny_checkpoint(dir: Path, head: bool = True, size: str = "tiny", **changes: Any) -> Path:
     """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`. `size`
     small or medium: the wider_config model instead (no head), with the real MiniLM's tokenizer (30,522 word
     pieces: tokenising English costs what it costs a served model; the 200-piece one splits most words into
-    letters, 1 ms a 128-token text)."""
+    letters, 1 ms a 128-token text). `changes` replace fields of the config (e.g. num_layers=3, num_heads=4)."""
     dir = Path(dir)
     tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1) if size == "tiny" else minilm_tokenizer()
     vocab = tokenizer.get_vocab_size()
-    config = tiny_config(head, vocab_size=vocab) if size == "tiny" else wider_config(size, vocab)
+    config = (tiny_config(head, vocab_size=vocab) if size == "tiny" else wider_config(size, vocab)).replace(**changes)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         encoder = Encoder(config).eval()

@@ -14,10 +14,10 @@ import pytest
 
 from inference.loading import load_bundle
 from inference.options import LoadOptions
-from jobs.embed import Job, Summary, run
+from jobs.embedding import FINGERPRINT_KEY, Chunking, JobError, JobOutput
 from jobs.inputs import Columns
+from jobs.local import Job, Summary, run
 from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
-from jobs.rows import FINGERPRINT_KEY, Chunking, JobError, JobOutput
 from tests.jobs.corpus import job_model, long_texts, output, rejects, texts, vectors, write
 
 

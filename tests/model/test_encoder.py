@@ -27,9 +27,9 @@ def tiny_config(**changes: Any) -> EncoderConfig:
     [
         (dict(d_model=30, num_heads=4), "divisible"),
         (dict(num_layers=0), "num_layers must be positive"),
-        (dict(pooling="max"), "pooling must be one of"),
+        (dict(pooling="median"), "pooling must be one of"),
         (dict(mask_kind="window"), "window_size"),
-        (dict(head="linear", num_labels=1), "num_labels >= 2"),
+        (dict(head="linear", num_labels=0), "num_labels >= 1"),
         (dict(head="linear", num_labels=2, label_names=("a",)), "label_names has 1"),
         (dict(dropout=1.5), "dropout must be in"),
         (dict(num_labels=3), "head is 'none'"),

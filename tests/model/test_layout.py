@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ENCODER_HALF = ("config", "attention", "encoder", "tokenizer", "checkpoint", "hf", "load")
+ENCODER_HALF = ("config", "attention", "positions", "layers", "pooling", "heads", "encoder", "tokenizer",
+                "checkpoint", "families", "sentence", "hf", "load")
 
 
 def test_the_encoder_half_does_not_import_training() -> None:

@@ -51,3 +51,16 @@ def test_pad_batch_right_pads_and_masks() -> None:
     ids, mask = pad_batch([[5, 6, 7], [8]], pad=9)
     assert ids.tolist() == [[5, 6, 7], [8, 9, 9]]
     assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+
+
+def test_pad_builds_exactly_the_inputs_a_graph_lists() -> None:
+    """bundle.feeds.pad: token_type_ids from a pair's type ids (zeros when none are given) only when asked."""
+    from bundle.feeds import pad
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    assert list(pad([[5, 6, 7], [8]], 0)) == names[:2]
+    feeds = pad([[5, 6, 7], [8]], 0, names, type_ids=[[0, 1, 1], [0]])
+    assert feeds["token_type_ids"].tolist() == [[0, 1, 1], [0, 0, 0]] and feeds["token_type_ids"].dtype == "int64"
+    assert pad([[5, 6, 7]], 0, names)["token_type_ids"].tolist() == [[0, 0, 0]]
+    with pytest.raises(ValueError, match="unknown graph input"):
+        pad([[5]], 0, ["position_ids"])

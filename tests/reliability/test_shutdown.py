@@ -1,7 +1,8 @@
 """Graceful shutdown under load, on a real server: one SIGTERM while requests are admitted and more arrive.
 
-`--batch-wait-ms 3000` keeps admitted requests in the queue: a burst of 8 requests is sent, and the queue
-gauge proves every one of its inputs was admitted (not a clock) before the signal. Then an open-loop stream
+`--batch-wait-ms 3600000` keeps admitted requests in the queue (an hour: longer than any run of this test)
+until the signal makes the batchers run what waits: a burst of 8 requests is sent, and the queue gauge
+proves every one of its inputs was admitted (not a clock) before the signal. Then an open-loop stream
 starts, and one SIGTERM is sent (never a second: an orchestrator sends one, and uvicorn takes a second as
 "force quit"). What the code decides: every admitted request is answered 200; the stream's requests are
 answered 200 (admitted), 503 (shutting down) or refused at the socket, never another status; once a new
@@ -21,11 +22,10 @@ import pytest
 from tests.helpers.metrics import read
 from tests.helpers.process import Server, running, sigterm, terminate
 from tests.helpers.serving import until
-from tests.helpers.tiny import SENTENCES
 from tests.reliability.load import TRANSPORT_ERROR, Ledger, mixed_requests, open_loop
 
-FLAGS = ("--batch-wait-ms", "3000", "--graceful-timeout-s", "30")
-BURST = [{"inputs": SENTENCES[3 * i: 3 * i + 1 + i % 3]} for i in range(8)]  # distinct: a repeat would run once
+FLAGS = ("--batch-wait-ms", "3600000", "--graceful-timeout-s", "30")
+BURST = [{"inputs": [f"admitted {i} {j}" for j in range(1 + i % 3)]} for i in range(8)]  # distinct: a repeat runs once
 
 
 async def probe_until_exit(server: Server) -> list[bool]:

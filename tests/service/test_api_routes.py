@@ -127,13 +127,25 @@ async def test_attention_shapes_selection_and_rollout(client):
     np.testing.assert_allclose(np.array(mean["data"][0]["attention"]), first.mean(1), atol=1e-6)
     top = (await post(client, "/attention", {"inputs": TEXTS[0], "aggregation": "max"})).json()
     np.testing.assert_allclose(np.array(top["data"][0]["attention"]), first.max(1), atol=1e-6)
-    rolled = (await post(client, "/attention", {"inputs": TEXTS[0], "aggregation": "rollout"})).json()
-    n = first.shape[-1]
-    expected = np.eye(n)
-    for layer in first:
-        mixed = layer.mean(0) + np.eye(n)
-        expected = (mixed / mixed.sum(-1, keepdims=True)) @ expected
-    np.testing.assert_allclose(np.array(rolled["data"][0]["attention"]), expected, atol=1e-5)
+
+
+async def test_rollout_equals_the_papers_formula_over_the_reference_models_attentions(tiny_hf_dir, tiny_hf_bundle):
+    """Rollout (Abnar & Zuidema 2020, eq. 1: A = 0.5 W + 0.5 I per layer, W the heads' mean; the layers
+    multiplied from the last down), computed here in torch over the attentions `transformers` itself
+    returns for the same tokens, against the served /attention rollout."""
+    import torch
+    import transformers
+
+    async with serving(tiny_hf_bundle) as (_, http):
+        served = (await post(http, "/attention", {"inputs": TEXTS[1], "aggregation": "rollout"})).json()["data"][0]
+    ids = torch.tensor([[t["id"] for t in served["tokens"]]])
+    reference = transformers.AutoModel.from_pretrained(tiny_hf_dir, attn_implementation="eager").eval()
+    with torch.no_grad():
+        layers = reference(input_ids=ids, output_attentions=True).attentions  # L x (1, H, n, n)
+    n = ids.shape[1]
+    per_layer = [0.5 * a[0].double().mean(0) + 0.5 * torch.eye(n, dtype=torch.float64) for a in layers]
+    expected = torch.linalg.multi_dot(per_layer[::-1]) if len(per_layer) > 1 else per_layer[0]
+    np.testing.assert_allclose(np.array(served["attention"]), expected.numpy(), atol=1e-5)
 
 
 @pytest.mark.parametrize(("dtype", "np_dtype", "atol"), [("float32", "<f4", 1e-6), ("float16", "<f2", 1e-3)])

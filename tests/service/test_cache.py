@@ -19,7 +19,7 @@ from inference.options import LoadOptions
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.metrics import sample
 from tests.helpers.serving import graph_runs, serving
-from tests.helpers.tiny import SENTENCES
+from tests.helpers.tiny import SENTENCES, review_texts
 
 CPU_VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic")
 
@@ -28,8 +28,10 @@ CPU_VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic")
 def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from export.bundle import export_bundle
 
-    out = tmp_path_factory.mktemp("cache") / "variants"
-    export_bundle(tiny_checkpoint, out, variants=CPU_VARIANTS[1:])
+    made = tmp_path_factory.mktemp("cache")
+    texts, out = made / "texts.txt", made / "variants"
+    texts.write_text("\n".join(review_texts(400)) + "\n")  # int8's calibration texts, as tests/export's
+    export_bundle(tiny_checkpoint, out, variants=CPU_VARIANTS[1:], calibration_data=texts)
     return out
 
 

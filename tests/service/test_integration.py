@@ -20,6 +20,7 @@ from tests.helpers.process import Server, free_port, launch_server, sigterm, sto
 from tests.helpers.serving import until
 
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
+WAITING_BATCH = 32
 
 
 def stop_cleanly(server: Server) -> str:
@@ -40,9 +41,10 @@ def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def waiting_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The batcher waits 3 s before each batch: inputs sent together queue together (no clock in the checks
-    beyond "a few local requests arrive within 3 s")."""
-    server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log", "--batch-wait-ms", "3000")
+    """The batcher waits an hour for a batch to fill, and a batch is full at WAITING_BATCH inputs: a batch
+    runs exactly when that many inputs wait, whenever they arrive (no clock in the checks)."""
+    server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log",
+                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH))
     assert wait_ready(server, 60), server.log()
     yield server.url
     stop_cleanly(server)
@@ -104,12 +106,12 @@ def test_embeddings_and_attention_equal_eager_pytorch(server, reference):
 async def test_concurrent_singles_share_one_model_run(waiting_server):
     url, before = waiting_server, model_runs(waiting_server)
     batched = read(url, "attnserve_batch_size_sum")
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        tasks = [asyncio.create_task(client.post("/embed", json={"inputs": TEXTS[i % 4]})) for i in range(32)]
-        await until(lambda: queue_depth(url) == 32)  # all queued while the batcher waits
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:  # the batch runs only once all 32 wait
+        tasks = [asyncio.create_task(client.post("/embed", json={"inputs": TEXTS[i % 4]}))
+                 for i in range(WAITING_BATCH)]
         responses = await asyncio.gather(*tasks)
-    assert [r.status_code for r in responses] == [200] * 32
-    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == 32
+    assert [r.status_code for r in responses] == [200] * WAITING_BATCH
+    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == WAITING_BATCH
 
 
 def test_openai_client_works_unchanged(server):
@@ -126,7 +128,8 @@ def test_openai_client_works_unchanged(server):
 
 
 async def test_sigterm_finishes_admitted_requests(tiny_bundle, tmp_path):
-    server = launch_server(tiny_bundle, tmp_path / "server.log", "--batch-wait-ms", "4000")
+    """Admitted requests wait for a batch that would take an hour to fill; SIGTERM makes them run at once."""
+    server = launch_server(tiny_bundle, tmp_path / "server.log", "--batch-wait-ms", "3600000")
     try:
         assert wait_ready(server, 60), server.log()
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
@@ -144,13 +147,14 @@ async def test_client_that_disconnects_leaves_the_queue_before_compute(waiting_s
     batched = read(url, "attnserve_batch_size_sum")
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         request = asyncio.create_task(client.post("/embed", json={"inputs": ["gone", "also gone"]}))
-        await until(lambda: queue_depth(url) == 2)
+        await until(lambda: queue_depth(url) == 2)  # they wait for the batch to fill
         request.cancel()  # the client goes away: httpx closes the connection
         await until(lambda: queue_depth(url) == 0)
-        # A later request runs in the next batch; had the abandoned inputs stayed queued, they would run
-        # before or with it. So once it is answered, exactly its one input has run if theirs did not.
-        assert (await client.post("/embed", json={"inputs": "still serving"})).status_code == 200
-    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == 1
+        # A later request fills a batch alone; had the abandoned inputs stayed queued, they would have run
+        # with it. So once it is answered, exactly its inputs have run if theirs did not.
+        full = {"inputs": [f"still serving {i}" for i in range(WAITING_BATCH)]}
+        assert (await client.post("/embed", json=full)).status_code == 200
+    assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == WAITING_BATCH
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -216,7 +216,7 @@ BAD: dict[str, tuple[Any, dict[str, str], int, str]] = {
     "classification": (text_body(outputs=[{"name": "scores", "parameters": {"classification": 1}}]), {}, 422,
                        "classification"),
     "unknown_parameter": (text_body(parameters={"layer": 1}), {}, 422, "layer"),
-    "bad_layers": (text_body(parameters={"layers": "0;1"}), {}, 422, "comma-separated"),
+    "bad_layers": (text_body(parameters={"layers": "0;1"}), {}, 422, "pattern"),
     "layer_out_of_range": (text_body(parameters={"layers": 5}, outputs=[{"name": "attentions"}]), {}, 422, "[0, 2)"),
     "too_many_inputs": ({"inputs": [tensor("text", [9], "BYTES", ["a"] * 9)]}, {}, 422, "ATTNSERVE_MAX_INPUTS"),
     "attention_cap": (text_body([LONG], outputs=[{"name": "attentions"}]), {}, 422, "ATTNSERVE_ATTENTION_CAP_BYTES"),

@@ -227,6 +227,39 @@ async def test_batch_wait_gathers_late_arrivals_until_the_batch_is_full():
     executor.shutdown()
 
 
+async def test_drain_runs_what_waits_for_batch_partners_at_once():
+    """Shutdown has begun: inputs waiting an hour for partners run now, and later ones do not wait either."""
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(1)
+    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, batch_wait_s=3600), executor)
+    batcher.start()
+    first = asyncio.create_task(submit(batcher, [3, 5]))
+    await until(lambda: batcher.depth == 2)
+    batcher.drain()
+    assert await asyncio.wait_for(first, 10) == [("fast", 3), ("fast", 5)]
+    assert await asyncio.wait_for(submit(batcher, [2]), 10) == [("fast", 2)]  # admission stays open
+    assert runner.batches == [[3, 5], [2]]
+    await batcher.stop()
+    executor.shutdown()
+
+
+async def test_urgent_inputs_do_not_wait_for_batch_partners():
+    """Warm-up and readiness probes run at once, whatever batch_wait_s says."""
+    runner = FakeRunner()
+    executor = ThreadPoolExecutor(1)
+    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, batch_wait_s=3600), executor)
+    batcher.start()
+    with batcher.admit(1) as ticket:
+        assert await asyncio.wait_for(batcher.submit(ticket, "fast", [seq(4)], urgent=True), 10) == [("fast", 4)]
+    waiting = asyncio.create_task(submit(batcher, [3]))
+    await until(lambda: batcher.depth == 1)  # an ordinary input still waits for partners
+    assert not waiting.done()
+    batcher.drain()
+    await asyncio.wait_for(waiting, 10)
+    await batcher.stop()
+    executor.shutdown()
+
+
 async def test_batch_wait_flushes_a_batch_that_does_not_fill():
     runner = FakeRunner()
     executor = ThreadPoolExecutor(1)

@@ -1,0 +1,87 @@
+"""Token states -> one vector per input, as sentence-transformers' Pooling computes it, then its Dense.
+
+Shape letters: B batch, T sequence length, D d_model, E the projection's width.
+
+Every mode reads only real tokens (attention_mask 1), so right- and left-padded batches pool alike:
+    cls           the first real token's state
+    mean          the average of the real tokens' states
+    max           the element-wise maximum over real tokens
+    lasttoken     the last real token's state
+    weightedmean  the average weighted by position, 1 for the first real token, 2 for the next, ...
+    mean_sqrt_len the sum over real tokens divided by the square root of their count
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from model.layers import activate
+
+
+def mean_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    """Average of the real tokens' states: (B, T, D), (B, T) -> (B, D)."""
+    weights = attention_mask.to(token_states.dtype).unsqueeze(-1)  # (B, T, 1)
+    total = (token_states * weights).sum(dim=1)  # (B, D)
+    return total / weights.sum(dim=1).clamp(min=1e-9)
+
+
+def first_real(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    first = attention_mask.to(torch.int32).argmax(dim=1)  # (B,): index of the first 1
+    return _gather(token_states, first)
+
+
+def last_real(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    T = attention_mask.size(1)
+    found, from_end = attention_mask.to(torch.int32).flip(1).max(dim=1)  # (B,), (B,): the last 1, counted from the end
+    from_end = torch.where(found == 0, T - 1, from_end)
+    masked = token_states * attention_mask.unsqueeze(-1).to(token_states.dtype)  # (B, T, D)
+    return _gather(masked, T - 1 - from_end)
+
+
+def _gather(token_states: Tensor, index: Tensor) -> Tensor:
+    """(B, T, D) states, (B,) index -> (B, D): each row's state at its index."""
+    index = index[:, None, None].expand(-1, 1, token_states.size(-1))  # (B, 1, D)
+    return token_states.gather(1, index).squeeze(1)  # (B, D)
+
+
+def max_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    padding = attention_mask.unsqueeze(-1) == 0  # (B, T, 1)
+    return token_states.masked_fill(padding, float("-inf")).max(dim=1).values  # (B, D)
+
+
+def weighted_mean_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    T = attention_mask.size(1)
+    leading = attention_mask.to(torch.int32).argmax(dim=1)  # (B,): padding before the first real token
+    position = torch.arange(1, T + 1, device=token_states.device, dtype=token_states.dtype)  # (T,)
+    weights = attention_mask.to(token_states.dtype) * (position[None] - leading[:, None])  # (B, T)
+    total = (token_states * weights.unsqueeze(-1)).sum(dim=1)  # (B, D)
+    return total / weights.sum(dim=1, keepdim=True).clamp(min=1e-9)
+
+
+def mean_sqrt_len_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    weights = attention_mask.to(token_states.dtype).unsqueeze(-1)  # (B, T, 1)
+    return (token_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9).sqrt()  # (B, D)
+
+
+POOLS = {
+    "cls": first_real, "mean": mean_pool, "max": max_pool, "lasttoken": last_real,
+    "weightedmean": weighted_mean_pool, "mean_sqrt_len": mean_sqrt_len_pool,
+}
+
+
+def pool(mode: str, token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    """(B, T, D), (B, T) -> (B, D) by `mode` (module docstring)."""
+    return POOLS[mode](token_states, attention_mask)
+
+
+class Projection(nn.Module):
+    """sentence-transformers' Dense: activation(linear(pooled)), (B, D) -> (B, E)."""
+
+    def __init__(self, d_in: int, d_out: int, activation: str, bias: bool) -> None:
+        super().__init__()
+        self.linear = nn.Linear(d_in, d_out, bias=bias)
+        self.activation = activation
+
+    def forward(self, pooled: Tensor) -> Tensor:
+        return activate(self.linear(pooled), self.activation)  # (B, E)

@@ -1,0 +1,158 @@
+"""The OpenAPI document of what the served models accept: the routes' document, with the bounds that depend
+on the models written in (from their manifests and tokenizers) and the routes no served model can answer
+left out (they answer 404).
+
+With several models served the bounds are the tightest of them, so that whatever the document accepts,
+every model accepts: `dimensions` up to the embedding size, layer and head indices below the model's counts,
+token ids below the vocabulary size, `chunk_overlap` below the chunking window (less the longest prompt),
+`prompt_name` one of the prompts every model has, and on /v2 the output names the models give; and from
+the settings, at most max_inputs inputs. What no document can state stays a 422 naming its limit: an input
+too long for the model with truncation off, an answer over its cap, and on /v2 a tensor whose data does not
+fill its shape.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from inference.chunking import window_size
+from inference.prompts import longest_prompt
+from inference.registry import ModelRegistry
+
+NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all"}
+INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The tightest sizes over the served models, and what any of them can be asked."""
+
+    embedding: int  # the width of `embeddings`
+    layers: int
+    heads: int
+    vocabulary: int
+    window: int
+    tasks: frozenset[str]
+    outputs: tuple[str, ...]  # /v2 output names
+    prompts: tuple[str, ...]  # the prompt names every model has
+
+
+def bounds(models: ModelRegistry) -> Bounds:
+    from service.oip.adapter import output_specs  # the protocol's own list of a model's outputs
+
+    listed = list(models)
+    manifests = [m.bundle.manifest for m in listed]
+    outputs = dict.fromkeys(name for m in listed for name in output_specs(m))
+    common = [name for name in manifests[0].prompts if all(name in m.prompts for m in manifests)]
+    return Bounds(
+        min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
+        min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
+        min(window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed),
+        frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
+    )
+
+
+
+def answerable(path: str, tasks: Iterable[str]) -> bool:
+    """Whether some served model can answer `path`."""
+    return NEEDS.get(path, "embed") in set(tasks)
+
+
+PROMPTED = {"EmbedRequest": "prompt_name", "EmbedAllRequest": "prompt_name", "SimilarityParameters": "prompt_name"}
+LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
+         "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
+         "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences"}
+
+
+def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> dict[str, Any]:
+    """`base` (the routes' document) as the served models accept it."""
+    doc = copy.deepcopy(base)
+    doc["paths"] = {path: item for path, item in doc["paths"].items() if answerable(path, served.tasks)}
+    schemas = doc["components"]["schemas"]
+    for name, field in LISTS.items():
+        if name in schemas:  # similarity: the source sentence is an input too
+            _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
+        _cap(schemas[name]["properties"]["dimensions"], served.embedding)
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest"):
+        _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+    _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
+    _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
+    if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
+        _cap(schemas["AttentionRequest"]["properties"]["layers"], served.layers - 1)
+        _cap(schemas["AttentionRequest"]["properties"]["heads"], served.heads - 1)
+    for name, field in PROMPTED.items():
+        if name in schemas:
+            _prompt_names(schemas[name]["properties"][field], served.prompts)
+    for path in INFER_PATHS:
+        if path in doc["paths"]:
+            _infer_body(doc["paths"][path]["post"]["requestBody"], served)
+    return doc
+
+
+def _cap(node: Any, most: int) -> None:
+    """Every non-negative integer under `node` gets `maximum: most`."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            node["maximum"] = most
+        for value in node.values():
+            _cap(value, most)
+    elif isinstance(node, list):
+        for item in node:
+            _cap(item, most)
+
+
+def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
+    """A prompt name is one of `names`, or null; with no name every model has, only null."""
+    branches = [b for b in node["anyOf"] if b.get("type") != "string"]
+    node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
+
+
+def _cap_lists(node: dict[str, Any], most: int) -> None:
+    """A list of inputs (of texts, of token-id lists, of [text]) gets `maxItems: most`; a token-id list that
+    is one input does not."""
+    for branch in node.get("anyOf", [node]):
+        if branch.get("type") == "array" and branch.get("items", {}).get("type") in ("string", "array"):
+            branch["maxItems"] = min(branch.get("maxItems", most), most)
+
+
+def _infer_body(body: dict[str, Any], served: Bounds) -> None:
+    schema = body["content"]["application/json"]["schema"]
+    names = _find(schema, "RequestedOutput")["properties"]["name"]
+    names.pop("anyOf", None)
+    names.update({"type": "string", "enum": list(served.outputs)})
+    parameters = _find(schema, "InferParameters")["properties"]
+    for key, count in (("layers", served.layers), ("heads", served.heads)):
+        _cap(parameters[key], count - 1)
+        _index_pattern(parameters[key], count)
+    _prompt_names(parameters["prompt_name"], served.prompts)
+
+
+def _index_pattern(node: Any, count: int) -> None:
+    """A string of comma-separated indices, each below `count`."""
+    one = "|".join(str(i) for i in range(count))
+    for branch in node.get("anyOf", []):
+        if branch.get("type") == "string":
+            branch["pattern"] = f"^({one})(,({one}))*$"
+
+
+def _find(schema: dict[str, Any], title: str) -> dict[str, Any]:
+    """The sub-schema titled `title` (inline_schema writes the $defs in place)."""
+    if schema.get("title") == title:
+        return schema
+    for value in schema.values():
+        nodes = value if isinstance(value, list) else [value]
+        for node in nodes:
+            if isinstance(node, dict) and (found := _find_or_none(node, title)) is not None:
+                return found
+    raise KeyError(title)
+
+
+def _find_or_none(schema: dict[str, Any], title: str) -> dict[str, Any] | None:
+    try:
+        return _find(schema, title)
+    except KeyError:
+        return None

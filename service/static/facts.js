@@ -1,0 +1,87 @@
+// @ts-check
+// The served models' facts, from GET /info (which lists every served model under `models`): for the model
+// chosen, what the controls and requests depend on (its layers and heads, which layers attend locally, labels,
+// max length, whether it serves attention), and the limits all models share. The first model listed is the
+// server's default.
+
+import { call } from "./api.js";
+
+/**
+ * One served model as GET /info lists it (the fields the page reads).
+ * @typedef {object} ModelInfo
+ * @property {string} name the served name, which a request's `model` field names
+ * @property {number} num_layers
+ * @property {number} num_heads
+ * @property {number} max_length
+ * @property {(number | null)[]} [attention_windows] per layer, the tokens on each side a local (sliding-window)
+ *   layer attends to, or null for a global layer
+ * @property {string[]} labels empty for a model without a classification head
+ * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
+ */
+
+/**
+ * What the page knows of the served models.
+ * @typedef {object} Served
+ * @property {ModelInfo[]} models
+ * @property {number} maxChars characters per text (ATTNSERVE_MAX_INPUT_CHARS, the same for every model)
+ */
+
+/**
+ * The chosen model's facts, as the views, the requests and the checks read them.
+ * @typedef {object} Facts
+ * @property {string} model its served name
+ * @property {number} modelCount how many models the server serves (requests name the model only when several)
+ * @property {number} numLayers
+ * @property {number} numHeads
+ * @property {number} maxLength
+ * @property {(number | null)[]} windows per layer, a local layer's reach on each side, or null (global)
+ * @property {number} maxChars
+ * @property {string[]} labels
+ * @property {boolean} attention whether it has an attention graph (/attention answers for it)
+ */
+
+/** @returns {Promise<Served>} */
+export async function loadServed() {
+  const { json } = await call("/info");
+  const info = /** @type {{models: ModelInfo[], limits: {max_input_chars: number}}} */ (json);
+  return { models: info.models, maxChars: info.limits.max_input_chars };
+}
+
+/**
+ * The facts of the model called `name`, or of the default (first) one when no served model has that name.
+ * @param {Served} served
+ * @param {string | null} name
+ * @returns {Facts}
+ */
+export function factsOf(served, name) {
+  const entry = served.models.find((m) => m.name === name) ?? served.models[0];
+  return {
+    model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
+    maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
+    maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
+  };
+}
+
+/**
+ * How layer `layer` attends, for its label: "" for a global layer, "local ±w" for a sliding-window one.
+ * @param {Facts} facts
+ * @param {number} layer
+ */
+export function layerKind(facts, layer) {
+  const window = facts.windows[layer];
+  return window === null || window === undefined ? "" : `local ±${window}`;
+}
+
+/**
+ * The line under the page's title: the model's name, size and labels, and what it cannot do.
+ * @param {Facts} facts
+ */
+export function describe(facts) {
+  const labels = facts.labels.length ? `labels: ${facts.labels.join(", ")}` : "no classification head";
+  const attention = facts.attention ? "" : " · no attention graph";
+  const local = facts.windows.flatMap((w, layer) => (w === null ? [] : [layer]));
+  const which = local.length === 1 ? `layer ${local[0]} attends` : `layers ${local.join(", ")} attend`;
+  const windows = local.length ? ` · ${which} ±${facts.windows[local[0]]} tokens` : "";
+  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${windows} · up to ${facts.maxLength}`
+    + ` tokens · ${labels}${attention}`;
+}

@@ -1,0 +1,46 @@
+// @ts-check
+// The elements of explore.html that the explorer drives, found once and each checked to be what the code takes
+// it for: a missing or changed element stops the page at start-up with its id, not later with "cannot read
+// properties of null".
+
+/**
+ * @template {HTMLElement} T
+ * @param {string} id
+ * @param {{new (): T, name: string}} type
+ * @returns {T}
+ */
+function byId(id, type) {
+  const node = document.getElementById(id);
+  if (!(node instanceof type)) throw new Error(`explore.html has no ${type.name} with id "${id}"`);
+  return node;
+}
+
+export const ui = {
+  modelInfo: byId("model-info", HTMLElement),
+  keyForm: byId("key-form", HTMLFormElement),
+  apiKey: byId("api-key", HTMLInputElement),
+  textForm: byId("text-form", HTMLFormElement),
+  textA: byId("text-a", HTMLTextAreaElement),
+  textB: byId("text-b", HTMLTextAreaElement),
+  textBBox: byId("text-b-box", HTMLElement),
+  modelBox: byId("model-box", HTMLElement),
+  model: byId("model", HTMLSelectElement),
+  compare: byId("compare", HTMLInputElement),
+  run: byId("run", HTMLButtonElement),
+  message: byId("message", HTMLElement),
+  answers: byId("answers", HTMLElement),
+  tabs: byId("tabs", HTMLElement),
+  layer: byId("layer", HTMLSelectElement),
+  combine: byId("combine", HTMLSelectElement),
+  head: byId("head", HTMLSelectElement),
+  hideSpecial: byId("hide-special", HTMLInputElement),
+  renormalise: byId("renormalise", HTMLInputElement),
+  exportPng: byId("export-png", HTMLButtonElement),
+  exportJson: byId("export-json", HTMLButtonElement),
+  views: byId("views", HTMLElement),
+};
+
+/** The view tabs (the buttons of the tablist), in order. */
+export function tabs() {
+  return [...ui.tabs.querySelectorAll("button")];
+}

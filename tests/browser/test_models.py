@@ -1,0 +1,160 @@
+"""The explorer follows the model chosen, in Chromium against a real server of three different models:
+
+    tiny    the tiny bundle: 2 layers x 2 heads, labels neg/pos (the default: listed first)
+    wide    3 layers x 4 heads, no classification head (no labels)
+    blind   the tiny bundle without its attention graph (labels, but /attention refuses it)
+
+The layer and head pickers, the model's line and the labels are read from the page; the requests the page sent
+are read from the browser (their JSON bodies); the value the page shows is compared with /attention's answer
+for the same model, fetched here with httpx.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import pytest
+
+from export.bundle import export_bundle
+from tests.browser.watch import Watched
+from tests.helpers.process import running
+from tests.helpers.tiny import make_tiny_checkpoint
+
+TEXT = "the acting is wooden but the soundtrack is wonderful"
+
+
+@pytest.fixture(scope="module")
+def wide_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model of another shape and no head: 3 layers x 4 heads (32 / 4 = 8 per head), no labels."""
+    root = tmp_path_factory.mktemp("wide")
+    checkpoint = make_tiny_checkpoint(root / "checkpoint", head=False, num_layers=3, num_heads=4)
+    export_bundle(checkpoint, root / "bundle", name="wide")
+    return root / "bundle"
+
+
+@pytest.fixture(scope="module")
+def blind_bundle(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny bundle less its attention graph (a bundle may have none: the server then serves no attention)."""
+    bundle = Path(shutil.copytree(tiny_bundle, tmp_path_factory.mktemp("blind") / "bundle"))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    for graph in [g for g in manifest["graphs"] if g["kind"] == "attention"]:
+        (bundle / graph["file"]).unlink()
+        manifest["graphs"].remove(graph)
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def three_models(
+    tiny_bundle: Path, wide_bundle: Path, blind_bundle: Path, tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    flags = ("--bundle", f"wide={wide_bundle}", "--bundle", f"blind={blind_bundle}")
+    with running(tiny_bundle, tmp_path_factory.mktemp("three") / "server.log", *flags) as server:
+        yield server.url
+    assert server.proc.returncode == 0, server.log()
+
+
+def options(watched: Watched, select: str) -> list[str]:
+    return watched.page.locator(f"{select} option").evaluate_all("nodes => nodes.map(n => n.value)")
+
+
+def bodies(watched: Watched, path: str, since: int = 0) -> list[dict[str, Any]]:
+    """The JSON bodies of the page's requests to `path`, from its `since`-th request on."""
+    return [r.post_data_json for r in watched.requests[since:] if urlsplit(r.url).path == path]
+
+
+def half_maps(base_url: str, text: str, **body: Any) -> np.ndarray:
+    """/attention's answer as the page asks for it (base64 float16), decoded by numpy."""
+    request = {"inputs": text, "encoding": "base64", "dtype": "float16", **body}
+    response = httpx.post(f"{base_url}/attention", json=request, timeout=30)
+    assert response.status_code == 200, response.text
+    item = response.json()["data"][0]
+    return np.frombuffer(base64.b64decode(item["attention"]), dtype="<f2").reshape(item["shape"])
+
+
+def choose_model(watched: Watched, name: str) -> int:
+    """Pick a model; returns how many requests the page had sent before (to read only the ones after)."""
+    sent = len(watched.requests)
+    watched.page.select_option("#model", name)
+    return sent
+
+
+def test_the_pickers_labels_and_requests_follow_the_chosen_model(watched: Watched, three_models: str) -> None:
+    page = watched.page
+    watched.open(three_models)
+    watched.run(TEXT)
+    assert page.is_visible("#model-box") and options(watched, "#model") == ["tiny", "wide", "blind"]
+    assert (options(watched, "#layer"), options(watched, "#head")) == (["0", "1"], ["0", "1"])
+    assert page.inner_text("#model-info") == "tiny · 2 layers × 2 heads · up to 64 tokens · labels: neg, pos"
+    assert watched.answer_label(TEXT) in ("neg", "pos")
+    page.select_option("#layer", "1")
+    page.select_option("#head", "1")
+    watched.wait_for("heatmap", "layer 1 · head 1", TEXT, model="tiny")
+
+    sent = choose_model(watched, "wide")
+    watched.wait_for("heatmap", "layer 1 · head 1", TEXT, model="wide")  # the layer and head chosen: wide has them
+    assert (options(watched, "#layer"), options(watched, "#head")) == (["0", "1", "2"], ["0", "1", "2", "3"])
+    assert page.inner_text("#model-info") == "wide · 3 layers × 4 heads · up to 64 tokens · no classification head"
+    assert "wide has no classification head" in page.inner_text("#answers")
+    assert page.locator(".answer").count() == 0 and not bodies(watched, "/classify", sent)
+    page.select_option("#layer", "2")
+    page.select_option("#head", "3")  # a head tiny does not have
+    watched.wait_for("heatmap", "layer 2 · head 3", TEXT, model="wide")
+    asked = bodies(watched, "/attention", sent)
+    assert asked and all(body["model"] == "wide" for body in asked), asked
+    assert asked[-1]["layers"] == [2] and asked[-1]["heads"] == [3]
+    page.locator(".panel canvas").first.focus()
+    for key in ("ArrowDown", "ArrowDown", "ArrowRight", "ArrowRight", "ArrowRight"):
+        page.keyboard.press(key)
+    shown = watched.readout()
+    assert (shown["query"], shown["key"]) == ("2", "3")
+    halves = half_maps(three_models, TEXT, layers=[2], heads=[3], model="wide")  # (1, 1, n, n)
+    assert float(shown["value"]) == float(halves[0, 0, 2, 3])
+    page.click("#tab-grid")
+    watched.wait_for("grid", panel_text=TEXT, model="wide")
+    grid = page.locator(".panel canvas").first
+    assert (grid.get_attribute("data-layers"), grid.get_attribute("data-heads")) == ("3", "4")
+    watched.shot("grid-wide")
+
+    sent = choose_model(watched, "tiny")
+    watched.wait_for("grid", panel_text=TEXT, model="tiny")
+    assert (grid.get_attribute("data-layers"), grid.get_attribute("data-heads")) == ("2", "2")
+    assert (options(watched, "#layer"), options(watched, "#head")) == (["0", "1"], ["0", "1"])
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("1", "1")  # kept within tiny's
+    assert page.inner_text("#model-info") == "tiny · 2 layers × 2 heads · up to 64 tokens · labels: neg, pos"
+    top_label = httpx.post(f"{three_models}/classify", json={"inputs": TEXT, "model": "tiny"}).json()[0][0]["label"]
+    assert watched.answer_label(TEXT) == top_label
+    asked = bodies(watched, "/attention", sent) + bodies(watched, "/classify", sent)
+    assert len(asked) == 2 and all(body["model"] == "tiny" for body in asked), asked
+    page.click("#tab-heatmap")
+    watched.wait_for("heatmap", "layer 1 · head 1", TEXT, model="tiny")
+    watched.assert_clean()
+
+
+def test_a_model_without_an_attention_graph_shows_its_labels_and_a_note(watched: Watched, three_models: str) -> None:
+    page = watched.page
+    watched.open(three_models)
+    sent = choose_model(watched, "blind")
+    page.wait_for_selector("#views[data-state=unavailable][data-model=blind]")
+    assert "blind has no attention graph" in page.inner_text("#views")
+    assert page.locator(".panel").count() == 0 and page.is_hidden("#message")
+    assert page.inner_text("#model-info").endswith("labels: neg, pos · no attention graph")
+    text = page.input_value("#text-a")
+    top_label = httpx.post(f"{three_models}/classify", json={"inputs": text, "model": "blind"}).json()[0][0]["label"]
+    assert watched.answer_label(text) == top_label
+    assert [body["model"] for body in bodies(watched, "/classify", sent)] == ["blind"]
+    assert not bodies(watched, "/attention", sent)
+    assert all(page.is_disabled(f"#{id}") for id in ("layer", "head", "combine", "export-png", "export-json"))
+
+    choose_model(watched, "tiny")
+    watched.wait_for("heatmap", "layer 0 · head 0", text, model="tiny")
+    assert page.is_enabled("#layer") and page.is_enabled("#export-png")
+    watched.assert_clean()

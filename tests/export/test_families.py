@@ -1,0 +1,147 @@
+"""The exported graphs of every family against transformers (and sentence-transformers) itself: each case is
+built as a random-weight checkpoint (tests/helpers/families.py, sentence.py), exported once per session
+(tests/helpers/exports.py, shared with the serving tests), and onnxruntime's outputs on right-padded,
+left-padded and short multilingual batches equal the reference's to max abs 1e-5: token states, attention
+maps (banded in ModernBERT's local layers), pooled embeddings, and each head's output (logits, token_logits,
+SPLADE's sparse vector).
+CamemBERT loads through the same family code and table as XLM-RoBERTa (model/families.py), with the same kind
+of tokenizer, so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
+
+Shape letters: B batch, T sequence, L layers, H heads, C classes, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bundle.feeds import pad
+from bundle.manifest import Manifest
+from bundle.session import open_session
+from export.graphs import export_graph
+from model.heads import sparse_vector
+from model.load import load_model
+from model.tokenizer import encode, pad_id, pair_ids
+from tests.helpers.exports import CASES, Exported
+from tests.helpers.families import padded_batches, save_hf
+from tests.helpers.sentence import PROMPTS, load_reference
+from tests.helpers.tokenizers import MULTILINGUAL
+
+TOLERANCE = 1e-5
+TASKS = {"ForMaskedLM": "sparse", "ForSequenceClassification": "classify", "ForTokenClassification": "tokens",
+         "sentence": "embed"}
+ExportOf = Callable[[str], Exported]
+
+
+def run(bundle: Path, kind: str, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, np.ndarray]:
+    session = open_session(bundle / f"{kind}-fp32.onnx")
+    names = [o.name for o in session.get_outputs()]
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    return dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def expected(case: Exported, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """transformers' outputs under the graph's output names (embeddings: the first real token's state, the
+    loader's pooling for a checkpoint without sentence-transformers modules)."""
+    with torch.no_grad():
+        body = case.reference.base_model(input_ids=ids, attention_mask=mask, output_attentions=True)
+        states = body.last_hidden_state  # (B, T, D)
+        out = {"token_embeddings": states, "attentions": torch.stack(body.attentions, dim=1),  # (B, L, H, T, T)
+               "embeddings": states[torch.arange(len(ids)), mask.argmax(1)]}  # (B, D)
+        if case.head != "sentence" and case.head != "Model":
+            logits = case.reference(input_ids=ids, attention_mask=mask).logits
+            name = {"sparse": "sparse", "classify": "logits", "tokens": "token_logits"}[TASKS[case.head]]
+            out[name] = sparse_vector(logits, mask) if name == "sparse" else logits
+    return out
+
+
+def compared(name: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """What real tokens determine: token outputs at real tokens, attention rows of real queries, else all."""
+    real = mask.bool()
+    if name in ("token_embeddings", "token_logits"):
+        return value[real]
+    if name == "attentions":
+        return value[real[:, None, None, :].expand(value.shape[:-1])]  # (N, T) rows of real queries
+    return value
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_graphs_match_transformers(family_export: ExportOf, case: str) -> None:
+    exported = family_export(case)
+    tokenizer = load_model(exported.source).tokenizer
+    for ids, mask in padded_batches(tokenizer):
+        reference = expected(exported, ids, mask)
+        for kind in ("fast", "attention"):
+            got = run(exported.bundle, kind, ids, mask)
+            for name, value in got.items():
+                if name == "embeddings" and exported.head == "sentence":
+                    continue  # after pooling and Dense: test_sentence_embeddings_match
+                diff = (compared(name, torch.from_numpy(value), mask) - compared(name, reference[name], mask)).abs()
+                assert diff.max() <= TOLERANCE, (kind, name, float(diff.max()))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_manifest_says_what_the_bundle_is(family_export: ExportOf, case: str) -> None:
+    exported = family_export(case)
+    manifest = Manifest.read(exported.bundle)
+    assert manifest.architecture == ("roberta" if exported.arch == "xlm-roberta" else exported.arch)
+    assert manifest.name == case
+    assert manifest.task == TASKS[exported.head]
+    fast = manifest.graph("fast", "fp32")
+    assert fast is not None and [i.name for i in fast.inputs] == ["input_ids", "attention_mask"]
+    head_output = {"sparse": ["sparse"], "classify": ["logits"], "tokens": ["token_logits"], "embed": []}
+    assert [o.name for o in fast.outputs] == ["embeddings", "token_embeddings", *head_output[manifest.task]]
+    if manifest.task == "sparse":
+        assert fast.outputs[-1].shape == ["batch", manifest.model_config_["vocab_size"]]
+    assert all(value <= TOLERANCE for g in manifest.graphs for key, value in g.parity.items() if key.endswith("diff"))
+
+
+def test_sentence_embeddings_match_sentence_transformers(family_export: ExportOf) -> None:
+    """mpnet under weightedmean pooling, a tanh Dense to 16 and Normalize, with a default prompt: the graph's
+    embeddings, L2-normalised, are sentence-transformers' encode() of the prompted texts."""
+    bundle, source = family_export("mpnet-sentence").bundle, family_export("mpnet-sentence").source
+    manifest = Manifest.read(bundle)
+    assert (manifest.prompts, manifest.default_prompt_name) == (PROMPTS, "query")
+    assert (manifest.embedding_size, manifest.pooling, manifest.normalize, manifest.max_length) == (16, "weightedmean",
+                                                                                                     True, 20)
+    texts = [*MULTILINGUAL, " ".join(MULTILINGUAL)]
+    tokenizer = load_model(source).tokenizer
+    ids, mask = encode(tokenizer, [PROMPTS["query"] + t for t in texts], manifest.max_length)
+    (embeddings,) = open_session(bundle / "fast-fp32.onnx").run(
+        ["embeddings"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    ours = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+    theirs = load_reference(source).encode(texts)  # type: ignore[attr-defined]  # the default prompt, normalised
+    assert np.abs(ours - theirs).max() <= TOLERANCE
+
+
+def test_modernbert_graph_attends_locally_in_local_layers(family_export: ExportOf) -> None:
+    exported = family_export("modernbert-classifier")
+    ids, mask = padded_batches(load_model(exported.source).tokenizer)[0]
+    attentions = torch.from_numpy(run(exported.bundle, "attention", ids, mask)["attentions"])  # (B, L, H, T, T)
+    pos = torch.arange(ids.size(1))
+    beyond = (mask.bool()[:, :, None] & ((pos[:, None] - pos[None, :]).abs() > 2)[None])[:, None]  # (B, 1, T, T)
+    for layer in range(attentions.size(1)):  # wide: a global layer every 2, window 4 (two each side)
+        outside = attentions[:, layer][beyond.expand_as(attentions[:, layer])]
+        assert bool((outside == 0).all()) == (layer % 2 == 1), layer
+
+
+def test_token_type_input_gives_pairs_their_segments(tmp_path: Path) -> None:
+    """export_graph(token_types=True): a BERT cross-encoder reads (query, passage) pairs with type ids 0 / 1,
+    and its logits equal transformers' with the same token_type_ids."""
+    reference = save_hf(tmp_path / "source", "bert", "ForSequenceClassification")
+    loaded = load_model(tmp_path / "source")
+    export_graph(loaded.encoder, "fast", tmp_path / "pairs.onnx", token_types=True)
+    session = open_session(tmp_path / "pairs.onnx")
+    names = [i.name for i in session.get_inputs()]
+    assert names == ["input_ids", "attention_mask", "token_type_ids"]
+    ids, types = pair_ids(loaded.tokenizer, list(zip(MULTILINGUAL, MULTILINGUAL[::-1], strict=True)), 32)
+    feeds = pad(ids, pad_id(loaded.tokenizer), names, type_ids=types)
+    assert feeds["token_type_ids"].any()
+    (logits,) = session.run(["logits"], feeds)
+    with torch.no_grad():
+        expected_logits = reference(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+    assert np.abs(logits - expected_logits).max() <= TOLERANCE
