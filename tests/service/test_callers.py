@@ -115,6 +115,27 @@ def test_a_reload_keeps_a_callers_level_and_drops_the_removed() -> None:
     assert budgets.retry_after("a") == 6 and budgets.retry_after("b") is None  # 100 tokens at 20/s: 5 s
 
 
+def test_a_key_is_compared_with_every_callers_in_constant_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever key is sent, and wherever its caller is in the file, the same comparisons run: the sha256 of the
+    key sent (32 bytes, whatever the key's length) against every caller's, with hmac.compare_digest."""
+    import service.callers
+
+    callers = service.callers.Callers()
+    callers.replace(parse_keys("".join(entry(f"caller-{i}", f"key-{i}") for i in range(5))))
+    compared: list[tuple[int, int]] = []
+
+    def counted(a: bytes, b: bytes) -> bool:
+        compared.append((len(a), len(b)))
+        return a == b
+
+    monkeypatch.setattr(service.callers.hmac, "compare_digest", counted)
+    for key, name in (("key-0", "caller-0"), ("key-4", "caller-4"), ("x" * 500, None), ("", None)):
+        compared.clear()
+        found = callers.find(service.callers.presented([(b"authorization", f"Bearer {key}".encode())]))
+        assert (found.name if found else None) == name
+        assert compared == [(32, 32)] * 5, key
+
+
 # -- the API ------------------------------------------------------------------------------------------------
 @pytest.fixture
 def keys(tmp_path: Path) -> Path:
