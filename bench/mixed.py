@@ -2,7 +2,9 @@
 against `attnserve serve` with a keys file, recorded as rows and targets like the other figures.
 
 - priorities: an interactive caller alone, 8 bulk callers (64 texts x 128 tokens) alone, then together, in
-  rounds: interactive p99 together / alone (target <= 2x), bulk texts/s together / alone (>= 0.8x);
+  rounds: interactive p99 together / alone (target <= 2x), bulk texts/s together / alone (>= 0.8x); then the
+  same with six bulk callers, with the keys file's classes and on a server without keys (one class, first
+  come first served: what every caller got before there were classes);
 - fair shares: two bulk callers with 6 and 2 requests in flight (each 0.4-0.6 of the tokens);
 - the answer cache: a corpus with 37% repeated rows through a server with the cache and one without (best of
   two runs each; target >= 1.5x), then each distinct row alone (fully cached: server time p50 <= 1 ms).
@@ -22,6 +24,7 @@ from bench import procs, traffic
 from bench.report import Recorder, table
 
 CORPUS_ROWS, RUNS = 400, 2  # 400 rows of 128 tokens: about a minute a run on two cores for MiniLM
+SIX = 6  # bulk callers in the comparison with and without classes (the load the issue measured before them)
 
 
 def _server(name: str, bundle: Path, variant: str, log_dir: Path, *flags: str) -> procs.Server:
@@ -34,20 +37,32 @@ def measure(bundle: Path, variant: str, tokenizer: Tokenizer, duration_s: float,
     server = _server(f"traffic-{variant}", bundle, variant, log_dir, "--api-keys-file", str(keys), "--cache-bytes", "0")
     try:
         found = asyncio.run(traffic.priorities(server.url, tokenizer, 3 * duration_s))
+        six = asyncio.run(traffic.priorities(server.url, tokenizer, 3 * duration_s, bulk_callers=SIX))
         shares = asyncio.run(traffic.fair_shares(server.url, tokenizer, 3 * duration_s))
     finally:
         procs.terminate(server)
-    _priorities(rec, variant, found)
+    server = _server(f"traffic-{variant}-one-class", bundle, variant, log_dir, "--cache-bytes", "0")
+    try:
+        six_one_class = asyncio.run(traffic.priorities(server.url, tokenizer, 3 * duration_s, bulk_callers=SIX))
+    finally:
+        procs.terminate(server)
+    _priorities(rec, variant, found, "keys file", len(traffic.BULK), targets=True)
+    _priorities(rec, variant, six, "keys file", SIX)
+    _priorities(rec, variant, six_one_class, "none (one class)", SIX)
     _shares(rec, variant, shares)
     _cache(rec, bundle, variant, tokenizer, log_dir)
 
 
-def _priorities(rec: Recorder, variant: str, found: traffic.Priorities) -> None:
+def _priorities(rec: Recorder, variant: str, found: traffic.Priorities, classes: str, bulk_callers: int,
+                targets: bool = False) -> None:
     alone, together = found.interactive_alone, found.together[traffic.SEARCH.name]
     bulk_alone, bulk_together = found.bulk_texts_per_s(found.bulk_alone), found.bulk_texts_per_s(found.together)
-    row = rec.add("priorities", variant=variant, interactive_p99_alone_ms=alone.p99_ms(),
-                  interactive_p99_together_ms=together.p99_ms(), bulk_alone=bulk_alone, bulk_together=bulk_together)
-    _target(rec, f"(p) {variant} interactive p99 under 8 bulk callers / alone",
+    row = rec.add("priorities", variant=variant, classes=classes, bulk_callers=bulk_callers,
+                  interactive_p99_alone_ms=alone.p99_ms(), interactive_p99_together_ms=together.p99_ms(),
+                  bulk_alone=bulk_alone, bulk_together=bulk_together)
+    if not targets:
+        return
+    _target(rec, f"(p) {variant} interactive p99 under {bulk_callers} bulk callers / alone",
             row["interactive_p99_together_ms"] / row["interactive_p99_alone_ms"], "<= 2.00x", lambda r: r <= 2)
     _target(rec, f"(p) {variant} bulk texts/s with the interactive caller / alone", bulk_together / bulk_alone,
             ">= 0.80x", lambda r: r >= 0.8)
@@ -89,10 +104,11 @@ def _target(rec: Recorder, name: str, value: float, goal: str, passed: Any) -> N
 
 
 def tables(rec: Recorder) -> str:
-    rows = [[r["variant"], r["interactive_p99_alone_ms"], r["interactive_p99_together_ms"], r["bulk_alone"],
-             r["bulk_together"]] for r in rec.of("priorities")]
-    out = table(["variant", "interactive p99 alone (ms)", "under bulk (ms)", "bulk texts/s alone", "with interactive"],
-                rows)
+    rows = [[r["variant"], r["classes"], r["bulk_callers"], r["interactive_p99_alone_ms"],
+             r["interactive_p99_together_ms"], r["interactive_p99_together_ms"] / r["interactive_p99_alone_ms"],
+             r["bulk_alone"], r["bulk_together"]] for r in rec.of("priorities")]
+    out = table(["variant", "classes", "bulk callers", "interactive p99 alone (ms)", "under bulk (ms)", "ratio",
+                 "bulk texts/s alone", "with interactive"], rows)
     caches = [[r["variant"], r["rows"], min(r["seconds"]["no cache"]), min(r["seconds"]["cache"]), r["speedup"],
                r["cached_p50_ms"]] for r in rec.of("cache")]
     return out + "\n\n" + table(["variant", "rows", "s without cache", "s with", "speed-up", "cached p50 (ms)"],

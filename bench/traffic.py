@@ -161,12 +161,13 @@ class Priorities:
         return sum(s.texts_per_s() for name, s in served.items() if name != SEARCH.name)
 
 
-async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: int = 4) -> Priorities:
-    """Interactive alone, bulk alone (8 callers x 64 texts x 128 tokens), then both, `duration_s` each, in
-    `rounds` rounds (so a shared machine's load, which drifts over a minute, weighs on the three alike): the
-    interactive caller's latency and the bulk throughput, each alone and together."""
+async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: int = 4,
+                     bulk_callers: int = len(BULK)) -> Priorities:
+    """Interactive alone, bulk alone (`bulk_callers` callers x 64 texts x 128 tokens, 8 by default), then both,
+    `duration_s` each, in `rounds` rounds (so a shared machine's load, which drifts over a minute, weighs on
+    the three alike): the interactive caller's latency and the bulk throughput, each alone and together."""
     texts, tokens = BULK_SHAPE
-    bulk = [Load(c, 1, bodies(tokenizer, texts, tokens, 8, seed=i)) for i, c in enumerate(BULK)]
+    bulk = [Load(c, 1, bodies(tokenizer, texts, tokens, 8, seed=i)) for i, c in enumerate(BULK[:bulk_callers])]
     query = Load(SEARCH, 1, bodies(tokenizer, 1, INTERACTIVE_TOKENS, 64, seed=99), INTERACTIVE_PAUSE_S)
     phases: list[list[dict[str, Served]]] = [[], [], []]
     for _ in range(rounds):

@@ -90,9 +90,10 @@ class BatchOptions(_Options):
         "ones, yet bulk never starves. Between callers of one class the time is shared by tokens.",
     )
     interactive_lane: bool = Field(
-        True, description="Keep one more graph run for interactive inputs: while every run slot holds a bulk "
-        "batch, an interactive batch runs at once beside them (a run cannot be interrupted, and a bulk batch "
-        "can take a second). For that long the runs share the cores. Off: interactive inputs wait for a slot.",
+        True, description="Keep one more graph thread for interactive inputs (one, shared by the served models): "
+        "while every run slot holds a bulk batch, an interactive batch runs at once beside them on it (a run "
+        "cannot be interrupted, and a bulk batch can take a second). For that long the runs share the cores. "
+        "Off: interactive inputs wait for a slot.",
     )
     bulk_queue_share: float = Field(
         0.5, gt=0, le=1, description="Share of max_queue that bulk inputs may hold at once; bulk requests beyond "
