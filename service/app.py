@@ -41,7 +41,10 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
     bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics))
+    # FastAPI's own OpenTelemetry hooks are off: attnserve's telemetry is /metrics and the timing headers, and
+    # with the hooks on, every request asks the OpenTelemetry globals (an environment read) whether to trace.
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics),
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
