@@ -12,7 +12,7 @@ answers what FastAPI would answer 200, or the core's errors once the work starte
 app's one error renderer). The edge middleware around both does the key, the body limit, the request id,
 the timing headers and the metrics (the route label is the FastAPI route's path).
 
-Measured with `make bench` and side by side with `python -m bench.overhead` (docs/performance.md).
+Measured by `make bench` (CPU per text) and `python -m bench.sidebyside` (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -88,13 +88,18 @@ def _accepted(
         return None, None
     if route.task is not None and not any(route.task in model.tasks for model in models):
         return None, None
-    query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model") if route.model_query else None
+    query = _model_query(scope) if route.model_query else None
     try:
-        served = pick_model(models, scope.setdefault("state", {}), getattr(request, "model", None),
-                            query[-1] if query else None)
+        served = pick_model(models, scope.setdefault("state", {}), getattr(request, "model", None), query)
     except InferenceError:
         return None, None
     return served, request
+
+
+def _model_query(scope: Scope) -> str | None:
+    """`?model=`, as FastAPI reads a query parameter: the last one given, a blank one kept."""
+    given = parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True).get("model")
+    return given[-1] if given else None
 
 
 async def _body(receive: Receive) -> bytes:
