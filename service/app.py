@@ -26,6 +26,7 @@ from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, load_bundles, served_names, start_models
 from service.callers import Callers, single_key
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
+from service.hot import HotRoutes
 from service.keysfile import KeysFile
 from service.metrics import Metrics
 from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, TIMING_HEADERS, EdgeMiddleware, Scope
@@ -47,7 +48,10 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     metrics = Metrics()
     bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
     callers, keys_file = _callers(settings, metrics)
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics, keys_file))
+    # FastAPI's own OpenTelemetry hooks are off: attnserve's telemetry is /metrics and the timing headers, and
+    # with the hooks on, every request asks the OpenTelemetry globals (an environment read) whether to trace.
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics, keys_file),
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     app.state.callers = callers
     for module in (openai, tei, attention, ops, oip, explore):
@@ -55,6 +59,9 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
+    hot = {route.path: route for route in (*tei.HOT, *openai.HOT)}
+    # inside CORS and the edge, before FastAPI's own layers
+    app.add_middleware(HotRoutes, routes=hot, models=lambda: app.state.models, render=render_error)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
@@ -167,15 +174,19 @@ def to_domain_error(exc: Exception) -> InferenceError:
 
 async def handle_error(request: Request, exc: Exception) -> Response:
     """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
+    status, headers, body = render_error(request.scope["path"], exc)
+    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def render_error(path: str, exc: Exception) -> tuple[int, dict[str, str], bytes]:
+    """A handled error's status, headers and the one JSON body for `path` (also the short path's, service.hot)."""
     error = to_domain_error(exc)
-    status, _ = status_of(error)
     headers = headers_of(error)
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
-        headers["Allow"] = ", ".join(_allowed_methods(request))
-    body = error_body_for(request.scope["path"], error)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return status_of(error)[0], headers, error_body_for(path, error)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
