@@ -18,6 +18,7 @@ from bench.procs import ROOT, clean_env
 from tests.helpers.metrics import read
 from tests.helpers.process import Server, free_port, launch_server, sigterm, stop, wait_ready
 from tests.helpers.serving import until
+from tests.helpers.tiny import review_texts
 
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
 WAITING_BATCH = 32
@@ -169,7 +170,7 @@ async def test_client_that_disconnects_leaves_the_queue_before_compute(waiting_s
         await until(lambda: queue_depth(url) == 0)
         # A later request fills a batch alone; had the abandoned inputs stayed queued, they would have run
         # with it. So once it is answered, exactly its inputs have run if theirs did not.
-        full = {"inputs": [f"still serving {i}" for i in range(WAITING_BATCH)]}
+        full = {"inputs": review_texts(WAITING_BATCH)}  # distinct token ids: repeats in a request run once
         assert (await client.post("/embed", json=full)).status_code == 200
     assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == WAITING_BATCH
 
