@@ -1,7 +1,7 @@
 """python -m bench.job --bundle DIR: `attnserve embed` throughput against the raw engine at the job's batch shape.
 
 For each length L, a text file of `rows` texts of L tokens (bench.texts) is embedded by the local job
-(jobs.embed.run: reading, tokenising, batching, the graph, post-processing, Parquet parts), and the same
+(jobs.local.run: reading, tokenising, batching, the graph, post-processing, Parquet parts), and the same
 graph is timed in a bare onnxruntime session (bench.engine.EngineBench, the server's session options) at
 the shape the job's batches take: all texts are L tokens long, so every batch is max_batch_size x L. The
 job's rows/s is its streaming figure (its parts' seconds: start-up aside); runs are interleaved (engine,
@@ -25,8 +25,8 @@ from bench.engine import EngineBench
 from bench.report import Recorder, machine
 from bench.texts import load_tokenizer, make_texts
 from inference.options import LoadOptions
-from jobs.embed import Job, JobModel, open_bundle, run
-from jobs.rows import JobOutput
+from jobs.embedding import JobOutput
+from jobs.local import Job, JobModel, open_bundle, run
 
 TARGET = 0.9
 

@@ -2,6 +2,7 @@
 
     sha256_file         hex sha256 of a file, read in blocks
     staged_directory    build a directory next to its target and swap it in only when complete
+    written_whole       a temporary sibling to write, renamed over the target only once complete
     write_text_atomic   replace one file's content all at once
 
 A directory is never deleted before its replacement is in place. On Linux the complete new directory
@@ -91,15 +92,24 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+@contextmanager
+def written_whole(path: Path, keep_empty: bool = True) -> Iterator[Path]:
+    """A temporary sibling of `path` to write; renamed over `path` (readers see old or new, never half) when
+    the block ends without an error, removed otherwise, and also when it is empty and `keep_empty` is false."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        if keep_empty or tmp.stat().st_size:
+            os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temporary sibling and rename it over `path` (readers see old or new, never half)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with written_whole(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

@@ -146,6 +146,16 @@ class Manifest(_Strict):
     def _plain_tokenizer(cls, value: str) -> str:
         return _check_plain_name(value)
 
+    @property
+    def attention_windows(self) -> list[int | None]:
+        """Per layer, how many tokens on each side a token attends to in a local (sliding-window) layer, as
+        ModernBERT's are, or None for a global layer (every token), from the model config's layer pattern."""
+        config = self.model_config_
+        window, every = int(config.get("window_size", 0)), int(config.get("global_attn_every", 1))
+        if config.get("mask_kind") == "window":
+            return [window] * self.num_layers
+        return [window if every > 1 and layer % every else None for layer in range(self.num_layers)]
+
     def graph(self, kind: str, variant: str) -> GraphEntry | None:
         return next((g for g in self.graphs if g.kind == kind and g.variant == variant), None)
 

@@ -23,7 +23,7 @@ from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorS
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import variants as variants_mod
-from export.calibration import Int8Inputs, int8_inputs
+from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_names, output_shapes, task
 from export.measure import measure_entries
 from export.parity import Batch, ParityError, check_graph, check_sets, parity_batches, reference
@@ -42,19 +42,22 @@ class ExportError(RuntimeError):
 
 
 def export_bundle(
-    source: Path, out_dir: Path, variants: Sequence[str] = ("fp32",),
-    name: str | None = None, version: str = "1",
+    source: Path, out_dir: Path, variants: Sequence[str] = variants_mod.DEFAULT_VARIANTS,
+    name: str | None = None, version: str = "1", calibration_data: Path | None = None,
 ) -> Manifest:
-    """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`.
+    """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`: by default its exact
+    variants (variants.DEFAULT_VARIANTS). The int8 variants calibrate on `calibration_data`
+    (export.calibration; without it only a model trained on the Rotten Tomatoes snippets can have them).
 
     Raises ParityError when a graph misses its gate; no bundle is written then.
     """
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
     _check_target(out_dir)
+    texts = _int8_texts(source, chosen, calibration_data)
     model = load_model(source)
     with staged_directory(out_dir) as tmp:
-        manifest = _build(model, tmp, chosen, name or source.resolve().name, version)
+        manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
         verify_bundle(tmp)
     log.info("bundle written to %s", out_dir)
@@ -71,16 +74,31 @@ def normalise_variants(variants: Sequence[str]) -> list[str]:
     return [v for v in variants_mod.VARIANTS if v == "fp32" or v in variants]
 
 
+def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) -> TextSets | None:
+    """The int8 variants' calibration and gate texts, read before any work; calibration data without int8
+    is an error, not ignored."""
+    if not any(v.startswith("int8") for v in chosen):
+        if calibration_data is not None:
+            raise ExportError("--calibration-data is read only by the int8 variants; add int8 (or int8-dynamic) "
+                              "to --variants, or leave it out")
+        return None
+    texts = text_sets(source, calibration_data)
+    log.info("int8: %d calibration texts, %d held-out and %d short gate texts, from %s",
+             len(texts.calibration), len(texts.held_out), len(texts.short), texts.source)
+    return texts
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
 
 
-def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str) -> Manifest:
+def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,
+           texts: TextSets | None) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
     tokenizer = tmp / "tokenizer.json"
     shutil.copyfile(model.path / "tokenizer.json", tokenizer)
-    int8 = int8_inputs(model, max_length) if any(v.startswith("int8") for v in chosen) else None
+    int8 = int8_inputs(model, max_length, texts) if texts is not None else None
     graphs = []
     for kind in KINDS:
         batches = {"parity": reference(model, parity_batches(), max_length, kind)}

@@ -5,18 +5,21 @@ Shape letters: B batch, T sequence.
 Batch invariance (bundle.invariance): every parity text is run alone, in its parity batch (mixed lengths)
 and in one batch of all of them (padded to the longest, the model's max length).
 
-Speed: median time per batch at SPEED_SHAPES, every graph of one provider run once per round in turn
-(interleaved), so all of them see the same background load. On CPU the clock is this process's CPU
-time, which other jobs on a shared machine disturb far less than wall time; on CUDA it is wall time.
+Speed: median time per batch at SPEED_SHAPES (B x T, T cut to the model's max length), every graph of
+one provider run once per round in turn (interleaved), so all of them see the same background load. On
+CPU the clock is this process's CPU time, which other jobs on a shared machine disturb far less than
+wall time; on CUDA it is wall time.
 Sessions are opened with the service's options (bundle.session), so these are the served sessions.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +28,12 @@ from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
 
-SPEED_SHAPES = ((32, 128), (32, 16))
+# Client batches, small callers' batches of short texts, long inputs (cut to the model's max length).
+SPEED_SHAPES = ((32, 128), (32, 16), (8, 512))
 SPEED_ROUNDS = 5
+# Short batches run more rounds, up to about this many seconds of one graph's runs per shape (at most
+# SPEED_ROUNDS_MAX): a 32 x 16 batch takes ~0.15 s, where one slow run in five moves a median by 10 %.
+SPEED_SECONDS_PER_SHAPE, SPEED_ROUNDS_MAX = 2.0, 25
 
 
 def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[list[list[int]]],
@@ -62,19 +69,41 @@ def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarr
 def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
                  rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, float]]:
     """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring)."""
+    times = ms_per_round(paths, provider, feeds, rounds)
+    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+
+
+def ms_per_round(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
+                 rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, list[float]]]:
+    """name -> shape -> milliseconds of each round's run: in every round each graph runs once, in turn (the
+    order reversed every other round); at least `rounds` rounds, more for short batches (SPEED_SECONDS_PER_SHAPE).
+    Each graph is asked for its first output (a bundle's: embeddings) and given the feeds it takes."""
     clock = time.process_time if provider == "cpu" else time.perf_counter
     sessions = {name: open_session(path, provider) for name, path in paths.items()}
     times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
     for shape, feed in feeds.items():
-        for session in sessions.values():
-            session.run(["embeddings"], feed)  # warm-up: allocations and kernel choice
-        for turn in range(rounds):
-            order = list(sessions) if turn % 2 == 0 else list(sessions)[::-1]
+        runs = {name: _first_output(session, feed) for name, session in sessions.items()}
+        warm_up = max(_seconds(run) for run in runs.values())  # allocations and kernel choice
+        for turn in range(max(rounds, min(SPEED_ROUNDS_MAX, math.ceil(SPEED_SECONDS_PER_SHAPE / warm_up)))):
+            order = list(runs) if turn % 2 == 0 else list(runs)[::-1]
             for name in order:
                 started = clock()
-                sessions[name].run(["embeddings"], feed)
+                runs[name]()
                 times[name][shape].append(1000 * (clock() - started))
-    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+    return times
+
+
+def _seconds(run: Any) -> float:
+    started = time.perf_counter()
+    run()
+    return max(time.perf_counter() - started, 1e-6)
+
+
+def _first_output(session: Any, feed: dict[str, np.ndarray]) -> Any:
+    """A call running `session` on the inputs of `feed` it takes, for its first output."""
+    names = [session.get_outputs()[0].name]
+    inputs = {i.name: feed[i.name] for i in session.get_inputs()}
+    return lambda: session.run(names, inputs)
 
 
 def measured(invariance: float, speed: dict[str, float], provider: str) -> Measured:

@@ -17,11 +17,15 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
+from export.fusion import expand_position_ids
 from model.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
 VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic", "fp16")
+# What `attnserve export` builds unless told otherwise: the exact variants (gated at max abs 1e-5 against
+# PyTorch). int8 and fp16 change the numbers (cosine gates), so they are built only when asked for.
+DEFAULT_VARIANTS = ("fp32", "fp32-opt")
 # Variants each graph kind is built in; the attention graph is a debugging/inspection path.
 KIND_VARIANTS = {"fast": VARIANTS, "attention": ("fp32", "fp16")}
 PROVIDERS = {
@@ -38,18 +42,26 @@ class VariantError(RuntimeError):
 
 
 def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> None:
-    """Fuse attention, layer norm, GELU and bias adds for the CPU provider.
+    """Fuse the embeddings, attention, layer norms, GELU and bias adds for the CPU provider.
 
+    The position ids are first put in the form the optimiser's embedding fusion knows (export.fusion).
     The fused Attention gets the raw (B, T) attention mask, not BERT's default "mask index" (the
     count of real tokens, which assumes right padding), so any 0/1 mask means what it does in PyTorch.
     """
+    graph = onnx.load(str(src))
+    expand_position_ids(graph)
+    staged = dst.with_name(f"{dst.stem}.positions.onnx")  # a path: given a ModelProto, it moves weights out
+    onnx.save(graph, str(staged))
     options = FusionOptions("bert")
     options.use_raw_attention_mask(True)
     options.enable_attention = fuse_attention
-    model = optimize_model(
-        str(src), model_type="bert", num_heads=config.num_heads, hidden_size=config.d_model,
-        opt_level=1, use_gpu=False, optimization_options=options,
-    )
+    try:
+        model = optimize_model(
+            str(staged), model_type="bert", num_heads=config.num_heads, hidden_size=config.d_model,
+            opt_level=1, use_gpu=False, optimization_options=options,
+        )
+    finally:
+        staged.unlink(missing_ok=True)
     log.info("fp32-opt fusions: %s", model.get_fused_operator_statistics())
     model.save_model_to_file(str(dst))
     _check_outputs(src, dst)

@@ -10,6 +10,12 @@ post-processor), so each window is exactly what the tokenizer makes of that stre
 of at most W tokens makes one window: its usual encoding. Token-id inputs are used as given (nothing is
 added), so they are cut into windows of max_length ids, and their spans count tokens, not characters.
 
+With a prompt (`inference.prompts`), every window is read as the prompted text would be: the prompt and the text
+are tokenised as one string, the prompt's P tokens split off (`TextTokenizer.split_prompt`), the text's tokens
+cut into windows of W - P, and the prompt's tokens put back at the start of each window's content; a text of
+at most W - P tokens makes one window, its prompted encoding. Spans and weights count the text's tokens and
+characters only.
+
 Pooling: the mean of the windows' outputs weighted by each window's content-token count, in float64,
 taken on the graph's pooled vectors before normalisation (or on logits before softmax). One window is
 returned unchanged, bit for bit.
@@ -27,7 +33,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from inference.errors import InputTooLong, OutOfRange
-from inference.tokenize import TextTokenizer
+from inference.tokenize import Encoded, TextTokenizer
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
 Mode = Literal["mean", "windows"]  # mean: one answer per input, pooled over its windows; windows: each window's
@@ -66,19 +72,26 @@ def count_windows(tokens: int, size: int, overlap: int) -> int:
     return 1 + (tokens - size + step - 1) // step
 
 
-def cut(tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int) -> list[list[Window]]:
-    """Per input, its windows in order. Refuses an overlap outside [0, W) and an input that would make more
-    than `max_windows` windows (before any window is built). CPU-bound: callers keep it off an event loop."""
+def cut(
+    tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int, prompt: str = "",
+) -> list[list[Window]]:
+    """Per input, its windows in order (texts after `prompt`). Refuses an overlap outside [0, W) (W - P with a
+    prompt of P tokens) and an input that would make more than `max_windows` windows (before any window is
+    built). CPU-bound: callers keep it off an event loop."""
     text = isinstance(inputs[0], str)
     size = window_size(tokenizer, text)
     check_overlap(tokenizer, overlap, text)
     if not text:
         sequences = [tokenizer.checked_ids(index, ids) for index, ids in enumerate(inputs)]
-        _check_counts([len(ids) for ids in sequences], size, overlap, max_windows)
+        _check_counts([len(ids) for ids in sequences], [size] * len(sequences), overlap, max_windows)
         return [_id_windows(ids, size, overlap) for ids in sequences]
-    encodings = tokenizer.content(inputs)
-    _check_counts([len(e.ids) for e in encodings], size, overlap, max_windows)
-    return [_text_windows(tokenizer, e, size, overlap) for e in encodings]
+    encodings = tokenizer.content(inputs, prompt)
+    prompts = [tokenizer.split_prompt(e, len(prompt)) if prompt else None for e in encodings]
+    sizes = [size - (p.length if p is not None else 0) for p in prompts]
+    _check_prompted_overlap(tokenizer, overlap, sizes)
+    _check_counts([len(e.ids) for e in encodings], sizes, overlap, max_windows)
+    return [_text_windows(tokenizer, e, s, overlap, p, len(prompt))
+            for e, s, p in zip(encodings, sizes, prompts, strict=True)]
 
 
 def pool(values: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
@@ -101,14 +114,15 @@ def regroup(outputs: Sequence[Any], windows: Sequence[Sequence[Window]]) -> list
     return grouped
 
 
-def check_overlap(tokenizer: TextTokenizer, overlap: int, text: bool = True) -> None:
-    """OutOfRange unless 0 <= overlap < W: the windows must advance."""
-    size = window_size(tokenizer, text)
+def check_overlap(tokenizer: TextTokenizer, overlap: int, text: bool = True, prompt: int = 0) -> None:
+    """OutOfRange unless 0 <= overlap < W (less `prompt` tokens kept for a prompt): the windows must advance."""
+    size = window_size(tokenizer, text) - prompt
     if not 0 <= overlap < size:
         added = f" less its {tokenizer.special_count} special tokens" if text else ""
+        kept = f" and {prompt} tokens kept for its prompt" if prompt else ""
         raise OutOfRange(
             f"chunk_overlap must be at least 0 and below the window of {size} tokens "
-            f"(the model's max length of {tokenizer.max_length}{added})"
+            f"(the model's max length of {tokenizer.max_length}{added}{kept})"
         )
 
 
@@ -121,22 +135,45 @@ def too_many_windows(tokens: int, size: int, overlap: int, max_windows: int) -> 
     return f"{tokens} tokens make {count} windows, over the limit of {max_windows} windows per input"
 
 
-def _check_counts(token_counts: Sequence[int], size: int, overlap: int, max_windows: int) -> None:
-    for index, tokens in enumerate(token_counts):
+def _check_counts(token_counts: Sequence[int], sizes: Sequence[int], overlap: int, max_windows: int) -> None:
+    for index, (tokens, size) in enumerate(zip(token_counts, sizes, strict=True)):
         if (reason := too_many_windows(tokens, size, overlap, max_windows)) is not None:
             raise InputTooLong(f"input {index}: {reason} (ATTNSERVE_MAX_WINDOWS_PER_INPUT)")
 
 
-def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int) -> list[Window]:
+def _check_prompted_overlap(tokenizer: TextTokenizer, overlap: int, sizes: Sequence[int]) -> None:
+    """OutOfRange unless the windows left beside the prompt's tokens still advance."""
+    size = min(sizes)
+    if overlap >= size:
+        prompt = window_size(tokenizer) - size
+        raise OutOfRange(f"chunk_overlap must be below the window of {size} tokens: the model's max length of "
+                         f"{tokenizer.max_length} less its {tokenizer.special_count} special tokens and the "
+                         f"prompt's {prompt}")
+
+
+def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int,
+                  prompt: Encoded | None = None, shift: int = 0) -> list[Window]:
+    """A text's windows; with the prompt's tokens (split off `encoding`, of `shift` characters) in each."""
+    count = count_windows(len(encoding.ids), size, overlap)
     encoding.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
     wrapped = tokenizer.wrap(encoding)
-    return [_text_window(w) for w in (wrapped, *wrapped.overflowing)]
+    windows = [wrapped, *wrapped.overflowing]
+    if prompt is None:
+        return [_text_window(w) for w in windows]
+    return [_prompted(_text_window(w), prompt, tokenizer.lead, shift) for w in windows[:count]]  # see split_prompt
 
 
 def _text_window(encoding: Encoding) -> Window:
     content = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]
     start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
     return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content))
+
+
+def _prompted(window: Window, prompt: Encoded, at: int, shift: int) -> Window:
+    """The window with the prompt's tokens after its `at` opening special tokens; its span in the text's own
+    characters (a token may start in the prompt: a leading space)."""
+    ids = np.concatenate([window.ids[:at], prompt.ids, window.ids[at:]])
+    return Window(ids, max(window.start - shift, 0), max(window.stop - shift, 0), window.tokens)
 
 
 def _id_windows(ids: list[int], size: int, overlap: int) -> list[Window]:

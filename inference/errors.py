@@ -8,7 +8,8 @@ knows about HTTP.
     │   ├── AttentionTooLarge    an attention answer would exceed attention_cap_bytes
     │   ├── ResponseTooLarge     a per-token answer would exceed embed_all_cap_bytes
     │   ├── OutOfRange           a value past a size of the loaded model (layer, head, token id, dimensions)
-    │   └── Unsupported          the model cannot do it (no labels, no attention graph, no such output)
+    │   ├── Unsupported          the model cannot do it (no labels, no attention graph, no such output)
+    │   └── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
     ├── ModelNotFound            no served model has the requested name (the message lists them)
     ├── Overloaded               admission full; carries how long to wait before retrying
     ├── NotReady                 not warm, the last inference failed, or shutting down
@@ -61,6 +62,10 @@ class OutOfRange(InvalidRequest):
 
 class Unsupported(InvalidRequest):
     code = "unsupported"
+
+
+class UnknownPrompt(InvalidRequest):
+    code = "unknown_prompt"
 
 
 class ModelNotFound(InferenceError):

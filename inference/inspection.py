@@ -29,14 +29,16 @@ async def attention(
 
 async def graph_outputs(
     model: ServedModel, inputs: Inputs, *, fast: bool = True, query: AttentionQuery | None = None,
-    truncate: bool | None = None, direction: Direction = "right",
+    truncate: bool | None = None, direction: Direction = "right", prompt: str = "",
 ) -> GraphOutputs:
     """The fast graph's outputs stacked (embeddings (N, D) pooled, not normalised; logits (N, C) with
-    labels) when `fast`, and the attention maps `query` asks for when given; one admission either way."""
+    labels) when `fast`, and the attention maps `query` asks for when given, of the texts after `prompt`; one
+    admission either way."""
     kinds = (["fast"] if fast else []) + (["attention"] if query is not None else [])
     if query is not None:
         check_attention_query(model, query)
-    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query))
+    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query),
+                                       prompt=prompt)
     values = {}
     if fast:
         values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)

@@ -17,6 +17,7 @@ from inference.chunking import Chunking
 from inference.errors import Unsupported
 from inference.graphs import TOKENS
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
+from inference.prompts import InputType, prompt_text
 from inference.results import Embeddings, Scores, Span, Token
 from inference.served import ServedModel
 from inference.tokenize import Direction, Encoded
@@ -25,42 +26,48 @@ from inference.tokenize import Direction, Encoded
 async def embed(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
     normalize: bool = True, dimensions: int | None = None, chunked: Chunking | None = None,
+    prompt_name: str | None = None, input_type: InputType | None = None,
 ) -> Embeddings:
     """Pooled vectors, L2-normalised when asked, cut to `dimensions` (then renormalised). Chunked: per input
-    the token-weighted mean of its windows' vectors (before normalisation), or every window's vector."""
+    the token-weighted mean of its windows' vectors (before normalisation), or every window's vector. Texts
+    get the prompt that `prompt_name`, `input_type` or the model's default chooses (`inference.prompts`)."""
     check_dimensions(dimensions, model.bundle.manifest.embedding_size)
-    values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked)
+    prompt = prompt_text(model.bundle.manifest, prompt_name, input_type)
+    values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked, prompt)
     return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
 
 
 async def classify(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
-    function: postprocess.ScoreFunction = "softmax", chunked: Chunking | None = None,
+    function: postprocess.ScoreFunction | None = None, chunked: Chunking | None = None,
 ) -> Scores:
-    """Scores over the model's labels per input (or per window), from logits pooled as `embed` pools."""
+    """Scores over the model's labels per input (or per window), from logits pooled as `embed` pools; by
+    `function`, or by default softmax over several labels and sigmoid of one (`postprocess.default_function`)."""
     labels = require_labels(model)
-    values, _, spans = await _pooled(model, inputs, "logits", truncate, direction, chunked)
+    values, _, spans = await _pooled(model, inputs, "logits", truncate, direction, chunked, prompt="")
     return Scores(postprocess.scores(values, function), labels, spans)
 
 
 async def similarity(
     model: ServedModel, source: str, sentences: Sequence[str], *, truncate: bool | None = None,
-    direction: Direction = "right",
+    direction: Direction = "right", prompt_name: str | None = None,
 ) -> np.ndarray:
-    """(N,) cosine similarity of each sentence's embedding with the source sentence's."""
-    vectors = (await embed(model, [source, *sentences], truncate=truncate, direction=direction)).vectors
+    """(N,) cosine similarity of each sentence's embedding with the source sentence's (all with one prompt)."""
+    vectors = (await embed(model, [source, *sentences], truncate=truncate, direction=direction,
+                           prompt_name=prompt_name)).vectors
     return vectors[1:] @ vectors[0]  # (N,) unit vectors: dot product = cosine
 
 
 async def embed_all(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
+    prompt_name: str | None = None,
 ) -> list[np.ndarray]:
-    """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens included); refused
-    before any graph runs when the answer would pass embed_all_cap_bytes."""
+    """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens and a prompt's tokens
+    included); refused before any graph runs when the answer would pass embed_all_cap_bytes."""
     if TOKENS not in model.bundle.graphs:
         raise Unsupported("this bundle's fast graph has no token_embeddings output")
-    hidden = model.bundle.manifest.hidden_size
-    _, outputs = await model.run(inputs, [TOKENS], truncate, direction,
+    hidden, prompt = model.bundle.manifest.hidden_size, prompt_text(model.bundle.manifest, prompt_name)
+    _, outputs = await model.run(inputs, [TOKENS], truncate, direction, prompt=prompt,
                                  check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
     return [o["token_embeddings"] for o in outputs[TOKENS]]
 
@@ -93,14 +100,14 @@ def require_labels(model: ServedModel) -> list[str]:
 
 async def _pooled(
     model: ServedModel, inputs: Inputs, name: str, truncate: bool | None, direction: Direction,
-    chunked: Chunking | None,
+    chunked: Chunking | None, prompt: str,
 ) -> tuple[np.ndarray, int, list[list[Span]] | None]:
     """The fast graph's `name` output (N, D) per input, or chunked: pooled over each input's windows (N, D),
-    or one row per window (K, D) with the windows' spans; and the tokens run."""
+    or one row per window (K, D) with the windows' spans; and the tokens run (a prompt's included)."""
     if chunked is None:
-        encoded, outputs = await model.run(inputs, ["fast"], truncate, direction)
+        encoded, outputs = await model.run(inputs, ["fast"], truncate, direction, prompt=prompt)
         return np.stack([o[name] for o in outputs["fast"]]), sum(e.length for e in encoded), None
-    windows, grouped = await model.run_windows(inputs, chunked.overlap)
+    windows, grouped = await model.run_windows(inputs, chunked.overlap, prompt)
     tokens_run = sum(w.length for ws in windows for w in ws)
     values = [np.stack([o[name] for o in outs]) for outs in grouped]  # per input (K_i, D)
     if chunked.mode == "mean":

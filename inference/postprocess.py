@@ -40,8 +40,16 @@ def sigmoid(logits: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * logits))  # 1 / (1 + e^-x), without overflow for large |x|
 
 
-def scores(logits: np.ndarray, function: ScoreFunction) -> np.ndarray:
-    """(N, C) logits -> scores: softmax over labels, sigmoid per label, or the logits themselves."""
+def default_function(labels: int) -> ScoreFunction:
+    """Scores of a model's logits unless the caller says otherwise: softmax over two or more labels, sigmoid of
+    a single one (a softmax over one logit is always 1.0), as sentence-transformers' CrossEncoder does."""
+    return "sigmoid" if labels == 1 else "softmax"
+
+
+def scores(logits: np.ndarray, function: ScoreFunction | None = None) -> np.ndarray:
+    """(N, C) logits -> scores: softmax over labels, sigmoid per label, or the logits themselves; None: the
+    default for C labels (`default_function`)."""
+    function = function or default_function(logits.shape[-1])
     if function == "softmax":
         return softmax(logits)
     return sigmoid(logits) if function == "sigmoid" else logits

@@ -96,26 +96,28 @@ class ServedModel:
     # -- the one path of a request -----------------------------------------------------------------
     async def run(
         self, inputs: Inputs, kinds: Sequence[str], truncate: bool | None = None, direction: Direction = "right",
-        check: Check | None = None,
+        check: Check | None = None, prompt: str = "",
     ) -> tuple[list[Encoded], dict[str, list[Outputs]]]:
-        """Check, admit once (a permit per input and graph), tokenise once, check `check`'s cap, then run
-        every input through each graph of `kinds` (at once: their inputs queue together)."""
+        """Check, admit once (a permit per input and graph), tokenise once (texts after `prompt`), check
+        `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs) * len(kinds)) as ticket:
-            encoded = await self._encode(inputs, truncate, direction)
+            encoded = await self._encode(inputs, truncate, direction, prompt)
             if check is not None:
                 check(encoded)
             ids = [e.ids for e in encoded]
             runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
         return encoded, dict(zip(kinds, runs, strict=True))
 
-    async def run_windows(self, inputs: Inputs, overlap: int) -> tuple[list[list[Window]], list[list[Outputs]]]:
-        """Cut every input into windows (off the loop when large), admit every window (one permit each, all
-        or none), run them through the fast graph; per input, its windows and their outputs."""
+    async def run_windows(
+        self, inputs: Inputs, overlap: int, prompt: str = "",
+    ) -> tuple[list[list[Window]], list[list[Outputs]]]:
+        """Cut every input (texts after `prompt`) into windows (off the loop when large), admit every window (one
+        permit each, all or none), run them through the fast graph; per input, its windows and their outputs."""
         check_inputs(self.limits, inputs, chunked=True)
         started = time.perf_counter()
         windows = await self.maybe_off_loop(
-            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
+            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input, prompt,
         )
         self._tokenized(time.perf_counter() - started)
         flat = [w.ids for ws in windows for w in ws]
@@ -149,11 +151,11 @@ class ServedModel:
         if (record := timing.current()) is not None:
             record.tokenized(seconds)
 
-    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction) -> list[Encoded]:
+    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
         if isinstance(inputs[0], str):
             started = time.perf_counter()
-            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction)
+            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction, prompt)
             self._tokenized(time.perf_counter() - started)
             return encoded
         return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]

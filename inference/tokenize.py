@@ -6,6 +6,13 @@ special tokens and cuts from the right or the left; with truncation off, an inpu
 model's max length is refused, naming the limit. For chunking (`inference.chunking`) the whole text is
 encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
 `load_tokenizer` is the one loader of a bundle's tokenizer (the service, the corpus job and the bench use it).
+
+A prompt (`inference.prompts`) is prepended to the text, and the two are tokenised as one string, as
+sentence-transformers does (so a byte-level BPE or Unigram tokenizer merges across the seam exactly as there);
+cut from the right, that is sentence-transformers' encoding. What must keep the prompt while cutting elsewhere
+(truncation from the left, every window of a chunked text) splits the string's tokens at the prompt's end:
+the prompt's tokens are those that end within its characters (`split_prompt`), and they are put back right
+after the special tokens that open a sequence (the post-processor's `lead` tokens).
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class TextTokenizer:
         self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
         self._plain = _truncating_copy(tokenizer, max_length, "right")
         self._plain.no_truncation()
+        self.lead = _lead(self._plain)  # special tokens before a sequence's first content token ([CLS], <s>: 1)
 
     @property
     def truncating(self) -> Tokenizer:
@@ -52,28 +60,72 @@ class TextTokenizer:
         callers that batch-encode on their own: the bench's raw engine, the naive server)."""
         return self._by_direction["right"]
 
-    def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right") -> list[Encoded]:
-        batch = self._by_direction[direction].encode_batch(list(texts))
+    def encode(self, texts: Sequence[str], truncate: bool, direction: Direction = "right",
+               prompt: str = "") -> list[Encoded]:
+        """Each text (after `prompt`) with its special tokens, cut to the max length from `direction`'s end;
+        cut from the left, a prompted text keeps its prompt and loses the start of the text."""
+        batch = self._by_direction[direction].encode_batch(_prompted(prompt, texts))
         for index, encoding in enumerate(batch):
             if encoding.overflowing and not truncate:
+                with_prompt = " with its prompt" if prompt else ""
                 raise InputTooLong(
-                    f"input {index} is longer than the model's max length of {self.max_length} tokens "
-                    "and truncation is off (set truncate=true to cut it)"
+                    f"input {index}{with_prompt} is longer than the model's max length of {self.max_length} "
+                    "tokens and truncation is off (set truncate=true to cut it)"
                 )
+        if prompt and direction == "left":
+            return [self._left_keeping(prompt, text) if encoding.overflowing else _encoded(encoding)
+                    for encoding, text in zip(batch, texts, strict=True)]
         return [_encoded(e) for e in batch]
 
-    def encode_ids(self, texts: Sequence[str], direction: Direction = "right") -> list[np.ndarray]:
+    def encode_ids(self, texts: Sequence[str], direction: Direction = "right", prompt: str = "") -> list[np.ndarray]:
         """(T,) int64 ids per text, cut as `encode(truncate=True)` cuts them, and nothing else: for the corpus
         job, where building tokens, offsets and masks per text would cost more than tokenising."""
-        return [np.asarray(e.ids, dtype=np.int64) for e in self._by_direction[direction].encode_batch(list(texts))]
+        if prompt and direction == "left":
+            return [e.ids for e in self.encode(texts, True, direction, prompt)]
+        batch = self._by_direction[direction].encode_batch(_prompted(prompt, texts))
+        return [np.asarray(e.ids, dtype=np.int64) for e in batch]
+
+    def split_prompt(self, encoding: Encoding, chars: int) -> Encoded:
+        """The prompt's tokens at the start of `encoding` (the content tokens of a prompt of `chars` characters
+        and a text): those ending within the prompt. `encoding` keeps the text's tokens (cut in place; the
+        prompt's are left in its `overflowing`, which a caller that cuts it again must not read as a window)."""
+        whole = _encoded(encoding)
+        count = next((i for i, (_, stop) in enumerate(whole.offsets) if stop > chars), whole.length)
+        if count:
+            encoding.truncate(whole.length - count, direction="left")
+        return _sliced(whole, 0, count)
+
+    def with_prompt(self, wrapped: Encoded, prompt: Encoded) -> Encoded:
+        """A wrapped sequence with the prompt's tokens put right after its opening special tokens."""
+        at = self.lead
+        return Encoded(
+            np.concatenate([wrapped.ids[:at], prompt.ids, wrapped.ids[at:]]),
+            [*wrapped.tokens[:at], *prompt.tokens, *wrapped.tokens[at:]],
+            [*wrapped.offsets[:at], *prompt.offsets, *wrapped.offsets[at:]],
+            [*wrapped.special[:at], *prompt.special, *wrapped.special[at:]],
+            None if wrapped.type_ids is None else np.concatenate(
+                [wrapped.type_ids[:at], np.zeros(prompt.length, dtype=np.int64), wrapped.type_ids[at:]]),
+        )
+
+    def _left_keeping(self, prompt: str, text: str) -> Encoded:
+        """`prompt + text` cut from the left to the max length, the prompt kept whole."""
+        content = self._plain.encode(prompt + text, add_special_tokens=False)
+        prefix = self.split_prompt(content, len(prompt))
+        room = self.max_length - self.special_count - prefix.length
+        if room <= 0:
+            raise InputTooLong(f"the prompt takes {prefix.length} tokens, leaving no room for the text in the "
+                               f"model's max length of {self.max_length} tokens")
+        content.truncate(room, direction="left")
+        return self.with_prompt(_encoded(self._plain.post_process(content)), prefix)
 
     def encode_plain(self, texts: Sequence[str], add_special_tokens: bool) -> list[Encoded]:
         """For /tokenize: the whole input, no truncation."""
         return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
-    def content(self, texts: Sequence[str]) -> list[Encoding]:
-        """Whole texts as `tokenizers` encodings, without special tokens or truncation (for chunking)."""
-        return self._plain.encode_batch(list(texts), add_special_tokens=False)
+    def content(self, texts: Sequence[str], prompt: str = "") -> list[Encoding]:
+        """Whole texts (after `prompt`) as `tokenizers` encodings, without special tokens or truncation (for
+        chunking)."""
+        return self._plain.encode_batch(_prompted(prompt, texts), add_special_tokens=False)
 
     def wrap(self, encoding: Encoding) -> Encoding:
         """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens."""
@@ -122,6 +174,21 @@ def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction
     copy.no_padding()
     copy.enable_truncation(max_length, direction=direction)
     return copy
+
+
+def _prompted(prompt: str, texts: Sequence[str]) -> list[str]:
+    return [prompt + text for text in texts] if prompt else list(texts)
+
+
+def _lead(tokenizer: Tokenizer) -> int:
+    """How many special tokens the post-processor puts before a single sequence's content."""
+    wrapped = tokenizer.post_process(tokenizer.encode("a", add_special_tokens=False))
+    return next((i for i, sequence in enumerate(wrapped.sequence_ids) if sequence is not None), 0)
+
+
+def _sliced(e: Encoded, start: int, stop: int) -> Encoded:
+    return Encoded(e.ids[start:stop], e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop],
+                   None if e.type_ids is None else e.type_ids[start:stop])
 
 
 def _encoded(encoding: Encoding) -> Encoded:

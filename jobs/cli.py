@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, ValidationError
 from attnserve.flags import add_flags, given, report
 from inference.chunking import DEFAULT_OVERLAP
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
-from jobs.embed import JobModel
+from jobs.embedding import Batching, Chunking, JobError, JobOutput
 from jobs.inputs import FORMATS, Columns, InputError
-from jobs.rows import Batching, Chunking, JobError, JobOutput
+from jobs.local import JobModel
 
 LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
 BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")
@@ -52,8 +52,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--text-column", default="text", help="column (or JSON key) holding the text")
     parser.add_argument("--id-column", help="column (or JSON key) holding the id, written as a string "
                                             "(default: the row number, counted across the inputs from 0)")
-    parser.add_argument("--classify", action="store_true", help="also write the label and the softmax scores")
+    parser.add_argument("--classify", action="store_true",
+                        help="also write the label and the scores (softmax; the sigmoid of a single label's logit)")
     parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
+    parser.add_argument("--prompt-name", metavar="NAME",
+                        help="put the model's prompt NAME (manifest.json prompts, GET /info) before every text, as "
+                             "/embed's prompt_name does (default: the model's default prompt, when it names one)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                         help="L2-normalise the vectors, as /embed does by default")
     parser.add_argument("--part-rows", type=int, default=10_000,
@@ -129,7 +133,7 @@ def _model(args: argparse.Namespace) -> tuple[JobModel, int]:
 
 
 def _run_local(args: argparse.Namespace, model: JobModel, max_windows: int):
-    from jobs.embed import run
+    from jobs.local import run
 
     return run(_job(args, max_windows), model)
 
@@ -142,12 +146,13 @@ def _run_ray(args: argparse.Namespace, model: JobModel, max_windows: int):
 
 
 def _job(args: argparse.Namespace, max_windows: int):
-    from jobs.embed import Job
+    from jobs.local import Job
 
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
-               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows)),
+               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
+                         args.prompt_name),
                args.part_rows, args.overwrite)
 
 

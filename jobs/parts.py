@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +25,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bundle.files import write_text_atomic
-from jobs.rows import JobError
+from bundle.files import write_text_atomic, written_whole
+from jobs.embedding import JobError
 
 STATE = "_job.json"
 REJECTS = "_rejects"
@@ -97,15 +95,8 @@ def write_part(out: Path, index: int, table: pa.Table, rejects: list[dict[str, A
         (out / REJECTS).mkdir(exist_ok=True)
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
         write_text_atomic(out / REJECTS / PART.format(index).replace(".parquet", ".jsonl"), text)
-    fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=out)
-    os.close(fd)
-    try:
+    with written_whole(out / PART.format(index)) as tmp:
         pq.write_table(table, tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
-        os.replace(tmp, out / PART.format(index))
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def clear(out: Path) -> None:

@@ -5,7 +5,7 @@
                                        cap too), one task per file, blocks of --ray-batch-rows rows; bad rows
                                        go to OUT/_rejects/input-NNNNN.jsonl
     -> map_batches(Embedder, actor pool)  one onnxruntime session per actor (threads = the actor's CPUs,
-                                       num_gpus with provider cuda); the local job's jobs.rows / jobs.windows
+                                       num_gpus with provider cuda); the local job's jobs.embedding / jobs.windows
                                        code, so with --chunking a document's windows stay in one actor call
     -> write_parquet(OUT)
 
@@ -21,8 +21,6 @@ Paths (inputs, bundle, OUT) must be the same on every node: a shared volume, or 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,12 +32,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bundle.files import written_whole
 from inference.errors import StartupError
 from inference.loading import verify
 from inference.tokenize import load_tokenizer
-from jobs import inputs, parts, rows, windows
-from jobs.embed import Job, JobModel, Summary, open_bundle
-from jobs.rows import JobError, JobOutput
+from jobs import embedding, inputs, parts, windows
+from jobs.embedding import JobError, JobOutput
+from jobs.local import Job, JobModel, Summary, open_bundle
 
 # A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
 # file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
@@ -87,24 +86,24 @@ class Embedder:
         load = model.load.model_copy(update={"intra_op_threads": threads})
         self.batching, self.output = model.batching, output
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
-        self.schema = rows.schema(rows.id_type(has_id_column), self.bundle.manifest.embedding_size,
+        self.schema = embedding.schema(embedding.id_type(has_id_column), self.bundle.manifest.embedding_size,
                                   list(self.bundle.manifest.labels), output)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)
-        return rows.table(batch.column("id").to_pylist(), values, list(self.bundle.manifest.labels), self.schema)
+        return embedding.table(batch.column("id").to_pylist(), values, list(self.bundle.manifest.labels), self.schema)
 
 
 def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int,
-              too_long: rows.TooLong | None = None) -> Iterator[pa.Table]:
+              too_long: embedding.TooLong | None = None) -> Iterator[pa.Table]:
     """A Ray task: one input file's good rows as (id, text) blocks of at most `chunk_rows` rows, which Ray
     spreads over the actor pool; its bad rows (`too_long`'s too) into _rejects (atomically)."""
     item = batch.to_pylist()[0]
     source = inputs.Source(Path(item["path"]), item["format"], item["rows"])
-    id_type = rows.id_type(columns.id is not None)
+    id_type = embedding.id_type(columns.id is not None)
     with _rejects_file(Path(out), item["index"]) as rejects:
         for chunk in inputs.read_source(source, columns, chunk_rows, 0, item["first_row"]):
-            good, bad = rows.split(chunk, too_long)
+            good, bad = embedding.split(chunk, too_long)
             rejects.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in bad)
             yield pa.table({"id": pa.array([chunk.ids[i] for i in good], type=id_type),
                             "text": pa.array([chunk.texts[i] for i in good], type=pa.string())})
@@ -137,7 +136,7 @@ def run_on_ray(job: Job, model: JobModel, options: RayOptions) -> Summary:
 
 
 def _execute(job: Job, model: JobModel, options: RayOptions, sources: list[inputs.Source],
-             too_long: rows.TooLong | None) -> float:
+             too_long: embedding.TooLong | None) -> float:
     import ray
     import ray.data
 
@@ -193,10 +192,11 @@ def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | Non
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    prompt = embedding.prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:
         return None
-    windows.check(tokenizer, output.chunking)
-    return windows.WindowCap(tokenizer, output.chunking)
+    windows.check(tokenizer, output.chunking, prompt)
+    return windows.WindowCap(tokenizer, output.chunking, prompt)
 
 
 def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:
@@ -228,12 +228,5 @@ def _rejects_file(out: Path, index: int) -> Iterator[TextIO]:
     retried task rewrites it whole); no file when the input has no bad rows."""
     target = out / parts.REJECTS / f"input-{index:05d}.jsonl"
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            yield fh
-        if os.path.getsize(tmp):
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with written_whole(target, keep_empty=False) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        yield fh

@@ -3,7 +3,7 @@
 The cutting, the checks and the pooling are `inference.chunking`'s, so the job's windows, spans and pooled vectors are
 those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
 windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
-tokens. Every window is one item of `jobs.rows.run_batched`, where the service's BatchQueue batches
+tokens. Every window is one item of `jobs.embedding.run_batched`, where the service's BatchQueue batches
 windows by length under the token budget as it batches rows, so one document's windows may run in
 different batches. Documents are cut a few at a time, as the queue has room; a document's window
 outputs are kept until its last window has run, then pooled at once (mean: the content-token-weighted
@@ -12,7 +12,7 @@ written once all its documents are done, so memory holds one part's answers and 
 
 A document that would make more windows than the cap (--max-windows-per-input, the server's setting) is
 a bad row: `WindowCap` counts its windows (`chunking.too_many_windows`) before any is built and gives the
-reason, and `rows.split` sets it aside with the other bad rows.
+reason, and `embedding.split` sets it aside with the other bad rows.
 
 Shape letters: N documents, M windows of all of them, K windows of one, D hidden, C labels.
 """
@@ -23,61 +23,67 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+from tokenizers import Encoding
 
 from inference import chunking, postprocess
 from inference.chunking import Window
 from inference.errors import OutOfRange
 from inference.loading import LoadedBundle
 from inference.tokenize import TextTokenizer
-from jobs import rows
-from jobs.rows import Batching, Chunking, JobError, JobOutput, OnBatch
+from jobs import embedding
+from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
 
 CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
 NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
 Outputs = dict[str, np.ndarray]
 
 
-def check(tokenizer: TextTokenizer, options: Chunking) -> None:
-    """--chunk-overlap must leave the windows room to advance: 0 <= N < W (the core's rule)."""
+def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:
+    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P (the core's
+    rule)."""
+    prompt_tokens = len(tokenizer.content([prompt])[0].ids) if prompt else 0
     try:
-        chunking.check_overlap(tokenizer, options.overlap)
+        chunking.check_overlap(tokenizer, options.overlap, prompt=prompt_tokens)
     except OutOfRange as error:
         raise JobError(error.message.replace("chunk_overlap", "--chunk-overlap", 1)) from None
 
 
 @dataclass(frozen=True)
 class WindowCap:
-    """Why each text is set aside for making too many windows (None: it is not). A `rows.TooLong`."""
+    """Why each text is set aside for making too many windows (None: it is not). An `embedding.TooLong`. With
+    a prompt, the text's tokens are counted against windows less the prompt's tokens, as `chunking.cut` cuts."""
 
     tokenizer: TextTokenizer
     options: Chunking
+    prompt: str = ""
 
     def __call__(self, texts: list[str]) -> list[str | None]:
-        counts = [len(e.ids) for start in range(0, len(texts), CUT_ROWS)
-                  for e in self.tokenizer.content(texts[start:start + CUT_ROWS])]
-        return [self._reason(tokens) for tokens in counts]
+        encodings = [e for start in range(0, len(texts), CUT_ROWS)
+                     for e in self.tokenizer.content(texts[start:start + CUT_ROWS], self.prompt)]
+        return [self._reason(e) for e in encodings]
 
-    def _reason(self, tokens: int) -> str | None:
-        size = chunking.window_size(self.tokenizer)
-        reason = chunking.too_many_windows(tokens, size, self.options.overlap, self.options.max_windows)
+    def _reason(self, encoding: Encoding) -> str | None:
+        prompt = self.tokenizer.split_prompt(encoding, len(self.prompt)).length if self.prompt else 0
+        size = chunking.window_size(self.tokenizer) - prompt
+        reason = chunking.too_many_windows(len(encoding.ids), size, self.options.overlap, self.options.max_windows)
         return None if reason is None else f"{reason} (--max-windows-per-input)"
 
 
-def too_long(tokenizer: TextTokenizer, output: JobOutput) -> WindowCap | None:
-    return WindowCap(tokenizer, output.chunking) if output.chunking is not None else None
+def too_long(tokenizer: TextTokenizer, output: JobOutput, prompt: str = "") -> WindowCap | None:
+    return WindowCap(tokenizer, output.chunking, prompt) if output.chunking is not None else None
 
 
 def embed(
     bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: Batching, on_rows: OnBatch | None = None,
 ) -> dict[str, np.ndarray]:
-    """`rows.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
+    """`embedding.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
     if output.chunking is None:
-        return rows.embed(bundle, texts, output, batching, on_rows)
+        return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
-    sequences = documents.cut(bundle.tokenizer, texts)
-    for batch in rows.run_batched(bundle, sequences, batching):
+    sequences = documents.cut(bundle.tokenizer, texts, embedding.prompt_of(bundle.manifest, output))
+    for batch in embedding.run_batched(bundle, sequences, batching):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
@@ -96,11 +102,11 @@ class _Documents:
         self.left: list[int] = []  # per document, windows not yet run
         self.where: list[tuple[int, int]] = []  # per window item: (document, window)
 
-    def cut(self, tokenizer: TextTokenizer, texts: list[str]) -> Iterator[np.ndarray]:
-        """Each window's ids, document after document, recording the windows as they are cut."""
+    def cut(self, tokenizer: TextTokenizer, texts: list[str], prompt: str) -> Iterator[np.ndarray]:
+        """Each window's ids (after `prompt`), document after document, recording the windows as they are cut."""
         for start in range(0, len(texts), CUT_ROWS):
             for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.overlap,
-                                        self.options.max_windows):
+                                        self.options.max_windows, prompt):
                 document = len(self.windows)
                 self.windows.append([replace(w, ids=NO_IDS) for w in windows])
                 self.run.append(sum(w.length for w in windows))
@@ -115,7 +121,7 @@ class _Documents:
         for index, result in batch:
             document, k = self.where[index]
             for name, value in result.items():
-                rows.finite(value, name)
+                embedding.finite(value, name)
             self.outputs[document][k] = result
             self.left[document] -= 1
             if self.left[document] == 0:
@@ -130,11 +136,11 @@ class _Documents:
                 for name in outputs[0]}
 
     def values(self, output: JobOutput, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
-        """What rows.table takes: per document (mean) or per window (windows), in input order."""
+        """What embedding.table takes: per document (mean) or per window (windows), in input order."""
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
-            values["scores"] = postprocess.softmax(_stack(flat, "logits", classes)).astype(np.float32)
+            values["scores"] = postprocess.scores(_stack(flat, "logits", classes)).astype(np.float32)
         if self.options.mode == "mean":
             values["tokens"] = np.array(self.run, dtype=np.int32)  # (N,)
             return values

@@ -8,7 +8,8 @@ protocol's `{"error": message}` (same statuses, same message).
 
     status  type                     error (inference.errors unless marked edge)
     422     invalid_request_error    InvalidRequest and its kinds: InputTooLong, TooManyInputs,
-                                     AttentionTooLarge, ResponseTooLarge, OutOfRange, Unsupported
+                                     AttentionTooLarge, ResponseTooLarge, OutOfRange, Unsupported,
+                                     UnknownPrompt
     401     authentication_error     Unauthorized (edge): missing or wrong bearer key
     404     not_found_error          NotFound (edge, from routing), ModelNotFound
     405     invalid_request_error    MethodNotAllowed (edge, from routing)

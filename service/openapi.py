@@ -4,10 +4,11 @@ left out (they answer 404).
 
 With several models served the bounds are the tightest of them, so that whatever the document accepts,
 every model accepts: `dimensions` up to the embedding size, layer and head indices below the model's counts,
-token ids below the vocabulary size, `chunk_overlap` below the chunking window, and on /v2 the output
-names the models give; and from the settings, at most max_inputs inputs. What no document can state stays
-a 422 naming its limit: an input too long for the model with truncation off, an answer over its cap, and
-on /v2 a tensor whose data does not fill its shape.
+token ids below the vocabulary size, `chunk_overlap` below the chunking window (less the longest prompt),
+`prompt_name` one of the prompts every model has, and on /v2 the output names the models give; and from
+the settings, at most max_inputs inputs. What no document can state stays a 422 naming its limit: an input
+too long for the model with truncation off, an answer over its cap, and on /v2 a tensor whose data does not
+fill its shape.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.chunking import window_size
+from inference.prompts import longest_prompt
 from inference.registry import ModelRegistry
 
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all"}
@@ -35,6 +37,7 @@ class Bounds:
     window: int
     tasks: frozenset[str]
     outputs: tuple[str, ...]  # /v2 output names
+    prompts: tuple[str, ...]  # the prompt names every model has
 
 
 def bounds(models: ModelRegistry) -> Bounds:
@@ -43,12 +46,14 @@ def bounds(models: ModelRegistry) -> Bounds:
     listed = list(models)
     manifests = [m.bundle.manifest for m in listed]
     outputs = dict.fromkeys(name for m in listed for name in output_specs(m))
+    common = [name for name in manifests[0].prompts if all(name in m.prompts for m in manifests)]
     return Bounds(
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
-        min(window_size(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
-        tuple(outputs),
+        min(window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed),
+        frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
     )
+
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:
@@ -56,6 +61,7 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
     return NEEDS.get(path, "embed") in set(tasks)
 
 
+PROMPTED = {"EmbedRequest": "prompt_name", "EmbedAllRequest": "prompt_name", "SimilarityParameters": "prompt_name"}
 LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
          "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences"}
@@ -78,6 +84,9 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
         _cap(schemas["AttentionRequest"]["properties"]["layers"], served.layers - 1)
         _cap(schemas["AttentionRequest"]["properties"]["heads"], served.heads - 1)
+    for name, field in PROMPTED.items():
+        if name in schemas:
+            _prompt_names(schemas[name]["properties"][field], served.prompts)
     for path in INFER_PATHS:
         if path in doc["paths"]:
             _infer_body(doc["paths"][path]["post"]["requestBody"], served)
@@ -94,6 +103,12 @@ def _cap(node: Any, most: int) -> None:
     elif isinstance(node, list):
         for item in node:
             _cap(item, most)
+
+
+def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
+    """A prompt name is one of `names`, or null; with no name every model has, only null."""
+    branches = [b for b in node["anyOf"] if b.get("type") != "string"]
+    node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
 
 
 def _cap_lists(node: dict[str, Any], most: int) -> None:
@@ -113,6 +128,7 @@ def _infer_body(body: dict[str, Any], served: Bounds) -> None:
     for key, count in (("layers", served.layers), ("heads", served.heads)):
         _cap(parameters[key], count - 1)
         _index_pattern(parameters[key], count)
+    _prompt_names(parameters["prompt_name"], served.prompts)
 
 
 def _index_pattern(node: Any, count: int) -> None:

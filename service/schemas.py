@@ -45,6 +45,14 @@ CHUNKING = (
     "the mean of its windows' pooled vectors (or logits) weighted by their content tokens, taken before "
     "normalisation (or softmax); windows: every window's answer with its span in the input. Default: truncate."
 )
+PROMPT_NAME = (
+    "One of the model's prompts (GET /info and /v1/models list each model's `prompts`), put before every text "
+    "input as sentence-transformers' encode(prompt_name=...) puts it; the model reads, and usage counts, its tokens "
+    "too. A name the model does not have is refused (422, listing its prompts). Default: the model's "
+    "`default_prompt_name`, when it names one. Token-id inputs are run as given."
+)
+RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
+              "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
                  "length less its special tokens), else 422.")
 
@@ -102,6 +110,12 @@ class OpenAIEmbeddingRequest(BaseModel):
         None, description=CHUNKING + " With windows, `data` lists every window of every input in order."
     )
     chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+    input_type: Literal["query", "document"] | None = Field(None, description=(
+        "What the inputs are, as Cohere's and vLLM's APIs say it: query puts the model's prompt named `query` "
+        "before every text input, document its prompt named `document` (else `passage`); a model without such a "
+        "prompt embeds the text as given (many prompt only their queries). Default: the model's "
+        "`default_prompt_name`, when it names one. `usage` counts the prompt's tokens. Token-id inputs are run as "
+        "given."))
 
 
 class OpenAIEmbedding(BaseModel):
@@ -133,6 +147,8 @@ class OpenAIModel(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
+    default_prompt_name: str | None = Field(description="The prompt texts get when the request names none.")
 
 
 class OpenAIModelList(BaseModel):
@@ -141,7 +157,11 @@ class OpenAIModelList(BaseModel):
 
 
 # -- text-embeddings-inference ---------------------------------------------------------------------
-class EmbedRequest(Truncation, Chunked):
+class Prompted(_Strict):
+    prompt_name: Text | None = Field(None, description=PROMPT_NAME)
+
+
+class EmbedRequest(Truncation, Chunked, Prompted):
     inputs: TextInputs
     normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
@@ -150,7 +170,7 @@ class EmbedRequest(Truncation, Chunked):
 class ClassifyRequest(Truncation, Chunked):
     inputs: TextInputs
     top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
-    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
 
 
 class LabelScore(BaseModel):
@@ -170,7 +190,8 @@ class PredictParameters(_Strict):
 
     top_k: Positive | None = Field(None, description="Return only the k best labels.")
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
-        None, description="Scores from the logits; when given it overrides raw_scores.",
+        None, description="Scores from the logits; when given it overrides raw_scores. Default: softmax over "
+        "two or more labels, sigmoid of a single label's logit.",
     )
 
 
@@ -179,7 +200,7 @@ class PredictRequest(Truncation):
         description="A text (or [text]): answered with one list of labels; or a batch [[text], ...]: one list per "
         "input. Sentence pairs ([a, b]) are refused: the bundles' graphs take no token type ids.",
     )
-    raw_scores: StrictBool = Field(False, description="Return the raw logits instead of softmax probabilities.")
+    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
     parameters: PredictParameters | None = None
 
 
@@ -188,12 +209,16 @@ class SimilarityInput(_Strict):
     sentences: Texts = Field(description="Texts compared with source_sentence.")
 
 
+class SimilarityParameters(TruncationFields, Prompted):
+    """TEI's similarity parameters: truncation, and the prompt of every sentence (the source's too)."""
+
+
 class SimilarityRequest(_Request):
     inputs: SimilarityInput
-    parameters: TruncationFields | None = None
+    parameters: SimilarityParameters | None = None
 
 
-class EmbedAllRequest(Truncation):
+class EmbedAllRequest(Truncation, Prompted):
     inputs: TextInputs
 
 

@@ -1,22 +1,29 @@
 """Session fixtures shared by every test package (registered in tests/conftest.py via pytest_plugins).
 
     tiny_checkpoint   a seeded tiny attnserve checkpoint (tests.helpers.tiny; linear head, labels neg/pos)
-    tiny_bundle       its fp32 bundle (fast + attention graphs), name "tiny", version "7": exported once
+    tiny_bundle       its fp32 bundle (fast + attention graphs, no fp32-opt: auto serves fp32), name "tiny",
+                      version "7": exported once
     tiny_plain_bundle the same model without a classification head: an embedding-only bundle, name "plain"
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
+    family_export     case name -> that case of tests.helpers.exports exported (fp32), made on first use: every
+                      family's bundle is exported once per session, whichever tests ask for it
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.helpers.process import launch_server, stop, wait_ready
 from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
+
+if TYPE_CHECKING:
+    from tests.helpers.exports import Exported
 
 
 @pytest.fixture(scope="session")
@@ -25,11 +32,11 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **options: str) -> Path:
-    """`source` exported (fp32) to a fresh bundle directory called `folder`."""
+    """`source` exported (fp32 only) to a fresh bundle directory called `folder`."""
     from export.bundle import export_bundle
 
     out = factory.mktemp("bundles") / folder
-    export_bundle(source, out, **options)
+    export_bundle(source, out, variants=("fp32",), **options)
     return out
 
 
@@ -64,3 +71,16 @@ def live_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     yield server.url
     status, log = stop(server)
     assert status == 0, log
+
+
+@pytest.fixture(scope="session")
+def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Exported]:
+    from tests.helpers.exports import export_case  # torch and transformers: only for the tests that ask
+
+    made: dict[str, Exported] = {}
+
+    def get(name: str) -> Exported:
+        if name not in made:
+            made[name] = export_case(name, tmp_path_factory.mktemp(name))
+        return made[name]
+    return get

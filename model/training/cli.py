@@ -3,7 +3,8 @@
 Three starting points:
     (default)         the real MiniLM (model.training.assets.minilm_dir()) kept frozen; only the head learns,
                       on MiniLM token states computed once and cached;
-    --init DIR        a BERT-family directory or one of our checkpoints; all layers fine-tune unless
+    --init DIR        a Hugging Face directory of any family model/families.py knows (BERT, RoBERTa, XLM-R,
+                      CamemBERT, DistilBERT, MPNet, ModernBERT) or one of our checkpoints; all layers fine-tune unless
                       --freeze-encoder (then the head learns on cached features, as by default);
     --from-scratch    a WordPiece vocabulary trained on the training texts and a new Encoder.
 Without --data the Rotten Tomatoes snippets (fresh/rotten) are used. The best epoch by held-out
@@ -65,12 +66,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     data.add_argument("--max-train-examples", type=int, help="train on only the first N training examples "
                       "(quick runs; the held-out split is unchanged)")
     start = parser.add_argument_group("starting point").add_mutually_exclusive_group()
-    start.add_argument("--init", type=Path, help="BERT-family directory or attnserve checkpoint to fine-tune")
+    start.add_argument("--init", type=Path, help="Hugging Face model directory (BERT, RoBERTa, XLM-R, CamemBERT, "
+                       "DistilBERT, MPNet, ModernBERT) or attnserve checkpoint to fine-tune")
     start.add_argument("--from-scratch", action="store_true", help="new encoder and WordPiece vocabulary")
     parser.add_argument("--freeze-encoder", action="store_true", help="with --init: train only the head "
                         "(the encoder runs once to cache features); the default model is always frozen")
     parser.add_argument("--head", choices=("linear", "attention", "pooler"), help="linear: on the pooled vector; "
-                        "attention: one extra encoder block + mean pool + linear; pooler: BERT tanh pooler on [CLS] "
+                        "attention: one extra encoder block + mean pool + linear; pooler: the family's own "
+                        "classification head (BERT's tanh pooler on [CLS], RoBERTa's dense-tanh-out, DistilBERT's "
+                        "ReLU pre-classifier, ModernBERT's dense-GELU-norm) "
                         f"(default: {DEFAULT_HEAD} for the default model, linear otherwise)")
     _add_optimisation(parser)
     _add_scratch_size(parser)

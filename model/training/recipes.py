@@ -1,7 +1,9 @@
-"""Starting points for training: a loaded model (BERT-family dir or our checkpoint) or a fresh one.
+"""Starting points for training: a loaded model (a Hugging Face directory of any family, or our checkpoint) or
+a fresh one.
 
     from_init     load_model(path), then give it a fresh classification head for our labels
-                  (a head with the same kind and the same labels is kept, to continue training);
+                  (a head with the same kind and the same labels is kept, to continue training); the
+                  "pooler" head of a Hugging Face directory is its family's own (model.hf.sequence_head);
     from_scratch  a WordPiece vocabulary trained on the training texts and a new Encoder;
     make_task     frozen encoder -> FeatureTask (head on cached features), else TextTask.
 """
@@ -12,12 +14,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
 
 from model.config import EncoderConfig
 from model.encoder import Encoder
+from model.hf import is_hf_dir, sequence_head
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids, train_wordpiece
 from model.training.data import Dataset
@@ -38,12 +42,15 @@ class ScratchSize:
 def from_init(path: Path, head: str, label_names: Sequence[str]) -> tuple[Encoder, Tokenizer]:
     loaded = load_model(path)
     log.info("loaded %s model from %s", loaded.kind, path)
-    return with_head(loaded.encoder, head, label_names), loaded.tokenizer
+    fields = sequence_head(path) if head == "pooler" and is_hf_dir(path) else {}
+    return with_head(loaded.encoder, head, label_names, fields), loaded.tokenizer
 
 
-def with_head(encoder: Encoder, head: str, label_names: Sequence[str]) -> Encoder:
-    """A copy of encoder's body under a head of the given kind for label_names."""
-    config = encoder.config.replace(head=head, num_labels=len(label_names), label_names=tuple(label_names))
+def with_head(encoder: Encoder, head: str, label_names: Sequence[str], fields: dict[str, Any] | None = None) -> Encoder:
+    """A copy of encoder's body under a head of the given kind for label_names (with the head's `fields`: its
+    activation, norm, pooling)."""
+    chosen = dict(head=head, num_labels=len(label_names), label_names=tuple(label_names))
+    config = encoder.config.replace(**{**(fields or {}), **chosen})
     if config == encoder.config:
         return encoder  # same head, same labels: continue training it
     fresh = Encoder(config)

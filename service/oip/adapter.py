@@ -7,11 +7,12 @@ Shape letters: N inputs, T the longest input's tokens, D hidden, C labels, l lay
 Inputs: `text` (BYTES [N]), or `input_ids` (INT64/INT32 [N, T]) with an optional `attention_mask` (same
 shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP32 [N, D] (as
 /v1/embeddings: normalised as the manifest says unless `normalize` says otherwise), `logits` and `scores`
-(softmax) FP32 [N, C] in the manifest's label order, `attentions` FP32 (as /attention, over real tokens,
-padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by aggregation) and `attention_mask`
-INT64 [N, T] (1 on each input's real tokens, to unpad the attentions). One request is one call of
-`inference.inspection.graph_outputs`: admitted and tokenised once, every cap checked before any graph
-runs, through the same batching, limits and errors as every route.
+(softmax; the sigmoid of a single label's logit) FP32 [N, C] in the manifest's label order, `attentions`
+FP32 (as /attention, over real tokens, padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by
+aggregation) and `attention_mask` INT64 [N, T] (1 on each input's real tokens, to unpad the attentions).
+Text inputs get the model's prompt as on /embed (`prompt_name`, else its default).
+One request is one call of `inference.inspection.graph_outputs`: admitted and tokenised once, every cap
+checked before any graph runs, through the same batching, limits and errors as every route.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from attnserve import __version__
 from inference import inspection, postprocess
 from inference.errors import InvalidRequest, ModelNotFound
 from inference.limits import AttentionQuery, Inputs
+from inference.prompts import prompt_text
 from inference.registry import quoted
 from inference.served import ServedModel
 from service.oip.codec import Tensor
@@ -82,8 +84,9 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
         query = AttentionQuery(index_list(params.layers), index_list(params.heads), params.aggregation,  # type: ignore[arg-type]
                                "binary" if binary else "float", "float32")
     fast = bool(names & set(FAST_OUTPUTS)) or query is None
+    prompt = prompt_text(served.bundle.manifest, params.prompt_name)
     result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
-                                            direction=direction)
+                                            direction=direction, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}
     if fast:
         values |= _fast_values(served, result.values, params)
@@ -147,7 +150,7 @@ def _fast_values(served: ServedModel, raw: dict[str, np.ndarray], params: InferP
     values = {"embeddings": postprocess.embeddings(raw["embeddings"], normalize, None)}  # (N, D)
     if "logits" in raw:
         logits = raw["logits"].astype(np.float32)  # (N, C)
-        values |= {"logits": logits, "scores": postprocess.softmax(logits).astype(np.float32)}
+        values |= {"logits": logits, "scores": postprocess.scores(logits).astype(np.float32)}
     return values
 
 

@@ -82,6 +82,10 @@ class InferParameters(_Strict):
                                          "such as '0,2' (default: all).")
     aggregation: Aggregation = Field("none", description="`attentions`: none [n, l, h, T, T]; mean or max over "
                                      "heads [n, l, T, T]; rollout across the layers [n, T, T].")
+    prompt_name: StrictStr | None = Field(None, description="One of the model's prompts (GET /info), put before "
+                                          "every `text` input as /embed puts it, so `embeddings` equal /embed's; "
+                                          "`attentions` and `attention_mask` cover its tokens too. Default: the "
+                                          "model's default prompt, when it names one.")
 
 
 class InferRequest(BaseModel):

@@ -9,6 +9,7 @@ from fastapi import Response
 from pydantic import BaseModel
 
 from inference.chunking import Chunking, check_overlap
+from inference.prompts import longest_prompt
 from inference.served import ServedModel
 from inference.tokenize import Direction
 from service.schemas import ErrorResponse
@@ -67,7 +68,8 @@ def direction(body: Any) -> Direction:
 
 def chunking(body: Any, served: ServedModel) -> Chunking | None:
     """The request's chunking (mode and overlap), or None to truncate. An overlap the request gives is held to
-    the model's window (the served OpenAPI document's bound) whether or not it chunks."""
+    the model's window less its longest prompt (the served OpenAPI document's bound) whether or not it chunks."""
     if "chunk_overlap" in body.model_fields_set:
-        check_overlap(served.bundle.tokenizer, body.chunk_overlap)
+        bundle = served.bundle
+        check_overlap(bundle.tokenizer, body.chunk_overlap, prompt=longest_prompt(bundle.manifest, bundle.tokenizer))
     return Chunking(body.chunking, body.chunk_overlap) if body.chunking is not None else None

@@ -22,8 +22,9 @@ router = APIRouter(tags=["openai"])
     dependencies=[Depends(require_json)], summary="Embeddings, OpenAI style",
 )
 async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: JobDep) -> Response:
-    """One embedding per input; with chunking=windows, one per window of each input, in order, each with
-    its `input_index` and span. `usage` counts the tokens run (every window's, special tokens included)."""
+    """One embedding per input, of the text after the prompt `input_type` chooses (default: the model's default
+    prompt); with chunking=windows, one per window of each input, in order, each with its `input_index` and span.
+    `usage` counts the tokens run (every window's, special tokens and the prompt's included)."""
     served = pick(body.model)
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
     data, tokens = await job(_data(served, body, inputs))
@@ -36,8 +37,10 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
 @router.get("/v1/models", response_model=OpenAIModelList, responses=errors(401, 503),
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
-    """Every served model, in the order the bundles were given (the first is the default)."""
-    data = [{"id": name, "object": "model", "created": 0, "owned_by": "attnserve"} for name in models.names]
+    """Every served model, in the order the bundles were given (the first is the default), with its prompts."""
+    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve",
+             "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name}
+            for m in models]
     return json_response({"object": "list", "data": data})
 
 
@@ -46,7 +49,8 @@ async def _data(
 ) -> tuple[list[dict[str, Any]], int]:
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await operations.embed(served, inputs, normalize=served.bundle.manifest.normalize,
-                                    dimensions=body.dimensions, chunked=chunking(body, served))
+                                    dimensions=body.dimensions, chunked=chunking(body, served),
+                                    input_type=body.input_type)
     if result.spans is None:
         return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
             result.tokens

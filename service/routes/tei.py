@@ -31,10 +31,10 @@ from service.schemas import (
     EmbedRequest,
     LabelScore,
     PredictRequest,
+    SimilarityParameters,
     SimilarityRequest,
     Token,
     TokenizeRequest,
-    TruncationFields,
 )
 
 router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_json)])
@@ -43,8 +43,9 @@ Embeddings = list[list[float]] | list[list[EmbeddingWindow]]
 
 @router.post("/embed", response_model=Embeddings, responses=errors(*INFERENCE_ERRORS))
 async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
-    """One embedding per input (pooled; L2-normalised unless normalize=false); with chunking=windows, per
-    input its windows, each with its span and embedding."""
+    """One embedding per input (pooled; L2-normalised unless normalize=false), of the text after the prompt
+    `prompt_name` names (default: the model's default prompt); with chunking=windows, per input its windows, each
+    with its span and embedding (every window read after the prompt)."""
     served = pick(body.model, model)
     return json_response(await job(_embed(served, body)))
 
@@ -52,10 +53,11 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
              responses=errors(*INFERENCE_ERRORS), dependencies=[Depends(needs("classify"))])
 async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
-    """Per input, labels with scores (softmax, or raw logits), best first; with chunking=windows, per input
-    its windows, each with its span and scores."""
+    """Per input, labels with scores, best first: softmax over the labels, or the sigmoid of a model's single
+    logit (a cross-encoder's), or raw logits; with chunking=windows, per input its windows, each with its span
+    and scores."""
     served = pick(body.model, model)
-    function: ScoreFunction = "none" if body.raw_scores else "softmax"
+    function: ScoreFunction | None = "none" if body.raw_scores else None
     chunked = chunking(body, served)
     result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
                                            direction=direction(body), function=function, chunked=chunked))
@@ -75,7 +77,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
     result = await job(operations.classify(
         served, texts, truncate=body.truncate, direction=direction(body),
-        function=function or ("none" if body.raw_scores else "softmax"),
+        function=function or ("none" if body.raw_scores else None),
     ))
     scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
@@ -95,7 +97,7 @@ async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: Mo
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
     served = pick(body.model, model)
     return json_response(await job(operations.embed_all(
-        served, as_list(body.inputs), truncate=body.truncate, direction=direction(body),
+        served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), prompt_name=body.prompt_name,
     )))
 
 
@@ -140,14 +142,14 @@ def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[str]
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
     result = await operations.embed(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
-        dimensions=body.dimensions, chunked=chunking(body, served),
+        dimensions=body.dimensions, chunked=chunking(body, served), prompt_name=body.prompt_name,
     )
     return wire.embedding_windows(result) if result.spans is not None else result.vectors
 
 
 async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
-    parameters = body.parameters or TruncationFields.model_validate({})
+    parameters = body.parameters or SimilarityParameters.model_validate({})
     return await operations.similarity(
         served, body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
-        direction=direction(parameters),
+        direction=direction(parameters), prompt_name=parameters.prompt_name,
     )

@@ -8,7 +8,7 @@
 import { ApiError, setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { downloadCanvas, downloadText } from "./exporter.js";
-import { describe, factsOf, loadServed } from "./facts.js";
+import { describe, factsOf, layerKind, loadServed } from "./facts.js";
 import { tabs, ui } from "./page.js";
 import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./views.js";
 
@@ -23,8 +23,8 @@ const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpec
 /** @type {Served} every served model, from /info; none until it answered */
 let served = { models: [], maxChars: Infinity };
 /** @type {Facts} the chosen model's */
-const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, maxChars: Infinity, labels: [],
-  attention: false };
+const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], maxChars: Infinity,
+  labels: [], attention: false };
 /** @type {string[]} the texts last run */
 let texts = [];
 /** @type {{answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]}} what the views show */
@@ -72,7 +72,7 @@ function useModel(name) {
   Object.assign(facts, factsOf(served, name));
   settings.layer = Math.max(0, Math.min(settings.layer, facts.numLayers - 1));
   settings.head = Math.max(0, Math.min(settings.head, facts.numHeads - 1));
-  fillSelect(ui.layer, facts.numLayers, settings.layer);
+  fillSelect(ui.layer, facts.numLayers, settings.layer, (i) => layerKind(facts, i));
   fillSelect(ui.head, facts.numHeads, settings.head);
   ui.modelInfo.textContent = describe(facts);
   ui.answers.replaceChildren();
@@ -89,9 +89,13 @@ function fillModels(names) {
  * @param {HTMLSelectElement} select
  * @param {number} count options 0 .. count - 1
  * @param {number} chosen
+ * @param {(i: number) => string} [note] shown after an option's number (a local layer's window)
  */
-function fillSelect(select, count, chosen) {
-  select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(String(i), String(i), false, i === chosen)));
+function fillSelect(select, count, chosen, note = () => "") {
+  select.replaceChildren(...Array.from({ length: count }, (_, i) => {
+    const label = note(i) ? `${i} · ${note(i)}` : String(i);
+    return new Option(label, String(i), false, i === chosen);
+  }));
 }
 
 function currentTexts() {

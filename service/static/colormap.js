@@ -1,6 +1,7 @@
 // @ts-check
 // The colour scale: viridis (matplotlib's perceptually uniform map, readable with the common colour
-// vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table.
+// vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table; and
+// the light grey of cells a local layer cannot attend (outside its window), which no value on the scale has.
 
 const STOPS = [
   [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
@@ -19,6 +20,7 @@ function buildTable() {
 }
 
 export const TABLE = buildTable();
+export const OUTSIDE = [216, 216, 216]; // a key beyond a local layer's window: not attended, not a low value
 
 /**
  * Index into TABLE of a value on the scale [0, max].
@@ -40,19 +42,20 @@ export function cssColour(value, max) {
 }
 
 /**
- * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max].
+ * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max]; cells `outside` says are beyond a
+ * local layer's window are grey.
  * @param {Float32Array} values
  * @param {number} n
  * @param {number} max
+ * @param {(row: number, col: number) => boolean} [outside]
  */
-export function matrixImage(values, n, max) {
+export function matrixImage(values, n, max, outside = () => false) {
   const image = new ImageData(Math.max(n, 1), Math.max(n, 1));
   const pixels = image.data;
   for (let i = 0; i < n * n; i++) {
     const t = 3 * level(values[i], max);
-    pixels[4 * i] = TABLE[t];
-    pixels[4 * i + 1] = TABLE[t + 1];
-    pixels[4 * i + 2] = TABLE[t + 2];
+    const rgb = outside(Math.floor(i / n), i % n) ? OUTSIDE : [TABLE[t], TABLE[t + 1], TABLE[t + 2]];
+    pixels.set(rgb, 4 * i);
     pixels[4 * i + 3] = 255;
   }
   return image;

@@ -1,7 +1,8 @@
 // @ts-check
 // The served models' facts, from GET /info (which lists every served model under `models`): for the model
-// chosen, what the controls and requests depend on (its layers and heads, labels, max length, whether it
-// serves attention), and the limits all models share. The first model listed is the server's default.
+// chosen, what the controls and requests depend on (its layers and heads, which layers attend locally, labels,
+// max length, whether it serves attention), and the limits all models share. The first model listed is the
+// server's default.
 
 import { call } from "./api.js";
 
@@ -12,6 +13,8 @@ import { call } from "./api.js";
  * @property {number} num_layers
  * @property {number} num_heads
  * @property {number} max_length
+ * @property {(number | null)[]} [attention_windows] per layer, the tokens on each side a local (sliding-window)
+ *   layer attends to, or null for a global layer
  * @property {string[]} labels empty for a model without a classification head
  * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
  */
@@ -31,6 +34,7 @@ import { call } from "./api.js";
  * @property {number} numLayers
  * @property {number} numHeads
  * @property {number} maxLength
+ * @property {(number | null)[]} windows per layer, a local layer's reach on each side, or null (global)
  * @property {number} maxChars
  * @property {string[]} labels
  * @property {boolean} attention whether it has an attention graph (/attention answers for it)
@@ -53,8 +57,19 @@ export function factsOf(served, name) {
   const entry = served.models.find((m) => m.name === name) ?? served.models[0];
   return {
     model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
-    maxLength: entry.max_length, maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
+    maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
+    maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
   };
+}
+
+/**
+ * How layer `layer` attends, for its label: "" for a global layer, "local ±w" for a sliding-window one.
+ * @param {Facts} facts
+ * @param {number} layer
+ */
+export function layerKind(facts, layer) {
+  const window = facts.windows[layer];
+  return window === null || window === undefined ? "" : `local ±${window}`;
 }
 
 /**
@@ -64,6 +79,9 @@ export function factsOf(served, name) {
 export function describe(facts) {
   const labels = facts.labels.length ? `labels: ${facts.labels.join(", ")}` : "no classification head";
   const attention = facts.attention ? "" : " · no attention graph";
-  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads · up to ${facts.maxLength} tokens`
-    + ` · ${labels}${attention}`;
+  const local = facts.windows.flatMap((w, layer) => (w === null ? [] : [layer]));
+  const which = local.length === 1 ? `layer ${local[0]} attends` : `layers ${local.join(", ")} attend`;
+  const windows = local.length ? ` · ${which} ±${facts.windows[local[0]]} tokens` : "";
+  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${windows} · up to ${facts.maxLength}`
+    + ` tokens · ${labels}${attention}`;
 }

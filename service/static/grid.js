@@ -1,11 +1,11 @@
 // @ts-check
 // All heads at once (the "model view"): a layers x heads grid of thumbnails, each map on its own colour
-// scale (0 .. its maximum). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
+// scale (0 .. its maximum; grey beyond a local layer's window, its layer labelled with the window). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
 // in the heatmap. One canvas for the whole grid.
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
 import { matrixImage } from "./colormap.js";
-import { viewOf } from "./matrix.js";
+import { outsideWindow, viewOf } from "./matrix.js";
 
 /** @typedef {import("./matrix.js").Item} Item */
 /** @typedef {import("./matrix.js").View} View */
@@ -48,13 +48,14 @@ export class Grid {
    * @param {ViewOptions} options
    * @param {number} width CSS pixels available
    * @param {Head} selected the head chosen in the other views
+   * @param {(number | null)[]} windows per layer, a local layer's reach on each side (null: global)
    */
-  show(item, options, width, selected) {
+  show(item, options, width, selected, windows) {
     const [layers, heads] = item.shape;
     const thumb = Math.max(36, Math.min(120, Math.floor((width - LABEL) / heads) - GAP));
     const layout = { layers, heads, thumb, dpr: window.devicePixelRatio || 1,
       width: LABEL + heads * (thumb + GAP), height: LABEL + layers * (thumb + GAP) };
-    const base = renderGrid(item, options, layout);
+    const base = renderGrid(item, options, layout, windows);
     this.drawn = { layout, base };
     this.selected = { layer: Math.min(selected.layer, layers - 1), head: Math.min(selected.head, heads - 1) };
     Object.assign(this.canvas.dataset, { left: LABEL, top: LABEL, thumb, gap: GAP, layers, heads });
@@ -129,17 +130,18 @@ export class Grid {
  * @param {Item} item
  * @param {ViewOptions} options
  * @param {Layout} layout
+ * @param {(number | null)[]} windows
  */
-function renderGrid(item, options, layout) {
+function renderGrid(item, options, layout, windows) {
   const { layers, heads, thumb, width, height, dpr } = layout;
   const canvas = blankCanvas(width, height, dpr);
   const ctx = context2d(canvas);
-  drawLabels(ctx, layout);
+  drawLabels(ctx, layout, windows);
   const scratch = document.createElement("canvas");
   ctx.imageSmoothingQuality = "high";
   for (let layer = 0; layer < layers; layer++) {
     for (let head = 0; head < heads; head++) {
-      const view = viewOf(item, layer * heads + head, options);
+      const view = viewOf(item, layer * heads + head, options, windows[layer] ?? null);
       drawThumb(ctx, scratch, view, LABEL + head * (thumb + GAP), LABEL + layer * (thumb + GAP), thumb);
     }
   }
@@ -158,20 +160,27 @@ function drawThumb(ctx, scratch, view, x, y, size) {
   const m = view.tokens.length;
   scratch.width = Math.max(m, 1);
   scratch.height = Math.max(m, 1);
-  context2d(scratch).putImageData(matrixImage(view.values, m, view.max), 0, 0);
+  context2d(scratch).putImageData(matrixImage(view.values, m, view.max, (r, c) => outsideWindow(view, r, c)), 0, 0);
   ctx.imageSmoothingEnabled = m > size; // average when shrinking, crisp cells when growing
   ctx.drawImage(scratch, x, y, size, size);
 }
 
 /**
+ * Head numbers above, layer numbers beside; a local layer's window (±w) under its number.
  * @param {CanvasRenderingContext2D} ctx
  * @param {Layout} layout
+ * @param {(number | null)[]} windows
  */
-function drawLabels(ctx, { layers, heads, thumb }) {
+function drawLabels(ctx, { layers, heads, thumb }, windows) {
   ctx.font = FONT;
   ctx.fillStyle = "#1a1a1a";
   ctx.textAlign = "center";
   ctx.textBaseline = "middle";
   for (let head = 0; head < heads; head++) ctx.fillText(`H${head}`, LABEL + head * (thumb + GAP) + thumb / 2, LABEL / 2);
-  for (let layer = 0; layer < layers; layer++) ctx.fillText(`L${layer}`, LABEL / 2, LABEL + layer * (thumb + GAP) + thumb / 2);
+  for (let layer = 0; layer < layers; layer++) {
+    const middle = LABEL + layer * (thumb + GAP) + thumb / 2;
+    const window = windows[layer] ?? null;
+    ctx.fillText(`L${layer}`, LABEL / 2, window === null ? middle : middle - 7);
+    if (window !== null) ctx.fillText(`±${window}`, LABEL / 2, middle + 7);
+  }
 }

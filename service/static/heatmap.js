@@ -1,12 +1,12 @@
 // @ts-check
 // The token-by-token heatmap of one map: rows are queries, columns keys, token texts on both axes, the
-// colour bar beside it. The pointer or the arrow keys choose a cell; the read-out under the canvas
+// colour bar beside it; in a local layer the keys beyond each query's window are grey, so the band shows. The pointer or the arrow keys choose a cell; the read-out under the canvas
 // names both tokens and the value (its data-* attributes carry the same, for tests and scripts).
 // Drawn on one canvas from an n x n image scaled up, so 256 tokens cost one drawImage, not 65,536 nodes.
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
 import { drawColourBar, formatValue, matrixImage } from "./colormap.js";
-import { tokenLabel } from "./matrix.js";
+import { outsideWindow, tokenLabel } from "./matrix.js";
 
 /** @typedef {import("./matrix.js").Token} Token */
 /** @typedef {import("./matrix.js").View} View */
@@ -75,8 +75,9 @@ export class Heatmap {
     this.canvas.style.height = `${height}px`;
     this.canvas.width = base.width;
     this.canvas.height = base.height;
+    const band = view.window === null ? "" : `Keys beyond ±${view.window} tokens of the query are grey: not attended. `;
     this.canvas.setAttribute("aria-label", `Attention heatmap, ${title}, ${view.tokens.length} tokens. `
-      + "Rows are queries, columns keys; the arrow keys move the read-out.");
+      + `${band}Rows are queries, columns keys; the arrow keys move the read-out.`);
   }
 
   /**
@@ -137,9 +138,12 @@ export class Heatmap {
     const value = values[row * tokens.length + col];
     const query = tokens[row];
     const key = tokens[col];
+    const outside = outsideWindow(view, row, col);
+    const beyond = outside ? ` (beyond the local window of ±${view.window} tokens: not attended)` : "";
     this.readout.textContent = `${title} · query ${indices[row]} “${query.text}” → key ${indices[col]} “${key.text}”`
-      + ` = ${formatValue(value)}`;
-    Object.assign(this.readout.dataset, { query: indices[row], key: indices[col], value: String(value) });
+      + ` = ${formatValue(value)}${beyond}`;
+    Object.assign(this.readout.dataset, { query: indices[row], key: indices[col], value: String(value),
+      outside: String(outside) });
   }
 }
 
@@ -173,7 +177,7 @@ function renderBase(view, layout) {
   const image = document.createElement("canvas");
   image.width = Math.max(m, 1);
   image.height = Math.max(m, 1);
-  context2d(image).putImageData(matrixImage(view.values, m, view.max), 0, 0);
+  context2d(image).putImageData(matrixImage(view.values, m, view.max, (r, c) => outsideWindow(view, r, c)), 0, 0);
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(image, left, top, side, side);
   ctx.font = FONT;

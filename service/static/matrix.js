@@ -22,8 +22,9 @@ import { decodeFloat16 } from "./half.js";
  */
 
 /**
- * What a view draws of one map: the tokens shown, their indices in the item, their (m, m) values and the maximum.
- * @typedef {{tokens: Token[], indices: number[], values: Float32Array, max: number}} View
+ * What a view draws of one map: the tokens shown, their indices in the item, their (m, m) values and the maximum,
+ * and the window of the layer it is from (tokens on each side a local layer attends to; null: a global layer).
+ * @typedef {{tokens: Token[], indices: number[], values: Float32Array, max: number, window: number | null}} View
  */
 
 /** @typedef {{hideSpecial: boolean, renormalise: boolean}} ViewOptions */
@@ -101,16 +102,29 @@ export function maxOf(values) {
 
 /**
  * Everything a view draws for one map: the kept tokens and their indices in the item, their square of
- * values and its maximum.
+ * values and its maximum, and its layer's window.
  * @param {Item} item
  * @param {number} index
  * @param {ViewOptions} options
+ * @param {number | null} [window] a local layer's reach on each side (null: a global layer, or a rollout)
  * @returns {View}
  */
-export function viewOf(item, index, options) {
+export function viewOf(item, index, options, window = null) {
   const kept = keptIndices(item.tokens, options.hideSpecial);
   const values = project(mapAt(item, index), item.tokens.length, kept, options.hideSpecial && options.renormalise);
-  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values) };
+  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values), window };
+}
+
+/**
+ * Whether the cell (row, col) of a view is a key beyond its local layer's window: positions in the input
+ * (not in the view, which may hide special tokens) more than `window` apart. Such cells are 0 by
+ * construction, which the views show as such rather than as a low weight.
+ * @param {View} view
+ * @param {number} row
+ * @param {number} col
+ */
+export function outsideWindow(view, row, col) {
+  return view.window !== null && Math.abs(view.indices[row] - view.indices[col]) > view.window;
 }
 
 /**

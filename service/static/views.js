@@ -6,6 +6,7 @@ import { call, withModel } from "./api.js";
 import { Grid } from "./grid.js";
 import { Heatmap } from "./heatmap.js";
 import { Lines } from "./lines.js";
+import { layerKind } from "./facts.js";
 import { decodeItem, viewOf } from "./matrix.js";
 
 /** @typedef {import("./facts.js").Facts} Facts */
@@ -87,8 +88,10 @@ export async function fetchAttention(body, facts) {
  */
 export function mapTitle(settings, facts) {
   if (settings.combine === "rollout") return `rollout over ${facts.numLayers} layers`;
-  if (settings.combine === "none") return `layer ${settings.layer} · head ${settings.head}`;
-  return `layer ${settings.layer} · ${settings.combine} over heads`;
+  const kind = layerKind(facts, settings.layer);
+  const layer = kind ? `layer ${settings.layer} (${kind})` : `layer ${settings.layer}`;
+  if (settings.combine === "none") return `${layer} · head ${settings.head}`;
+  return `${layer} · ${settings.combine} over heads`;
 }
 
 /**
@@ -157,10 +160,11 @@ export function draw(settings, facts, answer, panels, onPick) {
     const width = Math.max(figure.clientWidth - 4, 240);
     if (settings.view === "grid") {
       const grid = new Grid(figure, readout, onPick);
-      grid.show(item, options, width, { layer: settings.layer, head: settings.head });
+      grid.show(item, options, width, { layer: settings.layer, head: settings.head }, facts.windows);
       return grid;
     }
-    const view = viewOf(item, 0, options);
+    const window = settings.combine === "rollout" ? null : facts.windows[settings.layer] ?? null;
+    const view = viewOf(item, 0, options, window);
     if (settings.view === "lines") {
       const lines = new Lines(figure, readout);
       lines.show(view, title);

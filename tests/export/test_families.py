@@ -1,10 +1,11 @@
 """The exported graphs of every family against transformers (and sentence-transformers) itself: each case is
-built as a random-weight checkpoint (tests/helpers/families.py, sentence.py), exported once with
-export.bundle.export_bundle, and onnxruntime's outputs on right-padded, left-padded and short multilingual
-batches equal the reference's to max abs 1e-5: token states, attention maps (banded in ModernBERT's local
-layers), pooled embeddings, and each head's output (logits, token_logits, SPLADE's sparse vector).
-RoBERTa and CamemBERT load through the same family code and table as XLM-RoBERTa (model/families.py), so
-XLM-RoBERTa stands for the three here; tests/model/test_families.py checks all seven in PyTorch.
+built as a random-weight checkpoint (tests/helpers/families.py, sentence.py), exported once per session
+(tests/helpers/exports.py, shared with the serving tests), and onnxruntime's outputs on right-padded,
+left-padded and short multilingual batches equal the reference's to max abs 1e-5: token states, attention
+maps (banded in ModernBERT's local layers), pooled embeddings, and each head's output (logits, token_logits,
+SPLADE's sparse vector).
+CamemBERT loads through the same family code and table as XLM-RoBERTa (model/families.py), with the same kind
+of tokenizer, so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
 
 Shape letters: B batch, T sequence, L layers, H heads, C classes, V vocabulary.
 """
@@ -12,7 +13,6 @@ Shape letters: B batch, T sequence, L layers, H heads, C classes, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,58 +22,19 @@ import torch
 from bundle.feeds import pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
-from export.bundle import export_bundle
 from export.graphs import export_graph
 from model.heads import sparse_vector
 from model.load import load_model
 from model.tokenizer import encode, pad_id, pair_ids
+from tests.helpers.exports import CASES, Exported
 from tests.helpers.families import padded_batches, save_hf
-from tests.helpers.sentence import PROMPTS, load_reference, save_sentence_transformer
+from tests.helpers.sentence import PROMPTS, load_reference
 from tests.helpers.tokenizers import MULTILINGUAL
 
 TOLERANCE = 1e-5
-CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-transformers directory
-    "bert-masked-lm": ("bert", "ForMaskedLM", "small"),
-    "xlm-roberta-classifier": ("xlm-roberta", "ForSequenceClassification", "small"),
-    "distilbert-tokens": ("distilbert", "ForTokenClassification", "small"),
-    "modernbert-classifier": ("modernbert", "ForSequenceClassification", "wide"),
-    "mpnet-sentence": ("mpnet", "sentence", "small"),
-}
 TASKS = {"ForMaskedLM": "sparse", "ForSequenceClassification": "classify", "ForTokenClassification": "tokens",
          "sentence": "embed"}
-
-
-@dataclass
-class Exported:
-    arch: str
-    head: str
-    source: Path
-    bundle: Path
-    reference: torch.nn.Module  # transformers' model (for "sentence", the one under the ST directory)
-
-
-@pytest.fixture(scope="module")
-def exports(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Exported]:
-    """case name -> its export, made on first use and kept for the module: each case is exported once."""
-    made: dict[str, Exported] = {}
-
-    def get(name: str) -> Exported:
-        if name not in made:
-            made[name] = export_case(name, tmp_path_factory.mktemp(name))
-        return made[name]
-    return get
-
-
-def export_case(name: str, root: Path) -> Exported:
-    arch, head, shape = CASES[name]
-    if head == "sentence":
-        source = save_sentence_transformer(root / "source", arch, "weightedmean", "tanh", default_prompt_name="query")
-        reference = load_reference(source)[0].model.eval()  # type: ignore[index]  # the transformers model inside
-    else:
-        source = root / "source"
-        reference = save_hf(source, arch, head, shape)
-    export_bundle(source, root / "bundle")
-    return Exported(arch, head, source, root / "bundle", reference)
+ExportOf = Callable[[str], Exported]
 
 
 def run(bundle: Path, kind: str, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, np.ndarray]:
@@ -109,8 +70,8 @@ def compared(name: str, value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_graphs_match_transformers(exports: Callable[[str], Exported], case: str) -> None:
-    exported = exports(case)
+def test_graphs_match_transformers(family_export: ExportOf, case: str) -> None:
+    exported = family_export(case)
     tokenizer = load_model(exported.source).tokenizer
     for ids, mask in padded_batches(tokenizer):
         reference = expected(exported, ids, mask)
@@ -124,10 +85,11 @@ def test_graphs_match_transformers(exports: Callable[[str], Exported], case: str
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_manifest_says_what_the_bundle_is(exports: Callable[[str], Exported], case: str) -> None:
-    exported = exports(case)
+def test_manifest_says_what_the_bundle_is(family_export: ExportOf, case: str) -> None:
+    exported = family_export(case)
     manifest = Manifest.read(exported.bundle)
     assert manifest.architecture == ("roberta" if exported.arch == "xlm-roberta" else exported.arch)
+    assert manifest.name == case
     assert manifest.task == TASKS[exported.head]
     fast = manifest.graph("fast", "fp32")
     assert fast is not None and [i.name for i in fast.inputs] == ["input_ids", "attention_mask"]
@@ -138,10 +100,10 @@ def test_manifest_says_what_the_bundle_is(exports: Callable[[str], Exported], ca
     assert all(value <= TOLERANCE for g in manifest.graphs for key, value in g.parity.items() if key.endswith("diff"))
 
 
-def test_sentence_embeddings_match_sentence_transformers(exports: Callable[[str], Exported]) -> None:
+def test_sentence_embeddings_match_sentence_transformers(family_export: ExportOf) -> None:
     """mpnet under weightedmean pooling, a tanh Dense to 16 and Normalize, with a default prompt: the graph's
     embeddings, L2-normalised, are sentence-transformers' encode() of the prompted texts."""
-    bundle, source = exports("mpnet-sentence").bundle, exports("mpnet-sentence").source
+    bundle, source = family_export("mpnet-sentence").bundle, family_export("mpnet-sentence").source
     manifest = Manifest.read(bundle)
     assert (manifest.prompts, manifest.default_prompt_name) == (PROMPTS, "query")
     assert (manifest.embedding_size, manifest.pooling, manifest.normalize, manifest.max_length) == (16, "weightedmean",
@@ -156,8 +118,8 @@ def test_sentence_embeddings_match_sentence_transformers(exports: Callable[[str]
     assert np.abs(ours - theirs).max() <= TOLERANCE
 
 
-def test_modernbert_graph_attends_locally_in_local_layers(exports: Callable[[str], Exported]) -> None:
-    exported = exports("modernbert-classifier")
+def test_modernbert_graph_attends_locally_in_local_layers(family_export: ExportOf) -> None:
+    exported = family_export("modernbert-classifier")
     ids, mask = padded_batches(load_model(exported.source).tokenizer)[0]
     attentions = torch.from_numpy(run(exported.bundle, "attention", ids, mask)["attentions"])  # (B, L, H, T, T)
     pos = torch.arange(ids.size(1))

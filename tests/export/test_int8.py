@@ -1,5 +1,5 @@
-"""Static int8's pieces: SmoothQuant is an identity in fp32, the texts it calibrates and is gated on are
-disjoint, and the fewest sensitive groups stay fp32."""
+"""Static int8's pieces: SmoothQuant is an identity in fp32, and the fewest sensitive groups stay fp32 (the
+texts it calibrates and is gated on: test_calibration.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 from bundle.session import open_session
 from export import int8 as int8_mod
-from export.calibration import CALIBRATION_LONG, CALIBRATION_SHORT, HELD_OUT, SHORT, text_sets
 from export.parity import PARITY_TEXTS, ParityError
 from export.smoothing import smooth, smoothing_scales
 from export.variants import optimize
@@ -84,18 +83,3 @@ def test_fewest_fp32_groups_that_pass(unfused: tuple[Path, list[dict[str, np.nda
     assert figures == {"embeddings_min_cosine": 1.0, "quantized_matmuls": 6.0, "fp32_matmul_groups": 4.0}
     with pytest.raises(ParityError, match="never"):
         int8_mod._fewest_fp32(*args, never)
-
-
-def test_calibration_and_gate_texts_are_disjoint_and_sized() -> None:
-    from model.training.assets import rotten_tomatoes
-    from model.training.cli import SPLIT_SEED
-    from model.training.data import from_pairs, split
-
-    sets = text_sets()
-    train, held = split(from_pairs(rotten_tomatoes()), 0.2, SPLIT_SEED)
-    assert (len(sets.held_out), len(sets.short)) == (HELD_OUT, SHORT)
-    assert set(sets.held_out) <= set(held.texts) and not set(sets.held_out) & set(train.texts)
-    assert all(1 <= len(text.split()) <= 3 for text in sets.short)
-    assert not set(sets.calibration) & (set(sets.held_out) | set(sets.short) | set(PARITY_TEXTS))
-    lengths = sorted(len(text.split()) for text in sets.calibration)
-    assert lengths[CALIBRATION_SHORT - 1] <= 3 and lengths[-CALIBRATION_LONG] >= 60  # short, typical, long

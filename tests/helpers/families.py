@@ -39,7 +39,8 @@ MODERNBERT_TOKENS = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": 
 
 def hf_config(arch: str, shape: str, vocab_size: int, **extra: Any) -> transformers.PretrainedConfig:
     s = SHAPES[shape]
-    labels = dict(id2label=LABELS, label2id={v: k for k, v in LABELS.items()})
+    names = extra.pop("id2label", LABELS)  # {0: "relevant"}: a one-label scorer, as cross-encoders are
+    labels = dict(id2label=names, label2id={v: k for k, v in names.items()})
     if arch == "distilbert":
         return transformers.DistilBertConfig(
             vocab_size=vocab_size, dim=s["hidden"], n_heads=s["heads"], n_layers=s["layers"], hidden_dim=s["ffn"],

@@ -28,6 +28,13 @@ SENTENCES = [
 LABELS = ("neg", "pos")
 
 
+def review_texts(count: int) -> list[str]:
+    """`count` distinct texts made of SENTENCES, e.g. to calibrate a tiny model's int8 graph on."""
+    pairs = [f"{a}, but {b}" for a in SENTENCES for b in SENTENCES if a != b]
+    assert count <= len(pairs)
+    return pairs[:count]
+
+
 def tiny_config(head: bool = True, vocab_size: int = 200) -> EncoderConfig:
     return EncoderConfig(
         vocab_size=vocab_size, d_model=32, num_heads=2, num_layers=2, d_ff=64, max_length=64,

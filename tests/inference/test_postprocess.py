@@ -19,6 +19,16 @@ def test_embeddings_dimensions_and_softmax():
     np.testing.assert_allclose(postprocess.sigmoid(np.array([-800.0, 0.0, 800.0])), [0.0, 0.5, 1.0])
 
 
+def test_default_scores_are_softmax_over_labels_and_sigmoid_of_one_logit():
+    """A softmax over one logit is 1.0 whatever the model says: a one-label model (a cross-encoder) is scored
+    by the sigmoid of its logit, as sentence-transformers' CrossEncoder scores it."""
+    one, three = np.array([[-2.0], [0.0], [3.0]]), np.array([[1.0, 2.0, 3.0]])
+    assert postprocess.default_function(1) == "sigmoid" and postprocess.default_function(3) == "softmax"
+    np.testing.assert_allclose(postprocess.scores(one), 1 / (1 + np.exp(-one)))
+    np.testing.assert_allclose(postprocess.scores(three), postprocess.softmax(three))
+    np.testing.assert_allclose(postprocess.scores(one, "softmax"), np.ones_like(one))  # what asking for it gives
+
+
 def test_ranked_labels_best_first_ties_in_label_order():
     ranked = Scores(np.array([[0.1, 0.7, 0.2], [0.5, 0.5, 0.0]]), ["a", "b", "c"]).ranked(2)
     assert [[s.label for s in row] for row in ranked] == [["b", "c"], ["a", "b"]]

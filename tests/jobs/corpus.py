@@ -13,8 +13,8 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from inference.options import LoadOptions
-from jobs.embed import JobModel
-from jobs.rows import Batching
+from jobs.embedding import Batching
+from jobs.local import JobModel
 from tests.helpers.tiny import SENTENCES
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from inference.loading import load_bundle
 from inference.options import LoadOptions
-from jobs.embed import Job, in_parts, run
+from jobs.embedding import JobError, JobOutput
 from jobs.inputs import Chunk, Columns
-from jobs.rows import JobError, JobOutput
+from jobs.local import Job, in_parts, run
 from tests.helpers.serving import serving
 from tests.jobs.corpus import job_model, output, rejects, texts, vectors, write
 

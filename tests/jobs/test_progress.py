@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from jobs.embed import Summary
+from jobs.local import Summary
 from jobs.progress import Progress, clock
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.embed import Job, Summary, run
+from jobs.embedding import Chunking, JobError, JobOutput
 from jobs.inputs import Columns
+from jobs.local import Job, Summary, run
 from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
-from jobs.rows import Chunking, JobError, JobOutput
 from tests.jobs.corpus import job_model, long_texts, output, rejects, texts, vectors, write
 
 

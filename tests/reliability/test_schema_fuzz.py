@@ -9,10 +9,12 @@ unless a 422 names a limit no document can state), configured in tests/reliabili
 Nothing may be found: no 5xx, no undocumented status, content type or header, no schema-valid request
 refused, no schema-violating request accepted.
 
-Two servers: one model with a classification head and an attention graph, and an embedding-only one. In
-CI they serve the tiny test bundles and generation is deterministic (a failure reproduces), 30 examples
-an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the default bundle and the
-embedding-only one with 300 random examples an operation.
+Two servers: one model with a classification head and an attention graph, and an embedding-only one with
+prompts (a sentence-transformers MPNet model, tests/helpers/exports.py: `prompt_name` is bound to its prompts,
+`chunk_overlap` to its window less its longest prompt). In CI the first serves the tiny test bundle and
+generation is deterministic (a failure reproduces), 30 examples an operation; `make reliability`
+(ATTNSERVE_RELIABILITY_FULL=1) fuzzes the default bundle and the embedding-only one with 300 random examples
+an operation.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_schemathesis_finds_nothing(served: str, request: pytest.FixtureRequest,
     if served == "with_head":
         bundle = DEFAULT_BUNDLE if FULL else request.getfixturevalue("tiny_bundle")
     else:
-        bundle = request.getfixturevalue("tiny_plain_bundle")
+        bundle = request.getfixturevalue("family_export")("mpnet-sentence").bundle
     with running(bundle, tmp_path / "server.log", "--max-inputs", "32") as server:
         result = schemathesis_run(server.url, tmp_path / "junit.xml")
     summary = result.stdout[-6000:]

@@ -260,9 +260,9 @@ async def test_tokenising_a_long_document_runs_off_the_event_loop(tiny_bundle, d
     threads: list[str] = []
 
     class Spy(TextTokenizer):
-        def content(self, texts):  # records where the work runs, then does it
+        def content(self, texts, prompt=""):  # records where the work runs, then does it
             threads.append(threading.current_thread().name)
-            return super().content(texts)
+            return super().content(texts, prompt)
 
     def wrap(runtime):
         spy = Spy.__new__(Spy)

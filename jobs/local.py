@@ -4,7 +4,7 @@ The bundle is loaded by the inference core as the server loads it (`inference.lo
 provider and variant chosen by the same policy, sessions opened with the same options), with the fast graph
 only. The input is read as one row stream in bounded
 chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the server
-embeds them (jobs.rows; with --chunking, window by window: jobs.windows), written atomically, then recorded
+embeds them (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
 in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
 with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
 run's, part for part.
@@ -24,10 +24,10 @@ import pyarrow as pa
 from inference.errors import StartupError
 from inference.loading import LoadedBundle, load_bundle
 from inference.options import LoadOptions
-from jobs import inputs, parts, rows, windows
+from jobs import embedding, inputs, parts, windows
+from jobs.embedding import Batching, JobError, JobOutput
 from jobs.inputs import Chunk, Columns, Source
 from jobs.progress import Progress
-from jobs.rows import Batching, JobError, JobOutput
 
 READ_ROWS = 4096  # rows read from an input at a time
 
@@ -79,14 +79,15 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
     if output.chunking is not None:
-        windows.check(bundle.tokenizer, output.chunking)
+        windows.check(bundle.tokenizer, output.chunking, prompt)
     return bundle
 
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
-    return rows.schema(rows.id_type(job.columns.id is not None), m.embedding_size, list(m.labels), job.output)
+    return embedding.schema(embedding.id_type(job.columns.id is not None), m.embedding_size, list(m.labels), job.output)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
@@ -115,10 +116,12 @@ def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
 
 def run_part(bundle: LoadedBundle, job: Job, index: int, part: Chunk, batching: Batching, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    good, rejects = rows.split(part, windows.too_long(bundle.tokenizer, job.output))
+    prompt = embedding.prompt_of(bundle.manifest, job.output)
+    good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, job.output, prompt))
     progress.advance(len(rejects))
     values = windows.embed(bundle, [part.texts[i] for i in good], job.output, batching, progress.advance)
-    table = rows.table([part.ids[i] for i in good], values, list(bundle.manifest.labels), output_schema(bundle, job))
+    labels = list(bundle.manifest.labels)
+    table = embedding.table([part.ids[i] for i in good], values, labels, output_schema(bundle, job))
     parts.write_part(job.out, index, table, rejects)
     wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
     return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
@@ -169,6 +172,7 @@ def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobMo
         "part_rows": job.part_rows, "batching": asdict(model.batching),
         "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
+        "prompt": embedding.prompt_of(m, job.output),
     }
 
 

@@ -4,7 +4,8 @@ Bad rows (no text, a text that is not a string or is empty, no id) are set aside
 good ones are tokenised by the core's `TextTokenizer` (truncation as the server does), batched by the
 core's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
 and the size cap) with at most `window` rows waiting, as in the server's queue under full load, run by
-the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, softmax).
+the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, scores).
+Texts get the model's prompt as /embed gives it (--prompt-name, else the model's default).
 Same bundle, variant and batches as the server: the same vectors. With --chunking, jobs.windows cuts the
 texts into windows instead and runs them through the same `run_batched`.
 
@@ -21,12 +22,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from bundle.manifest import Manifest
 from inference import postprocess
 from inference.batchqueue import BatchQueue
 from inference.chunking import Mode
-from inference.errors import NonFiniteOutput
+from inference.errors import NonFiniteOutput, UnknownPrompt
 from inference.limits import check_finite
 from inference.loading import LoadedBundle
+from inference.prompts import prompt_text
 from jobs.inputs import Bad, Chunk
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
@@ -58,6 +61,16 @@ class JobOutput:
     classify: bool = False
     token_count: bool = False
     chunking: Chunking | None = None  # None: truncate, as the server's default
+    prompt_name: str | None = None  # the model's prompt put before every text; None: its default, as the server's
+
+
+def prompt_of(manifest: Manifest, output: JobOutput) -> str:
+    """The prefix of every text (`inference.prompts`: --prompt-name, else the model's default prompt, as /embed
+    chooses); JobError for a name the model does not have."""
+    try:
+        return prompt_text(manifest, output.prompt_name)
+    except UnknownPrompt as error:
+        raise JobError(f"--prompt-name: {error.message}") from None
 
 
 @dataclass(frozen=True)
@@ -109,8 +122,9 @@ def split(chunk: Chunk, too_long: TooLong | None = None) -> tuple[list[int], lis
 def embed(
     bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: Batching, on_batch: OnBatch | None = None,
 ) -> dict[str, np.ndarray]:
-    """embeddings (N, D) float32, tokens (N,) int32, and scores (N, C) float32 when classifying."""
-    sequences = tokenize(bundle, texts)
+    """embeddings (N, D) float32, tokens (N,) int32 (a prompt's included), and scores (N, C) float32 when
+    classifying."""
+    sequences = tokenize(bundle, texts, prompt_of(bundle.manifest, output))
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
     for batch in run_batched(bundle, sequences, batching):
         for index, result in batch:
@@ -123,15 +137,16 @@ def embed(
               "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
     if output.classify:
         logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(bundle.manifest.labels)))
-        values["scores"] = postprocess.softmax(logits).astype(np.float32)  # (N, C)
+        values["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
     return values
 
 
-def tokenize(bundle: LoadedBundle, texts: list[str]) -> list[np.ndarray]:
-    """Token ids per text, truncated to the model's max length from the right, as the service's default."""
+def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[np.ndarray]:
+    """Token ids per text (after `prompt`), truncated to the model's max length from the right, as the service's
+    default."""
     sequences: list[np.ndarray] = []
     for start in range(0, len(texts), TOKENIZE_ROWS):
-        sequences.extend(bundle.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS]))
+        sequences.extend(bundle.tokenizer.encode_ids(texts[start:start + TOKENIZE_ROWS], prompt=prompt))
     return sequences
 
 

@@ -1,0 +1,61 @@
+"""Exported bundles of every family, made once per test session (tests/fixtures.py `family_export`) and shared by
+the export tests (tests/export/test_families.py: the graphs against transformers) and the serving tests
+(tests/service/test_families.py: the served answers against transformers).
+
+    family_export("xlm-roberta-scorer") -> Exported(arch, head, source, bundle, reference)
+
+Each case is a random-weight checkpoint (tests/helpers/families.py) or sentence-transformers directory
+(tests/helpers/sentence.py) exported fp32 with export.bundle.export_bundle, as `attnserve export` does. CamemBERT
+loads through the same family code and table as XLM-RoBERTa (model/families.py) and ships the same kind of
+tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tests.helpers.families import save_hf
+from tests.helpers.sentence import load_reference, save_sentence_transformer
+
+CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-transformers directory; a
+    # "scorer" is a sequence classifier with one label, as cross-encoders (bge-reranker is XLM-RoBERTa) are
+    "bert-classifier": ("bert", "ForSequenceClassification", "small"),
+    "bert-masked-lm": ("bert", "ForMaskedLM", "small"),
+    "roberta-classifier": ("roberta", "ForSequenceClassification", "small"),
+    "xlm-roberta-scorer": ("xlm-roberta", "ForSequenceClassification", "small"),
+    "distilbert-classifier": ("distilbert", "ForSequenceClassification", "small"),
+    "distilbert-tokens": ("distilbert", "ForTokenClassification", "small"),
+    "mpnet-classifier": ("mpnet", "ForSequenceClassification", "small"),
+    "mpnet-sentence": ("mpnet", "sentence", "small"),
+    "modernbert-classifier": ("modernbert", "ForSequenceClassification", "wide"),
+}
+SCORER_LABELS = {0: "relevant"}
+CLASSIFIERS = tuple(name for name, (_, head, _) in CASES.items() if head == "ForSequenceClassification")
+
+
+@dataclass
+class Exported:
+    arch: str
+    head: str
+    source: Path
+    bundle: Path
+    reference: torch.nn.Module  # transformers' model (for "sentence", the one under the ST directory)
+
+
+def export_case(name: str, root: Path) -> Exported:
+    """Case `name` saved under root/"source" and exported (fp32 only) to root/"bundle"."""
+    from export.bundle import export_bundle
+
+    arch, head, shape = CASES[name]
+    if head == "sentence":
+        source = save_sentence_transformer(root / "source", arch, "weightedmean", "tanh", default_prompt_name="query")
+        reference = load_reference(source)[0].model.eval()  # type: ignore[index]  # the transformers model inside
+    else:
+        source = root / "source"
+        extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
+        reference = save_hf(source, arch, head, shape, **extra)
+    export_bundle(source, root / "bundle", variants=("fp32",), name=name)
+    return Exported(arch, head, source, root / "bundle", reference)
