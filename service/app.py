@@ -22,6 +22,7 @@ from inference.errors import InferenceError, InvalidRequest
 from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, load_bundles, served_names, start_models
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
+from service.hot import HotRoutes
 from service.metrics import Metrics
 from service.middleware import TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
@@ -41,13 +42,19 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
     bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics))
+    # FastAPI's own OpenTelemetry hooks are off: attnserve's telemetry is /metrics and the timing headers, and
+    # with the hooks on, every request asks the OpenTelemetry globals (an environment read) whether to trace.
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics),
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     for module in (openai, tei, attention, ops, oip, explore):
         app.include_router(module.router)
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
+    hot = {route.path: route for route in (*tei.HOT, *openai.HOT)}
+    # inside CORS and the edge, before FastAPI's own layers
+    app.add_middleware(HotRoutes, routes=hot, models=lambda: app.state.models, render=render_error)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
@@ -122,15 +129,19 @@ def to_domain_error(exc: Exception) -> InferenceError:
 
 async def handle_error(request: Request, exc: Exception) -> Response:
     """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
+    status, headers, body = render_error(request.scope["path"], exc)
+    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def render_error(path: str, exc: Exception) -> tuple[int, dict[str, str], bytes]:
+    """A handled error's status, headers and the one JSON body for `path` (also the short path's, service.hot)."""
     error = to_domain_error(exc)
-    status, _ = status_of(error)
     headers = headers_of(error)
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
-        headers["Allow"] = ", ".join(_allowed_methods(request))
-    body = error_body_for(request.scope["path"], error)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return status_of(error)[0], headers, error_body_for(path, error)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")

@@ -63,7 +63,7 @@ def serve(settings: Settings) -> int:
         signal.signal(signum, _stop)
     app = create_app(settings, loaded)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, loop="auto",
+        app, host=settings.host, port=settings.port, log_config=None, loop="auto", access_log=settings.access_log,
         http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
         timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
     )

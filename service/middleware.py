@@ -134,7 +134,7 @@ class EdgeMiddleware:
         if body is None:
             await response.error(too_large)
             return
-        await self.app(scope, _replay(body, receive), response.send)
+        await self.app(scope, replay(body, receive), response.send)
 
 
 class _Disconnected(Exception):
@@ -190,7 +190,8 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             return b"".join(chunks)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` as if `body` had not been read yet: the whole body first, then what the client sends."""
     sent = False
 
     async def replay() -> Message:

@@ -50,6 +50,11 @@ class Settings(ServingOptions, BaseSettings):
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
+    access_log: bool = Field(
+        False, description="One log line per request (method, path, status; uvicorn's access log). Off by default: "
+        "formatting and writing it is a measurable share of a small request's CPU, and /metrics counts requests "
+        "by route, status, model and duration.",
+    )
     graceful_timeout_s: float = Field(
         30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
     )

@@ -32,22 +32,32 @@ def stop_cleanly(server: Server) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_process(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = launch_server(tiny_bundle, tmp_path_factory.mktemp("integration") / "server.log")
     assert wait_ready(server, 60), server.log()
-    yield server.url
+    yield server
     stop_cleanly(server)
 
 
 @pytest.fixture(scope="module")
-def waiting_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(server_process: Server) -> str:
+    return server_process.url
+
+
+@pytest.fixture(scope="module")
+def waiting_process(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The batcher waits an hour for a batch to fill, and a batch is full at WAITING_BATCH inputs: a batch
-    runs exactly when that many inputs wait, whenever they arrive (no clock in the checks)."""
+    runs exactly when that many inputs wait, whenever they arrive (no clock in the checks). Access log on."""
     server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log",
-                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH))
+                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH), "--access-log")
     assert wait_ready(server, 60), server.log()
-    yield server.url
+    yield server
     stop_cleanly(server)
+
+
+@pytest.fixture(scope="module")
+def waiting_server(waiting_process: Server) -> str:
+    return waiting_process.url
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +96,13 @@ def test_every_route_answers(server):
         assert response.status_code == 200, (path, response.text)
         assert response.headers["x-request-id"]
     assert httpx.get(f"{server}/nowhere").json()["error"]["code"] == "not_found"
+
+
+async def test_access_log_lines_only_when_asked_for(server_process, waiting_process):
+    for process in (server_process, waiting_process):
+        assert httpx.post(process.url + "/tokenize", json={"inputs": "access log"}).status_code == 200
+    await until(lambda: '"POST /tokenize HTTP/1.1" 200' in waiting_process.log())  # --access-log
+    assert "POST /tokenize" not in server_process.log()  # the default
 
 
 def test_batch_equals_one_by_one(server):
