@@ -31,17 +31,47 @@ from inference.errors import InputTooLong, InvalidRequest, OutOfRange, StartupEr
 Direction = Literal["right", "left"]
 
 
+Pieces = tuple[list[str], list[tuple[int, int]], list[bool]]  # tokens, character offsets, special flags
+
+
 @dataclass(frozen=True)
 class Encoded:
+    """One input's token ids, and, read from the library's encoding only when asked (/tokenize, /attention),
+    its tokens, character offsets and special flags: building those lists for every text of a 64-text
+    embedding request cost more than tokenising it, on the event loop or holding the interpreter's lock.
+    A sequence put together from others (a prompt put back after the opening special tokens) holds its
+    lists itself (`pieces`)."""
+
     ids: np.ndarray  # (T,) int64
-    tokens: list[str]
-    offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
-    special: list[bool]
-    type_ids: np.ndarray | None = None  # (T,) int64 token types (the pair template's segments); None: all 0
+    encoding: Encoding | None = None  # None: token-id inputs, used as given, or a sequence put together
+    pieces: Pieces | None = None
 
     @property
     def length(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def tokens(self) -> list[str]:
+        if self.pieces is not None:
+            return self.pieces[0]
+        return list(self.encoding.tokens) if self.encoding is not None else [""] * self.length
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Character offsets into the input text; (0, 0) for special tokens and token-id inputs."""
+        if self.pieces is not None:
+            return self.pieces[1]
+        if self.encoding is None:
+            return [(0, 0)] * self.length
+        return [(int(a), int(b)) for a, b in self.encoding.offsets]
+
+    @property
+    def special(self) -> list[bool]:
+        if self.pieces is not None:
+            return self.pieces[2]
+        if self.encoding is None:
+            return [False] * self.length
+        return [bool(s) for s in self.encoding.special_tokens_mask]
 
 
 class TextTokenizer:
@@ -98,14 +128,11 @@ class TextTokenizer:
     def with_prompt(self, wrapped: Encoded, prompt: Encoded) -> Encoded:
         """A wrapped sequence with the prompt's tokens put right after its opening special tokens."""
         at = self.lead
-        return Encoded(
-            np.concatenate([wrapped.ids[:at], prompt.ids, wrapped.ids[at:]]),
+        return Encoded(np.concatenate([wrapped.ids[:at], prompt.ids, wrapped.ids[at:]]), pieces=(
             [*wrapped.tokens[:at], *prompt.tokens, *wrapped.tokens[at:]],
             [*wrapped.offsets[:at], *prompt.offsets, *wrapped.offsets[at:]],
             [*wrapped.special[:at], *prompt.special, *wrapped.special[at:]],
-            None if wrapped.type_ids is None else np.concatenate(
-                [wrapped.type_ids[:at], np.zeros(prompt.length, dtype=np.int64), wrapped.type_ids[at:]]),
-        )
+        ))
 
     def _left_keeping(self, prompt: str, text: str) -> Encoded:
         """`prompt + text` cut from the left to the max length, the prompt kept whole."""
@@ -155,8 +182,7 @@ class TextTokenizer:
                     f"input {index} has {len(ids)} tokens, over the model's max length of {self.max_length}"
                 )
             ids = ids[-self.max_length:] if direction == "left" else ids[: self.max_length]
-        n = len(ids)
-        return Encoded(np.asarray(ids, dtype=np.int64), [""] * n, [(0, 0)] * n, [False] * n)
+        return Encoded(np.asarray(ids, dtype=np.int64))
 
 
 def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
@@ -187,15 +213,8 @@ def _lead(tokenizer: Tokenizer) -> int:
 
 
 def _sliced(e: Encoded, start: int, stop: int) -> Encoded:
-    return Encoded(e.ids[start:stop], e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop],
-                   None if e.type_ids is None else e.type_ids[start:stop])
+    return Encoded(e.ids[start:stop], pieces=(e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop]))
 
 
 def _encoded(encoding: Encoding) -> Encoded:
-    return Encoded(
-        ids=np.asarray(encoding.ids, dtype=np.int64),
-        tokens=list(encoding.tokens),
-        offsets=[(int(a), int(b)) for a, b in encoding.offsets],
-        special=[bool(s) for s in encoding.special_tokens_mask],
-        type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
-    )
+    return Encoded(np.asarray(encoding.ids, dtype=np.int64), encoding)

@@ -4,7 +4,8 @@ watching.
 All of them are `async def`: none blocks, and FastAPI runs a plain `def` dependency in its thread pool
 (a round trip through AnyIO worker threads per dependency per request, measured at ~20% of the event
 loop's time under many small requests). The API key is checked by the edge middleware (before the body
-is read) on every path but the open ones, so no route dependency repeats it.
+is read) on every path but the open ones, so no route dependency repeats it; the model a caller may use is
+checked here, where the model is known (403).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi import Depends, Query, Request
 from inference.errors import InvalidRequest, NotReady
 from inference.registry import ModelRegistry, quoted
 from inference.served import ServedModel
+from service.callers import Verdict, forbidden
 from service.errors import ClientGone, NotFound, UnsupportedMediaType
 
 T = TypeVar("T")
@@ -45,14 +47,19 @@ async def model_picker(
 
 def pick_model(models: ModelRegistry, state: dict[str, Any], *names: str | None) -> ServedModel:
     """The served model the request names (in its body, query or path; None where a place names none),
-    recorded in the request's state for the request metrics' `model` label. With several models served, two
-    different names are a 422 (model_conflict); with one, any name reaches it, as a single name does."""
+    recorded in the request's state for the request metrics' `model` label and the `x-model-fingerprint`
+    header. With several models served, two different names are a 422 (model_conflict); with one, any name
+    reaches it, as a single name does. A caller whose key may not use the model (the edge's verdict in the
+    state) gets 403."""
     given = {name for name in names if name is not None}
     if len(given) > 1 and len(models) > 1:
         names_given = ", ".join(quoted(n) for n in sorted(given))
         raise InvalidRequest(f"the request names two models: {names_given}", code="model_conflict")
     model = models.resolve(given.pop() if given else None)
-    state["model"] = model.name
+    state["model"], state["fingerprint"] = model.name, model.fingerprint
+    verdict: Verdict | None = state.get("verdict")
+    if (refusal := forbidden(verdict.key if verdict else None, model.name)) is not None:
+        raise refusal
     return model
 
 

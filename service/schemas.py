@@ -147,6 +147,8 @@ class OpenAIModel(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    fingerprint: str = Field(description="The model build: sha256 over its served graph, tokenizer and pooling "
+                             "(every answer of it carries it as x-model-fingerprint).")
     prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
     default_prompt_name: str | None = Field(description="The prompt texts get when the request names none.")
 

@@ -25,7 +25,7 @@ from tests.helpers.serving import until
 from tests.reliability.load import TRANSPORT_ERROR, Ledger, mixed_requests, open_loop
 
 FLAGS = ("--batch-wait-ms", "3600000", "--graceful-timeout-s", "30")
-BURST = [{"inputs": [f"admitted {i} {j}" for j in range(1 + i % 3)]} for i in range(8)]
+BURST = [{"inputs": [f"admitted {i} {j}" for j in range(1 + i % 3)]} for i in range(8)]  # distinct: a repeat runs once
 
 
 async def probe_until_exit(server: Server) -> list[bool]:
