@@ -26,7 +26,7 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test serve test lint lint-js bundle bundle-rerank reliability bench clean
+.PHONY: install install-test serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths clean
 
 install: $(STAMP)
 
@@ -108,6 +108,12 @@ $(RERANK_BUNDLE)/manifest.json: | $(STAMP)
 	$(BIN)/attnserve export checkpoints/rerank --out $(RERANK_BUNDLE)
 
 bundle-rerank: $(RERANK_BUNDLE)/manifest.json
+
+# The long-input table of docs/performance.md: one ModernBERT input of 512, 2,048 and 8,192 tokens, the exported
+# graph against transformers, time and peak memory. Builds a random-weight ModernBERT-base under build/ once
+# (1.8 GB); the 8,192-token points take minutes each and the graph's peak is several GB.
+bench-lengths: $(TEST_STAMP)
+	$(BIN)/python -m bench.lengths
 
 clean:
 	rm -rf $(VENV) bundles checkpoints .pytest_cache node_modules

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bench import invariance, report, runner, targets
+from bench import invariance, mixed, report, runner, targets
 from bench.engine import Config, EngineBench, service_config
 from bench.scenarios import SCENARIOS
 from bench.texts import load_tokenizer
@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--route", choices=("embed", "openai"), default="embed",
                         help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline server")
+    parser.add_argument("--no-traffic", action="store_true",
+                        help="skip the mixed-traffic figures (priorities, fair shares, the answer cache: bench.mixed)")
     parser.add_argument("--no-grid", action="store_true",
                         help="skip the engine grid (the engine references for the ratios are still measured)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results.jsonl",
@@ -91,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## engine {variant}", flush=True)
         runner.engine_grid(engines[variant], engine_shapes(args.quick, manifest.max_length), rec, not args.quick)
     _serve(args, plan, variants, tokenizer, rec, engines)
+    if not args.no_traffic:
+        print(f"## mixed traffic {variants[0]}: priorities, fair shares, the answer cache", flush=True)
+        mixed.measure(args.bundle, variants[0], tokenizer, plan.duration_s, plan.log_dir, rec)
     targets.evaluate(rec, variants, engines.get("fp32") or _fp32(args, manifest, tokenizer, plan.engine_s, config))
     _print(rec, args.out)
     return 0
@@ -156,6 +161,9 @@ def _print(rec: report.Recorder, out: Path) -> None:
     print("\n### Engine (onnxruntime session in-process)\n\n" + report.engine_table(rec))
     if rec.of("load"):
         print("\n### Served (attnserve vs naive per-request server)\n\n" + report.load_table(rec))
+    if rec.of("priorities"):
+        print("\n### Mixed traffic (callers with keys; bench.mixed)\n\n" + mixed.tables(rec))
+    if rec.of("target"):
         print("\n### Targets\n\n" + report.targets_table(rec))
     print(f"\n{len(rec.rows)} rows appended to {out} (run {rec.run_id})")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 # Everything a request can raise instead of answering: refused or reset connections (OSError), a
@@ -32,15 +33,23 @@ class Client:
         self.timeout_s, self.max_idle_s = timeout_s, max_idle_s
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
 
-    async def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
+    async def post(self, path: str, body: bytes, content_type: str = "application/json",
+                   headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
         """(status, body) of one POST; raises one of TRANSPORT_ERRORS when no whole answer came back."""
+        status, _, content = await self.exchange(path, body, content_type, headers)
+        return status, content
+
+    async def exchange(self, path: str, body: bytes, content_type: str = "application/json",
+                       headers: Mapping[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        """(status, lower-cased response headers, body) of one POST with extra request `headers`."""
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+                f"{extra}Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
         async with asyncio.timeout(self.timeout_s):
             reader, writer = await self._connection()
             try:
                 writer.write(head + body)
-                status, content, keep = await _read_response(reader)
+                status, answer_headers, content, keep = await _read_response(reader)
             except BaseException:
                 writer.close()
                 raise
@@ -48,7 +57,7 @@ class Client:
             self._idle.append((reader, writer, time.monotonic()))
         else:
             writer.close()
-        return status, content
+        return status, answer_headers, content
 
     async def _connection(self) -> Stream:
         while self._idle:
@@ -64,16 +73,16 @@ class Client:
         self._idle.clear()
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    """(status, body, whether the connection may be reused): Content-Length, chunked, or until close."""
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes, bool]:
+    """(status, headers, body, whether the connection may be reused): Content-Length, chunked, or until close."""
     status, headers = _parse_head(await reader.readuntil(b"\r\n\r\n"))
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = await _read_chunked(reader)
     elif "content-length" in headers:
         body = await reader.readexactly(int(headers["content-length"]))
     else:
-        return status, await reader.read(), False  # delimited by the server closing the connection
-    return status, body, headers.get("connection", "").lower() != "close"
+        return status, headers, await reader.read(), False  # delimited by the server closing the connection
+    return status, headers, body, headers.get("connection", "").lower() != "close"
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:

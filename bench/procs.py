@@ -62,13 +62,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("ATTNSERVE_")}, **extra}
 
 
-def launch(name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> Server:
-    """Start `argv` (its "{port}" replaced by a free loopback port) from the repository root, its stdout and
-    stderr in `log_path`, with `env` (default: this environment). Does not wait."""
+def launch(
+    name: str, argv: list[str], log_path: Path, env: Mapping[str, str] | None = None, cwd: Path = ROOT,
+) -> Server:
+    """Start `argv` (its "{port}" replaced by a free loopback port) from `cwd` (the repository root: `python -m`
+    runs the code there), its stdout and stderr in `log_path`, with `env` (default: this environment). Does
+    not wait."""
     port = free_port()
     argv = [a.replace("{port}", str(port)) for a in argv]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=dict(os.environ if env is None else env),
+        proc = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ if env is None else env),
                                 stdout=log, stderr=subprocess.STDOUT)
     return Server(name, proc, port, log_path)
 

@@ -13,11 +13,14 @@ from typing import Any
 from bench.engine import EngineBench, EnginePoint
 from bench.report import Recorder
 
-RSS_LIMIT_MB = 1.5 * 1024
+RSS_LIMIT_MB = 600
 SMALL_CALLERS_BATCH = 32
 LATENCY_SLACK_MS = 1.5
-GOALS = {"a": 0.80, "b": 0.95, "c": 0.95}  # service texts/s over the engine reference
-NAIVE_GOAL = 1.50  # (a) service over naive
+# Per scenario: service texts/s over the engine reference (wall), and the engine's CPU per text over the
+# service's (CPU: 1 / 1.1 for small callers is "the server's CPU per text at most 1.1x the engine's").
+GOALS = {"a": 0.80, "b": 0.95, "c": 0.95}
+CPU_GOALS = {"a": 1 / 1.1, "b": 0.95, "c": 0.95}
+NAIVE_GOAL = 1.00  # every scenario: the naive server trails (service over naive)
 
 
 def sequential(row: dict[str, Any]) -> bool:
@@ -75,7 +78,9 @@ def evaluate(rec: Recorder, variants: list[str], fp32: EngineBench | None) -> No
     for variant in variants:
         for scenario, goal in GOALS.items():
             _throughput(rec, variant, scenario, goal)
-        _vs_naive(rec, variant)
+            _cpu(rec, variant, scenario, CPU_GOALS[scenario])
+        for scenario in ("a", "b", "c", "d"):
+            _vs_naive(rec, variant, scenario)
         _latency(rec, variant)
         _attention(rec, variant)
     _int8(rec, fp32)
@@ -86,16 +91,26 @@ def _throughput(rec: Recorder, variant: str, scenario: str, goal: float) -> None
     row = _one(rec, "service", variant, scenario)
     if row and row.get("vs_engine") is not None:
         shape = row["engine_ref"].split(":")[0]
-        cpu = f" (CPU time: {row['vs_engine_cpu']:.2f}x)" if row.get("vs_engine_cpu") else ""
-        _target(rec, f"({scenario}) {variant} service ÷ engine {shape}", f"{row['vs_engine']:.2f}x{cpu}",
+        _target(rec, f"({scenario}) {variant} service ÷ engine {shape}, texts/s", f"{row['vs_engine']:.2f}x",
                 f">= {goal:.2f}x", row["vs_engine"] >= goal)
 
 
-def _vs_naive(rec: Recorder, variant: str) -> None:
-    row = _one(rec, "service", variant, "a")
+def _cpu(rec: Recorder, variant: str, scenario: str, goal: float) -> None:
+    """The engine's CPU per text over the server's whole process CPU per text (event loop, tokenising,
+    HTTP and graph runs): 1.00x would be a server that costs nothing beside its graph runs."""
+    row = _one(rec, "service", variant, scenario)
+    if row and row.get("vs_engine_cpu") is not None:
+        shape = row["engine_ref"].split(":")[0]
+        server = f"{row['cpu_ms_per_text']:.2f} ms/text, engine {row['cpu_ms_per_text'] * row['vs_engine_cpu']:.2f}"
+        _target(rec, f"({scenario}) {variant} engine ÷ service {shape}, CPU per text",
+                f"{row['vs_engine_cpu']:.2f}x ({server})", f">= {goal:.2f}x", row["vs_engine_cpu"] >= goal)
+
+
+def _vs_naive(rec: Recorder, variant: str, scenario: str) -> None:
+    row = _one(rec, "service", variant, scenario)
     if row and row.get("vs_naive") is not None:
-        _target(rec, f"(a) {variant} service ÷ naive", f"{row['vs_naive']:.2f}x", f">= {NAIVE_GOAL:.2f}x",
-                row["vs_naive"] >= NAIVE_GOAL)
+        _target(rec, f"({scenario}) {variant} service ÷ naive, texts/s", f"{row['vs_naive']:.2f}x",
+                f">= {NAIVE_GOAL:.2f}x", row["vs_naive"] >= NAIVE_GOAL)
 
 
 def _latency(rec: Recorder, variant: str) -> None:

@@ -1,15 +1,18 @@
 """Dynamic batching: one asyncio task owns the queue and turns waiting inputs into graph runs.
 
-Every input of a request is one `WorkItem`. Admission is counted in inputs: a request of N inputs
-takes N permits at once or is refused (`Overloaded`, 429). Whenever an input waits and one of the
-`runs_in_flight` run slots is free, the worker task takes the oldest item, fills the batch with
-same-kind items of the nearest lengths (less padding) under the token budget (batch size x longest
-sequence) and the size cap (with several slots free, the waiting inputs are shared out among them, so
-one large request keeps every slot busy), runs the graph in an executor thread, and fans the
-per-input results back out while the other slots run. A failed batch fails every waiter in it; a
-request that waits past the queue timeout fails with `QueueTimeout` and is not run; a cancelled
-request (client gone) is dropped before it costs compute. On stop, admitted work is drained before
-the task ends.
+Every input of a request is one `WorkItem` of the request's `Caller` (priority class and fairness key).
+Admission is counted in inputs, per class (`inference.admission`): a request of N inputs takes N permits at
+once or is refused (`Overloaded`, 429). Whenever an input waits and one of the `runs_in_flight` run slots is
+free, the worker task asks the fair queue (`inference.fairqueue`: interactive ahead of bulk, bulk keeping
+its share, callers of a class sharing by tokens) for a batch: its head, then same-kind inputs of its class
+and the nearest lengths (less padding) under the token budget (batch size x longest sequence) and the size
+cap (with several slots free, the waiting inputs are shared out among them, so one large request keeps
+every slot busy); it runs the graph in an executor thread and fans the per-input results back out while the
+other slots run. A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive
+batch runs at once beside them in one more slot kept for it (the interactive lane), instead of waiting for
+a bulk batch to end. A failed batch fails every waiter in it; a request that waits past the queue timeout fails
+with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs compute. On
+stop, admitted work is drained before the task ends.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -25,8 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from inference.batchqueue import BatchQueue
-from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout, TooManyInputs
+from inference.admission import Permits, Ticket
+from inference.errors import InferenceFailed, NotReady, QueueTimeout
+from inference.fairqueue import ANYONE, Caller, FairQueue, Priority
+from inference.observer import BatchObserver
 from inference.options import BatchOptions
 
 log = logging.getLogger(__name__)
@@ -34,22 +40,12 @@ log = logging.getLogger(__name__)
 RunFn = Callable[[str, list[np.ndarray]], Sequence[Any]]
 
 
-class BatchObserver:
-    """Hooks for metrics; the defaults do nothing."""
-
-    def tokenized(self, seconds: float) -> None: ...
-    def queue_depth(self, depth: int) -> None: ...
-    def in_flight(self, inputs: int) -> None: ...  # admitted inputs (queued, tokenising or running) after a change
-    def queue_wait(self, seconds: float) -> None: ...
-    def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None: ...
-    def inference(self, kind: str, seconds: float, ok: bool) -> None: ...
-
-
 @dataclass(eq=False)
 class WorkItem:
     kind: str
     ids: np.ndarray  # (T,) int64
     future: asyncio.Future[Any]
+    caller: Caller = ANYONE
     enqueued_at: float = field(default_factory=time.monotonic)
     ran_at: float = 0.0  # its graph run started
     done_at: float = 0.0  # its graph run ended
@@ -60,28 +56,6 @@ class WorkItem:
         return int(self.ids.shape[0])
 
 
-class Ticket:
-    """Permits taken by one request; those not turned into queued items are returned on exit. After a
-    submit, `queue_s` is the longest wait of its inputs and `inference_s` the span of the graph runs that
-    carried them (first start to last end)."""
-
-    def __init__(self, batcher: Batcher, permits: int) -> None:
-        self._batcher, self.unused = batcher, permits
-        self.queue_s = self.inference_s = 0.0
-
-    def take(self, n: int) -> None:
-        if n > self.unused:
-            raise ValueError(f"ticket holds {self.unused} permits, {n} needed")
-        self.unused -= n
-
-    def __enter__(self) -> Ticket:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._batcher._release(self.unused)
-        self.unused = 0
-
-
 @dataclass
 class BatchLimits:
     max_batch_tokens: int
@@ -90,27 +64,33 @@ class BatchLimits:
     queue_timeout_s: float
     batch_wait_s: float = 0.0
     runs_in_flight: int = 1
+    bulk_share: float = 0.2  # of the graph time, while both classes wait
+    bulk_queue: int | None = None  # most permits bulk inputs hold at once; None: max_queue
+    interactive_lane: bool = False  # one more run, for an interactive batch while every slot runs a bulk one
 
     @classmethod
     def of(cls, options: BatchOptions, runs_in_flight: int) -> BatchLimits:
+        bulk_queue = max(1, int(options.max_queue * options.bulk_queue_share))
         return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue, options.queue_timeout_s,
-                   options.batch_wait_ms / 1000, runs_in_flight)
+                   options.batch_wait_ms / 1000, runs_in_flight, options.bulk_share, bulk_queue,
+                   options.interactive_lane)
 
 
 class Batcher:
     def __init__(
         self, run: RunFn, limits: BatchLimits, executor: Executor | None = None,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, lane: Executor | None = None,
     ) -> None:
         self._run_fn, self.limits, self._executor = run, limits, executor
+        self._lane = lane or executor  # the interactive lane's thread: only its batches run there
         self._observer = observer or BatchObserver()
-        self._queue: BatchQueue[WorkItem] = BatchQueue()
-        self._permits_used = 0
+        self._queue: FairQueue[WorkItem] = FairQueue(limits.bulk_share)
+        self._permits = Permits(limits.max_queue, limits.bulk_queue or limits.max_queue, self._observer.in_flight)
         self._wake = asyncio.Event()
         self._stopping = False
         self._draining = False  # batches run at once, without batch_wait_s: shutdown has begun
         self._task: asyncio.Task[None] | None = None
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[asyncio.Task[None], Priority] = {}  # each run and the class of its batch
         self.last_ok = True
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -136,36 +116,36 @@ class Batcher:
 
     @property
     def in_flight(self) -> int:
-        return self._permits_used
+        return self._permits.total
 
     @property
     def full(self) -> bool:
-        """No permit is free: any request would be refused (the edge refuses before reading its body)."""
-        return self._permits_used >= self.limits.max_queue
+        """No permit is free for interactive requests (nor, then, for bulk ones)."""
+        return self._permits.full("interactive")
+
+    def full_for(self, priority: Priority) -> bool:
+        """No permit is free for this class: any request of it would be refused (the edge refuses it before
+        reading its body)."""
+        return self._permits.full(priority)
 
     # -- admission and submission ------------------------------------------------------------------
-    def admit(self, n: int) -> Ticket:
-        """Take n permits at once, or refuse the whole request."""
+    def admit(self, n: int, caller: Caller = ANYONE) -> Ticket:
+        """Take n permits of the caller's class at once, or refuse the whole request."""
         if self._stopping:
             raise NotReady("the server is shutting down")
-        if n > self.limits.max_queue:
-            raise TooManyInputs(f"{n} inputs exceed the queue size of {self.limits.max_queue} (ATTNSERVE_MAX_QUEUE)")
-        if self._permits_used + n > self.limits.max_queue:
-            raise Overloaded(f"server busy: {self._permits_used} inputs admitted, limit {self.limits.max_queue}")
-        self._permits_used += n
-        self._observer.in_flight(self._permits_used)
-        return Ticket(self, n)
+        self._permits.take(n, caller)
+        return Ticket(self._permits, n, caller)
 
     async def submit(
         self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray], urgent: bool = False,
     ) -> list[Any]:
-        """Queue one item per sequence and wait for all results, in order. `urgent` items do not wait for
-        batch partners (batch_wait_s) when they are the oldest waiting."""
+        """Queue one item per sequence (the ticket's caller's) and wait for all results, in order. `urgent`
+        items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
-        items = [WorkItem(kind, ids, loop.create_future(), urgent=urgent) for ids in sequences]
+        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller, urgent=urgent) for ids in sequences]
         self._queue.push(items)
-        self._observer.queue_depth(self.depth)
+        self._observer.queue_depth(ticket.caller.name, self._queue.waiting(ticket.caller.name))
         self._wake.set()
         timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
         try:
@@ -194,13 +174,16 @@ class Batcher:
     def _unqueue(self, item: WorkItem) -> bool:
         if not self._queue.remove(item):
             return False
-        self._release(1)
-        self._observer.queue_depth(self.depth)
+        self._release(item.caller, 1)
+        self._observer.queue_depth(item.caller.name, self._queue.waiting(item.caller.name))
         return True
 
-    def _release(self, n: int) -> None:
-        self._permits_used -= n
-        self._observer.in_flight(self._permits_used)
+    def _release(self, caller: Caller, n: int) -> None:
+        self._permits.give_back(n, caller)
+
+    def _release_items(self, items: list[WorkItem]) -> None:
+        for caller, n in Counter(item.caller for item in items).items():
+            self._release(caller, n)
 
     # -- the worker --------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -211,21 +194,28 @@ class Batcher:
                 log.exception("batcher iteration failed")
                 continue
             for batch in batches:
-                run = asyncio.get_running_loop().create_task(self._run(batch))
-                self._running.add(run)
+                lane = len(self._running) >= self.limits.runs_in_flight  # every slot taken: the lane's batch
+                run = asyncio.get_running_loop().create_task(self._run(batch, self._lane if lane else self._executor))
+                self._running[run] = batch[0].caller.priority
                 run.add_done_callback(self._ran)
         if self._running:
             await asyncio.wait(self._running)  # drained: every admitted input has its answer
 
     def _ran(self, run: asyncio.Task[None]) -> None:
-        self._running.discard(run)
+        self._running.pop(run, None)
         self._wake.set()  # a slot is free
         if not run.cancelled() and run.exception() is not None:
             log.error("batch run failed", exc_info=run.exception())
 
+    def _lane_free(self) -> bool:
+        """Every run slot holds a bulk batch, the interactive lane is free, and an interactive input waits."""
+        return (self.limits.interactive_lane and len(self._running) == self.limits.runs_in_flight
+                and all(p == "bulk" for p in self._running.values()) and self._queue.waiting_in("interactive") > 0)
+
     async def _wait_for_work(self) -> bool:
-        """Until an input waits and a run slot is free; False once stopping with nothing left to take."""
-        while not self.depth or len(self._running) >= self.limits.runs_in_flight:
+        """Until an input waits and a run slot (or the interactive lane, for an interactive input) is free;
+        False once stopping with nothing left to take."""
+        while not self.depth or (len(self._running) >= self.limits.runs_in_flight and not self._lane_free()):
             if self._stopping and not self.depth:
                 return False
             self._wake.clear()
@@ -252,8 +242,12 @@ class Batcher:
 
     def _take_batches(self) -> list[list[WorkItem]]:
         """A batch for each free run slot, the waiting inputs shared out among them, all taken at once: an
-        input left for a later slot would otherwise wait out batch_wait_s again."""
+        input left for a later slot would otherwise wait out batch_wait_s again. No slot free: an interactive
+        batch for the lane."""
         free = self.limits.runs_in_flight - len(self._running)
+        if free <= 0:
+            lane = self._queue.next_batch(self.limits.max_batch_size, self.limits.max_batch_tokens, "interactive")
+            return [lane] if lane else []
         size = min(self.limits.max_batch_size, -(-self.depth // free))
         batches = []
         for _ in range(free):
@@ -261,16 +255,17 @@ class Batcher:
             if not batch:
                 break
             batches.append(batch)
-        self._observer.queue_depth(self.depth)
+        for name in {item.caller.name for batch in batches for item in batch}:
+            self._observer.queue_depth(name, self._queue.waiting(name))
         return batches
 
-    async def _run(self, batch: list[WorkItem]) -> None:
+    async def _run(self, batch: list[WorkItem], executor: Executor | None) -> None:
         live = [item for item in batch if not item.future.done()]  # clients gone: skip
-        self._release(len(batch) - len(live))
+        self._release_items([item for item in batch if item.future.done()])
         if not live:
             return
         try:
-            outputs = await self._execute(live)
+            outputs = await self._execute(live, executor)
         except Exception as exc:
             self._fail(live, exc)
         else:
@@ -278,18 +273,18 @@ class Batcher:
                 if not item.future.done():
                     item.future.set_result(output)
         finally:
-            self._release(len(live))
+            self._release_items(live)
 
-    async def _execute(self, live: list[WorkItem]) -> Sequence[Any]:
+    async def _execute(self, live: list[WorkItem], executor: Executor | None) -> Sequence[Any]:
         now = time.monotonic()
         for item in live:
             item.ran_at = now
-            self._observer.queue_wait(now - item.enqueued_at)
+            self._observer.queue_wait(item.caller.name, now - item.enqueued_at)
         lengths = [item.length for item in live]
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(self._executor, self._run_fn, live[0].kind, [i.ids for i in live])
+            outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
         except Exception:

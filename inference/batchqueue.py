@@ -5,7 +5,7 @@ A plain structure with no event loop and no clock, shared by the served models' 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 
@@ -41,21 +41,37 @@ class BatchQueue(Generic[Q]):
         """Take `item` out if it is still waiting; False when it already left (taken or removed)."""
         return self._items.pop(id(item), None) is not None
 
-    def next_batch(self, max_size: int, max_tokens: int) -> list[Q]:
-        """The oldest item, then same-kind items closest to it in length (less padding), while the batch
-        stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
-        head = self.oldest()
+    def items(self) -> list[Q]:
+        """The waiting items, oldest first."""
+        return list(self._items.values())
+
+    def next_batch(self, max_size: int, max_tokens: int, head: Q | None = None) -> list[Q]:
+        """`head` (default: the oldest item), then same-kind items closest to it in length (less padding),
+        while the batch stays within `max_size` items and `max_tokens` (items x longest, padding counted)."""
+        head = self.oldest() if head is None else head
         if head is None:
             return []
-        others = [i for i in self._items.values() if i.kind == head.kind and i is not head]
-        others.sort(key=lambda i: abs(i.length - head.length))
-        batch, longest = [head], head.length
-        for item in others:
-            if len(batch) >= max_size:
-                break
-            if max(longest, item.length) * (len(batch) + 1) <= max_tokens:
-                batch.append(item)
-                longest = max(longest, item.length)
+        batch = fill(head, nearest(head, self._items.values()), max_size, max_tokens)
         for item in batch:
             del self._items[id(item)]
         return batch
+
+
+def nearest(head: Q, items: Iterable[Q]) -> list[Q]:
+    """The items of head's kind but head, nearest in length first (ties: in the order given)."""
+    others = [i for i in items if i.kind == head.kind and i is not head]
+    others.sort(key=lambda i: abs(i.length - head.length))
+    return others
+
+
+def fill(head: Q, candidates: Iterable[Q], max_size: int, max_tokens: int) -> list[Q]:
+    """`head`, then each candidate in turn that keeps the batch within `max_size` items and `max_tokens`
+    (items x longest, padding counted)."""
+    batch, longest = [head], head.length
+    for item in candidates:
+        if len(batch) >= max_size:
+            break
+        if max(longest, item.length) * (len(batch) + 1) <= max_tokens:
+            batch.append(item)
+            longest = max(longest, item.length)
+    return batch

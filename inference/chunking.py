@@ -182,7 +182,7 @@ def _pair_window(encoding: Encoding, layout: TypeLayout) -> Window:
     before, inside, after = layout
     types = np.asarray([*before, *[inside] * len(content), *after], dtype=np.int64) if content else \
         np.asarray(encoding.type_ids, dtype=np.int64)  # (n,)
-    one = dataclasses.replace(encoded(encoding), type_ids=types)
+    one = dataclasses.replace(encoded(encoding), types=types)
     return Window(one.ids, int(start), int(stop), len(content), types, one)
 
 

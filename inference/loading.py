@@ -8,6 +8,8 @@ a tokenizer the library cannot read, or an invalid bundle stops the load with a 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,17 @@ class LoadedBundle:
 
     def run_batch(self, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
         return self.graphs[kind].run(sequences)
+
+    @property
+    def fingerprint(self) -> str:
+        """The model build served: sha256 (hex) over the served fast graph's sha256, the tokenizer's and the
+        pooling, as the manifest records them (not the bundle's name, version or folder). The answer cache
+        keys by it; responses carry it (x-model-fingerprint), /info and /v1/models list it, the corpus job
+        writes it into its Parquet metadata."""
+        graph = self.manifest.graph("fast", self.variants.get("fast", ""))
+        facts = {"graph_sha256": graph.sha256 if graph else "", "tokenizer_sha256": self.manifest.tokenizer_sha256,
+                 "pooling": self.manifest.pooling}
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
 def verify(bundle_dir: Path) -> Manifest:

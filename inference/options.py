@@ -1,5 +1,6 @@
 """What a caller of the core chooses, each knob with the trade-off it sets: how a bundle is opened
-(`LoadOptions`), how inputs are batched (`BatchOptions`), and what one request may ask (`RequestLimits`).
+(`LoadOptions`), how inputs are batched (`BatchOptions`), what one request may ask (`RequestLimits`), and
+how much the answers cache may hold (`CacheOptions`).
 
 The HTTP settings (`service.settings.Settings`) add the server's own knobs to `ServingOptions`; the corpus
 job takes `LoadOptions` and a few batch sizes; the bench takes `LoadOptions`. The descriptions here are the
@@ -83,6 +84,21 @@ class BatchOptions(_Options):
         "once; inputs that waited behind a run do not wait again): a little more throughput under light load "
         "for a little more latency.",
     )
+    bulk_share: float = Field(
+        0.2, gt=0, lt=1, description="Share of the graph time that bulk inputs keep while interactive ones wait "
+        "too (counted in padded tokens, batch size x longest input): interactive inputs go ahead of queued bulk "
+        "ones, yet bulk never starves. Between callers of one class the time is shared by tokens.",
+    )
+    interactive_lane: bool = Field(
+        True, description="Keep one more graph thread for interactive inputs (one, shared by the served models): "
+        "while every run slot holds a bulk batch, an interactive batch runs at once beside them on it (a run "
+        "cannot be interrupted, and a bulk batch can take a second). For that long the runs share the cores. "
+        "Off: interactive inputs wait for a slot.",
+    )
+    bulk_queue_share: float = Field(
+        0.5, gt=0, le=1, description="Share of max_queue that bulk inputs may hold at once; bulk requests beyond "
+        "it are refused (429), so bulk callers alone never fill the queue interactive calls need.",
+    )
 
 
 class RequestLimits(_Options):
@@ -113,8 +129,17 @@ class RequestLimits(_Options):
     )
 
 
-class ServingOptions(LoadOptions, BatchOptions, RequestLimits):
-    """Everything the core needs to serve models: how they are opened, batched and limited."""
+class CacheOptions(_Options):
+    cache_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="Bytes of the exact embedding cache, shared by the served models "
+        "(least recently used out first; 0 turns it off). Keyed by the model's fingerprint, the input's token "
+        "ids and the output kind, so a hit is the vector the graph returned for that input, bit for bit, and "
+        "skips the queue. Attention maps are not cached.",
+    )
+
+
+class ServingOptions(LoadOptions, BatchOptions, RequestLimits, CacheOptions):
+    """Everything the core needs to serve models: how they are opened, batched, limited and cached."""
 
     def load_options(self) -> LoadOptions:
         return LoadOptions(**self.model_dump(include=set(LoadOptions.model_fields)))

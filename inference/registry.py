@@ -4,8 +4,9 @@ name, in the order the bundles were given; the first is the default.
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
 request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
-default), so no more graph runs overlap on the CPU than the session threads were sized for, and one pool
-for tokenising.
+default), so no more graph runs overlap on the CPU than the session threads were sized for, and one more
+thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
+tokenising.
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from inference.batcher import Batcher, BatchLimits, BatchObserver
+from inference.batcher import Batcher, BatchLimits
+from inference.cache import AnswerCache
 from inference.errors import ModelNotFound, StartupError
+from inference.fairqueue import Priority
 from inference.loading import LoadedBundle, Opened, load_bundle
+from inference.observer import BatchObserver
 from inference.options import LoadOptions, ServingOptions
 from inference.served import ServedModel
 
@@ -95,13 +99,14 @@ class ModelRegistry:
         for model in self:
             model.batcher.drain()
 
-    def busy(self, name: str | None) -> bool:
-        """Whether a request to `name` would surely be refused: that model's permits are all taken, or, when
-        the model is not known before the body is read (None), every model's are. Unknown names: not busy."""
+    def busy(self, name: str | None, priority: Priority = "interactive") -> bool:
+        """Whether a request of `priority` to `name` would surely be refused: that model's permits for the class
+        are all taken, or, when the model is not known before the body is read (None), every model's are.
+        Unknown names: not busy."""
         if name is None or len(self._models) == 1:
-            return all(model.batcher.full for model in self)
+            return all(model.batcher.full_for(priority) for model in self)
         model = self._models.get(name)
-        return model is not None and model.batcher.full
+        return model is not None and model.batcher.full_for(priority)
 
 
 def quoted(name: str, most: int = 64) -> str:
@@ -113,14 +118,16 @@ def start_models(
     names: Sequence[str], loaded: Sequence[LoadedBundle], options: ServingOptions,
     observer: Callable[[str], BatchObserver] = lambda name: BatchObserver(),
 ) -> tuple[ModelRegistry, list[ThreadPoolExecutor]]:
-    """One served model with a started batcher per bundle, sharing the graph threads and the tokenising pool
-    (must run on the event loop that will serve them); the executors, to shut down after the batchers stop."""
+    """One served model with a started batcher per bundle, sharing the graph threads, the tokenising pool and
+    the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
+    batchers stop."""
     graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
+    lane = ThreadPoolExecutor(1, thread_name_prefix="attnserve-lane")  # interactive batches beside bulk ones
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
-    models = {}
+    answers, models = AnswerCache(options.cache_bytes), {}
     for name, bundle in zip(names, loaded, strict=True):
-        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name))
+        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name), lane)
         batcher.start()
-        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name))
-    return ModelRegistry(models), [graphs, cpu]
+        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers)
+    return ModelRegistry(models), [graphs, lane, cpu]

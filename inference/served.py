@@ -9,6 +9,11 @@ the size of its answer are checked against the token counts before any graph run
 queued. A chunked request is cut first, since its windows are only known then; each window then takes one
 permit and runs as its own input (`inference.chunking`). Inputs are texts, token-id lists or text pairs (a
 query and a document, through the tokenizer's pair template, with their token type ids).
+
+Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
+record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
+(`inference.cache`): a hit returns its permit at once and never queues, a repeat of another input of the
+same request runs once, and what runs is kept for the next request.
 """
 
 from __future__ import annotations
@@ -23,13 +28,16 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inference import chunking, timing
-from inference.batcher import Batcher, BatchObserver, Ticket
+from inference import cache, chunking, timing
+from inference.batcher import Batcher, Ticket
+from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, Unsupported
+from inference.fairqueue import Caller
 from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
+from inference.observer import BatchObserver
 from inference.options import RequestLimits
 from inference.tokenize import Direction, Encoded
 
@@ -44,10 +52,12 @@ INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are token
 class ServedModel:
     def __init__(
         self, name: str, bundle: LoadedBundle, batcher: Batcher, limits: RequestLimits, executor: Executor,
-        observer: BatchObserver | None = None,
+        observer: BatchObserver | None = None, answers: AnswerCache | None = None,
     ) -> None:
         self.name, self.bundle, self.batcher, self.limits = name, bundle, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
+        self.answers = answers if answers is not None else AnswerCache(0)  # shared by the models of a registry
+        self.fingerprint = bundle.fingerprint
         self.warm = False
         self._probe = asyncio.Lock()
 
@@ -83,9 +93,10 @@ class ServedModel:
         return self.ready
 
     async def _probe_run(self) -> None:
-        encoded = self.bundle.tokenizer.encode(["ready probe"], truncate=True)
+        """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
-            await self.submit(ticket, "fast", [encoded[0].ids], urgent=True)
+            encoded = await self._encode(["ready probe"], True, "right", "")
+            await self._run_graph(ticket, "fast", [encoded[0].ids], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -103,7 +114,7 @@ class ServedModel:
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await self.submit(ticket, kind, [e.ids for e in encoded], urgent=True)
+                await self._run_graph(ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
@@ -114,11 +125,13 @@ class ServedModel:
         """Check, admit once (a permit per input and graph), tokenise once (texts after `prompt`), check
         `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
-        with self.batcher.admit(len(inputs) * len(kinds)) as ticket:
+        with self.batcher.admit(len(inputs) * len(kinds), self._caller()) as ticket:
             encoded = await self._encode(inputs, truncate, direction, prompt)
             if check is not None:
                 check(encoded)
-            ids = [sequence(e.ids, e.type_ids) for e in encoded]  # a pair's type ids travel with its ids
+            paired = any(isinstance(item, tuple) for item in inputs)
+            ids = [sequence(e.ids, e.type_ids) if paired else e.ids for e in encoded]  # a pair's type ids too
+            self._admitted(sum(e.length for e in encoded))
             runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
         return encoded, dict(zip(kinds, runs, strict=True))
 
@@ -145,12 +158,42 @@ class ServedModel:
         )
         self._tokenized(time.perf_counter() - started)
         flat = [w.sequence for ws in windows for w in ws]
-        with self.batcher.admit(len(flat) + follow_permits(windows)) as ticket:
+        with self.batcher.admit(len(flat) + follow_permits(windows), self._caller()) as ticket:
+            self._admitted(sum(len(ids) for ids in flat))
             grouped = chunking.regroup(await self.submit(ticket, kind, flat), windows)
             followed = await follow(ticket, windows, grouped) if follow is not None else None
         return windows, grouped, followed
 
-    async def submit(
+    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
+        """Every sequence's outputs, in order. Of the cached kinds: hits from the cache (their permits returned
+        at once, never queued), each other distinct sequence run once and kept; other kinds: all run."""
+        if kind not in CACHED_KINDS:
+            return await self._run_graph(ticket, kind, sequences)
+        keys = [cache.key(self.fingerprint, kind, ids) for ids in sequences]
+        found = {k: hit for k in set(keys) if (hit := self.answers.get(k)) is not None}
+        missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
+        ticket.give_back(len(sequences) - len(missing))
+        ran = await self._run_graph(ticket, kind, list(missing.values())) if missing else []
+        fresh = self._keep(list(missing), ran)
+        self._answered_cached(ticket.caller, len(sequences), len(missing))
+        return [found[k] if k in found else fresh[k] for k in keys]
+
+    def _keep(self, keys: list[bytes], outputs: list[Outputs]) -> dict[bytes, Outputs]:
+        """The outputs by key, kept in the cache (as read-only copies, detached from their batch) when it is on."""
+        if not self.answers.max_bytes:
+            return dict(zip(keys, outputs, strict=True))
+        evictions, kept = self.answers.evictions, [cache.frozen(o) for o in outputs]
+        self.answers.put_all(keys, kept)
+        self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
+        return dict(zip(keys, kept, strict=True))
+
+    def _answered_cached(self, caller: Caller, inputs: int, ran: int) -> None:
+        if self.answers.max_bytes:
+            self._observer.cache(caller.name, inputs - ran, ran)
+        if (record := timing.current()) is not None and inputs > ran:
+            record.answered_cached(inputs - ran)
+
+    async def _run_graph(
         self, ticket: Ticket, kind: str, sequences: list[np.ndarray], urgent: bool = False,
     ) -> list[Outputs]:
         outputs = await self.batcher.submit(ticket, kind, sequences, urgent)
@@ -172,9 +215,20 @@ class ServedModel:
         return await self.off_loop(fn, *args)
 
     def _tokenized(self, seconds: float) -> None:
-        self._observer.tokenized(seconds)
+        self._observer.tokenized(self._caller().name, seconds)
         if (record := timing.current()) is not None:
             record.tokenized(seconds)
+
+    @staticmethod
+    def _caller() -> Caller:
+        """The caller of the request being handled (the default caller outside a request)."""
+        record = timing.current()
+        return record.caller if record is not None else Caller()
+
+    @staticmethod
+    def _admitted(tokens: int) -> None:
+        if (record := timing.current()) is not None:
+            record.admitted(tokens)
 
     async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate

@@ -1,8 +1,10 @@
-"""Where one request's latency went: tokenising, waiting in the queue, graph runs.
+"""One request's record: who asks (its `Caller`: priority class and fairness key), where its latency went
+(tokenising, waiting in the queue, graph runs) and what it used (tokens, inputs answered from the cache).
 
-A caller opens a `RequestTiming` for each request with `begin()` (the HTTP edge does, and sends the
-figures as response headers); a served model adds to `current()` (a context variable: the request's task,
-and the tasks it starts, see the same record).
+A caller opens a `RequestTiming` for each request with `begin(caller)` (the HTTP edge does, naming the
+caller its key belongs to, and sends the figures as response headers and debits the caller's budget); a
+served model reads the caller from `current()` and adds to it (a context variable: the request's task, and
+the tasks it starts, see the same record).
 
 For a request of several inputs the queue time is the longest wait of any of its inputs (the wait
 before its last input started running), and the inference time runs from the start of the first graph
@@ -15,14 +17,19 @@ import time
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
+from inference.fairqueue import Caller
+
 
 @dataclass
 class RequestTiming:
     started: float = field(default_factory=time.perf_counter)
+    caller: Caller = field(default_factory=Caller)
     tokenize_s: float = 0.0
     queue_s: float = 0.0
     inference_s: float = 0.0
-    used: bool = False  # a served model recorded something: the request was tokenised or run
+    tokens: int = 0  # tokens of the inputs admitted (every window's; special tokens included)
+    cached: int = 0  # inputs answered without a graph run: from the cache, or a repeat within the request
+    used: bool = False  # a served model recorded something: the request was tokenised, run or answered
 
     def tokenized(self, seconds: float) -> None:
         self.tokenize_s += seconds
@@ -33,6 +40,14 @@ class RequestTiming:
         self.inference_s += inference_s
         self.used = True
 
+    def admitted(self, tokens: int) -> None:
+        self.tokens += tokens
+        self.used = True
+
+    def answered_cached(self, inputs: int) -> None:
+        self.cached += inputs
+        self.used = True
+
     @property
     def total_s(self) -> float:
         return time.perf_counter() - self.started
@@ -41,9 +56,9 @@ class RequestTiming:
 _current: ContextVar[RequestTiming | None] = ContextVar("attnserve_request_timing", default=None)
 
 
-def begin() -> tuple[RequestTiming, Token[RequestTiming | None]]:
+def begin(caller: Caller | None = None) -> tuple[RequestTiming, Token[RequestTiming | None]]:
     """A fresh record for the request about to be handled in this context (pass the token to `end`)."""
-    timing = RequestTiming()
+    timing = RequestTiming(caller=caller or Caller())
     return timing, _current.set(timing)
 
 

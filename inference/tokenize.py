@@ -34,18 +34,60 @@ Direction = Literal["right", "left"]
 Pair = tuple[str, str]  # (text, text pair): a query and a document
 
 
+Pieces = tuple[list[str], list[tuple[int, int]], list[bool]]  # tokens, character offsets, special flags
+
+
 @dataclass(frozen=True)
 class Encoded:
+    """One input's token ids, and, read from the library's encoding only when asked (/tokenize, /attention),
+    its tokens, character offsets and special flags: building those lists for every text of a 64-text
+    embedding request cost more than tokenising it, on the event loop or holding the interpreter's lock.
+    A sequence put together from others (a prompt put back after the opening special tokens) holds its
+    lists itself (`pieces`)."""
+
     ids: np.ndarray  # (T,) int64
-    tokens: list[str]
-    offsets: list[tuple[int, int]]  # character offsets into the input text; (0, 0) for special tokens
-    special: list[bool]
-    type_ids: np.ndarray | None = None  # (T,) int64 token types (the pair template's segments); None: all 0
-    sequence_ids: list[int | None] | None = None  # per token: 0 the first text, 1 a pair's second, None special
+    encoding: Encoding | None = None  # None: token-id inputs, used as given, or a sequence put together
+    pieces: Pieces | None = None
+    types: np.ndarray | None = None  # (T,) token types set apart from the encoding's (a chunked pair's windows)
 
     @property
     def length(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def tokens(self) -> list[str]:
+        if self.pieces is not None:
+            return self.pieces[0]
+        return list(self.encoding.tokens) if self.encoding is not None else [""] * self.length
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Character offsets into the input text; (0, 0) for special tokens and token-id inputs."""
+        if self.pieces is not None:
+            return self.pieces[1]
+        if self.encoding is None:
+            return [(0, 0)] * self.length
+        return [(int(a), int(b)) for a, b in self.encoding.offsets]
+
+    @property
+    def type_ids(self) -> np.ndarray | None:
+        """(T,) int64 token types (the pair template's segments); None: all 0 (token-id inputs, a prompted text)."""
+        if self.types is not None:
+            return self.types
+        return np.asarray(self.encoding.type_ids, dtype=np.int64) if self.encoding is not None else None
+
+    @property
+    def sequence_ids(self) -> list[int | None] | None:
+        """Per token: 0 the first text, 1 a pair's second, None a special token; None when not known."""
+        return list(self.encoding.sequence_ids) if self.encoding is not None and self.pieces is None else None
+
+    @property
+    def special(self) -> list[bool]:
+        if self.pieces is not None:
+            return self.pieces[2]
+        if self.encoding is None:
+            return [False] * self.length
+        return [bool(s) for s in self.encoding.special_tokens_mask]
 
 
 class TextTokenizer:
@@ -114,23 +156,19 @@ class TextTokenizer:
         prompt's are left in its `overflowing`, which a caller that cuts it again must not read as a window)."""
         whole = encoded(encoding)
         count = next((i for i, (_, stop) in enumerate(whole.offsets) if stop > chars), whole.length)
+        prompt = _sliced(whole, 0, count)  # read before the cut below changes the encoding `whole` reads
         if count:
             encoding.truncate(whole.length - count, direction="left")
-        return _sliced(whole, 0, count)
+        return prompt
 
     def with_prompt(self, wrapped: Encoded, prompt: Encoded) -> Encoded:
         """A wrapped sequence with the prompt's tokens put right after its opening special tokens."""
         at = self.lead
-        return Encoded(
-            np.concatenate([wrapped.ids[:at], prompt.ids, wrapped.ids[at:]]),
+        return Encoded(np.concatenate([wrapped.ids[:at], prompt.ids, wrapped.ids[at:]]), pieces=(
             [*wrapped.tokens[:at], *prompt.tokens, *wrapped.tokens[at:]],
             [*wrapped.offsets[:at], *prompt.offsets, *wrapped.offsets[at:]],
             [*wrapped.special[:at], *prompt.special, *wrapped.special[at:]],
-            None if wrapped.type_ids is None else np.concatenate(
-                [wrapped.type_ids[:at], np.zeros(prompt.length, dtype=np.int64), wrapped.type_ids[at:]]),
-            None if wrapped.sequence_ids is None else
-            [*wrapped.sequence_ids[:at], *[0] * prompt.length, *wrapped.sequence_ids[at:]],
-        )
+        ))
 
     def _left_keeping(self, prompt: str, text: str) -> Encoded:
         """`prompt + text` cut from the left to the max length, the prompt kept whole."""
@@ -181,8 +219,7 @@ class TextTokenizer:
                     f"input {index} has {len(ids)} tokens, over the model's max length of {self.max_length}"
                 )
             ids = ids[-self.max_length:] if direction == "left" else ids[: self.max_length]
-        n = len(ids)
-        return Encoded(np.asarray(ids, dtype=np.int64), [""] * n, [(0, 0)] * n, [False] * n)
+        return Encoded(np.asarray(ids, dtype=np.int64))
 
 
 def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
@@ -221,17 +258,8 @@ def _check_overflow(batch: Sequence[Encoding], truncate: bool, max_length: int, 
 
 
 def _sliced(e: Encoded, start: int, stop: int) -> Encoded:
-    return Encoded(e.ids[start:stop], e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop],
-                   None if e.type_ids is None else e.type_ids[start:stop],
-                   None if e.sequence_ids is None else e.sequence_ids[start:stop])
+    return Encoded(e.ids[start:stop], pieces=(e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop]))
 
 
 def encoded(encoding: Encoding) -> Encoded:
-    return Encoded(
-        ids=np.asarray(encoding.ids, dtype=np.int64),
-        tokens=list(encoding.tokens),
-        offsets=[(int(a), int(b)) for a, b in encoding.offsets],
-        special=[bool(s) for s in encoding.special_tokens_mask],
-        type_ids=np.asarray(encoding.type_ids, dtype=np.int64),
-        sequence_ids=list(encoding.sequence_ids),
-    )
+    return Encoded(np.asarray(encoding.ids, dtype=np.int64), encoding)

@@ -38,6 +38,7 @@ from jobs.inputs import Bad, Chunk
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
 WINDOW_COLUMNS = ("window", "start", "stop", "tokens")  # with --chunking windows, after the id
 SPARSE_TYPE = pa.list_(pa.struct([("index", pa.int32()), ("value", pa.float32())]))  # --sparse: nonzero entries
+FINGERPRINT_KEY = b"attnserve.model_fingerprint"  # Parquet schema metadata: LoadedBundle.fingerprint
 
 
 OnBatch = Callable[[int], None]  # told how many rows each batch finished (progress)
@@ -190,9 +191,11 @@ def finite(values: np.ndarray, name: str) -> None:
         raise JobError(f"the model produced NaN or Inf in {name}") from None
 
 
-def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutput) -> pa.Schema:
+def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutput, fingerprint: str) -> pa.Schema:
     """id, embedding, then tokens, label and scores as asked. With --chunking windows, one row per window:
-    id, window, start, stop, tokens (its content tokens: always), embedding, then label and scores."""
+    id, window, start, stop, tokens (its content tokens: always), embedding, then label and scores. The
+    schema's metadata holds the model's fingerprint (FINGERPRINT_KEY), as the server's x-model-fingerprint
+    says it: an index built from parts of several jobs can tell whether one model build made every vector."""
     windows = output.chunking is not None and output.chunking.mode == "windows"
     fields = [pa.field("id", id_type)] + [pa.field(name, pa.int32()) for name in WINDOW_COLUMNS if windows]
     fields.append(pa.field("embedding", pa.list_(pa.float32(), hidden)))
@@ -202,7 +205,7 @@ def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutp
         fields += [pa.field("label", pa.string()), pa.field("scores", pa.list_(pa.float32(), len(labels)))]
     if output.sparse:
         fields.append(pa.field("sparse", SPARSE_TYPE))
-    return pa.schema(fields)
+    return pa.schema(fields, metadata={FINGERPRINT_KEY: fingerprint.encode()})
 
 
 def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], target: pa.Schema) -> pa.Table:

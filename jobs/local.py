@@ -96,7 +96,8 @@ def check_sparse(task: str, output: JobOutput) -> None:
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
-    return embedding.schema(embedding.id_type(job.columns.id is not None), m.embedding_size, list(m.labels), job.output)
+    return embedding.schema(embedding.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
+                            job.output, bundle.fingerprint)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:

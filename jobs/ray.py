@@ -87,7 +87,7 @@ class Embedder:
         self.batching, self.output = model.batching, output
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
         self.schema = embedding.schema(embedding.id_type(has_id_column), self.bundle.manifest.embedding_size,
-                                  list(self.bundle.manifest.labels), output)
+                                       list(self.bundle.manifest.labels), output, self.bundle.fingerprint)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)

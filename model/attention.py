@@ -15,6 +15,14 @@ added to the scores, so a masked key gets exactly zero weight (exp underflows to
 no visible key (a padding query under a window mask) stays finite instead of turning into NaN and
 leaking through 0 · NaN, which -inf would do. The additive form is also the one onnxruntime's
 transformer optimiser recognises and fuses into one Attention op (see docs/export.md).
+
+Local (sliding-window) layers, where query i sees keys j with |i - j| <= w, are the same equation over a band
+(sliding_window_attention): the queries in blocks of w, each block against the keys of its own block and of
+its two neighbours (3w keys: every key within w of any query in the block), so scores and weights are
+(T, 3w) instead of (T, T), and time and memory grow with T·w instead of T². The band mask is the window mask
+cut to those 3w keys, so every query sees exactly the keys it saw before; the softmax adds the same non-zero
+terms. Used where nobody asks for the (T, T) maps (the encoder's fast path); the maps come from the full form.
+Extra letters: W = w block size, N = ceil(T / W) blocks.
 """
 
 from __future__ import annotations
@@ -46,6 +54,45 @@ def scaled_dot_product_attention(
     return weights @ v, weights  # (B, H, T, d_k), (B, H, T, T)
 
 
+def sliding_window_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, window: int, dropout: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q Kᵀ / √d_k) · V with query i seeing keys j, |i - j| <= window, over bands: q, k, v (B, H, T, d_k),
+    key_padding_mask (B, 1, 1, T) -> (weights · V (B, H, T, d_k), banded weights (B, H, N, W, 3W))."""
+    T = q.size(2)
+    q_blocks = to_blocks(q, window)  # (B, H, N, W, d_k)
+    k_near = with_neighbours(to_blocks(k, window))  # (B, H, N, 3W, d_k)
+    v_near = with_neighbours(to_blocks(v, window))  # (B, H, N, 3W, d_k)
+    mask = band_mask(key_padding_mask, window)  # (B, 1, N, W, 3W)
+    context, weights = scaled_dot_product_attention(q_blocks, k_near, v_near, mask, dropout)  # (B, H, N, W, d_k)
+    return context.flatten(2, 3)[:, :, :T], weights  # (B, H, T, d_k): blocks joined, the padding cut
+
+
+def to_blocks(x: Tensor, size: int) -> Tensor:
+    """(B, H, T, d) -> (B, H, N, size, d): the sequence zero-padded to N·size, then cut into N blocks."""
+    B, H, T, d = x.shape
+    x = F.pad(x, (0, 0, 0, -T % size))  # (B, H, N·size, d)
+    return x.view(B, H, -1, size, d)  # (B, H, N, size, d)
+
+
+def with_neighbours(blocks: Tensor) -> Tensor:
+    """(B, H, N, W, d) -> (B, H, N, 3W, d): each block after its predecessor and before its successor (zeros
+    past either end)."""
+    padded = F.pad(blocks, (0, 0, 0, 0, 1, 1))  # (B, H, N + 2, W, d)
+    return torch.cat((padded[:, :, :-2], padded[:, :, 1:-1], padded[:, :, 2:]), dim=3)  # (B, H, N, 3W, d)
+
+
+def band_mask(key_padding_mask: Tensor, window: int) -> Tensor:
+    """(B, 1, 1, T) padding mask -> (B, 1, N, W, 3W): query r of a block may see key c of its 3W neighbours when
+    the key is a real token and |(c - W) - r| <= window (c - W: the key's offset from the block's start)."""
+    keys = key_padding_mask.to(torch.float).transpose(-2, -1)  # (B, 1, T, 1)
+    keys = with_neighbours(to_blocks(keys, window)).transpose(-2, -1)  # (B, 1, N, 1, 3W); padding is 0
+    query = torch.arange(window, device=keys.device)  # (W,)
+    key = torch.arange(3 * window, device=keys.device) - window  # (3W,): offsets from the block's start
+    near = (key[None, :] - query[:, None]).abs() <= window  # (W, 3W)
+    return (keys > 0) & near  # (B, 1, N, W, 3W)
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Q, K, V from three projections of one input; heads split, attended, merged, then W_o."""
 
@@ -68,17 +115,23 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
-        rotary: tuple[Tensor, Tensor] | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None, window: int = 0,
     ) -> tuple[Tensor, Tensor]:
         """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
-        the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k."""
+        the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k. window > 0: attend within `window`
+        over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring)."""
         B, T, D = x.shape
         q = self.split_heads(self.q_proj(x))  # (B, H, T, d_k)
         k = self.split_heads(self.k_proj(x))  # (B, H, T, d_k)
         v = self.split_heads(self.v_proj(x))  # (B, H, T, d_k)
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k) each
-        context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias)
+        if window:
+            if mask is None or bias is not None:
+                raise ValueError("banded attention takes a padding mask and no score bias")
+            context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout)
+        else:
+            context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias)
         context = context.transpose(1, 2).contiguous()  # (B, T, H, d_k)
         context = context.view(B, T, D)  # (B, T, D): heads merged back
         return self.out_proj(context), weights

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.attention import MultiHeadSelfAttention, build_mask
+from model.attention import MultiHeadSelfAttention, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
 from model.layers import FeedForward, layer_norm
@@ -42,6 +42,7 @@ class LayerInputs:
     mask: Tensor  # (B, 1, 1|T, T) boolean
     bias: Tensor | None  # (1, H, T, T) relative-position bias
     rotary: tuple[Tensor, Tensor] | None  # cos, sin: (1, 1, T, d_k) each
+    window: int = 0  # > 0: attend within it over bands (model/attention.py); mask is then the padding mask
 
 
 class Embeddings(nn.Module):
@@ -80,12 +81,13 @@ class EncoderBlock(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor, bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
+        window: int = 0,
     ) -> tuple[Tensor, Tensor]:
         if self.pre_norm:
-            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary)
+            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window)
             x = x + self.dropout(attended)
             return x + self.dropout(self.ffn(self.ffn_norm(x))), weights
-        attended, weights = self.attention(x, mask, bias, rotary)
+        attended, weights = self.attention(x, mask, bias, rotary, window)
         x = self.attn_norm(x + self.dropout(attended))
         return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
 
@@ -125,12 +127,12 @@ class Encoder(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.embeddings(input_ids, attention_mask, token_type_ids)  # (B, T, D)
-        inputs = self.layer_inputs(attention_mask)
+        inputs = self.layer_inputs(attention_mask, banded=not output_attentions)
         layers = []
         for block in self.blocks:
             kind = inputs["local" if block.local else "full"]
-            x, weights = block(x, kind.mask, kind.bias, kind.rotary)
-            layers.append(weights)  # (B, H, T, T)
+            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window)
+            layers.append(weights)  # (B, H, T, T); banded (B, H, N, W, 3W) in local layers when banded
         x = self.final_norm(x)
         pooled = self.pooled(x, attention_mask)  # (B, E)
         return EncoderOutput(
@@ -140,15 +142,19 @@ class Encoder(nn.Module):
             attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
         )
 
-    def layer_inputs(self, attention_mask: Tensor) -> dict[str, LayerInputs]:
-        """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones."""
+    def layer_inputs(self, attention_mask: Tensor, banded: bool = False) -> dict[str, LayerInputs]:
+        """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones.
+        banded: the local layers attend over bands, O(T x window), and give no (T, T) maps (not with a relative
+        bias, which is (T, T) anyway); else through the full window mask, as the attention maps need."""
         c, T, device = self.config, attention_mask.size(1), attention_mask.device
         bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
         kinds = {"full": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
+        window = c.window_size if banded and bias is None else 0
         if any(block.local for block in self.blocks):
-            kinds["local"] = build_mask(attention_mask, "window", c.window_size)  # (B, 1, T, T)
-        return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None)
-                for kind, mask in kinds.items()}
+            kinds["local"] = padding_mask(attention_mask) if window else build_mask(
+                attention_mask, "window", c.window_size)  # (B, 1, 1, T) or (B, 1, T, T)
+        return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None,
+                                  window if kind == "local" else 0) for kind, mask in kinds.items()}
 
     def pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
         """The embedding before L2 normalisation: pooled, then projected when there is a projection."""

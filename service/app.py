@@ -1,9 +1,11 @@
-"""The app factory: `create_app(settings)` wires routes, middleware, the one exception handler and the
-lifespan (load and verify the bundles, start the served models with one batcher each, warm up; on shutdown
-drain admitted work)."""
+"""The app factory: `create_app(settings)` wires routes, middleware, the one exception handler, the callers
+(their keys: ATTNSERVE_API_KEY, ATTNSERVE_API_KEYS_FILE, read here so a bad file stops the start) and the
+lifespan (load and verify the bundles, start the served models with one batcher each, warm up, watch the keys
+file; on shutdown drain admitted work)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -19,11 +21,15 @@ from starlette.routing import Match
 
 from attnserve import __version__
 from inference.errors import InferenceError, InvalidRequest
+from inference.fairqueue import Priority
 from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, load_bundles, served_names, start_models
+from service.callers import Callers, single_key
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
+from service.hot import HotRoutes
+from service.keysfile import KeysFile
 from service.metrics import Metrics
-from service.middleware import TIMING_HEADERS, EdgeMiddleware, Scope
+from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
 from service.openapi import bounds, served_document
 from service.routes import attention, explore, openai, ops, rerank, sparse, tei, token_labels
@@ -42,23 +48,52 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     tests inject fakes); else the lifespan loads the bundles named by `settings`."""
     metrics = Metrics()
     bundles = [loaded] if isinstance(loaded, LoadedBundle) else loaded
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics))
+    callers, keys_file = _callers(settings, metrics)
+    # FastAPI's own OpenTelemetry hooks are off: attnserve's telemetry is /metrics and the timing headers, and
+    # with the hooks on, every request asks the OpenTelemetry globals (an environment read) whether to trace.
+    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics, keys_file),
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
+    app.state.callers = callers
     for module in (openai, tei, rerank, sparse, token_labels, attention, ops, oip, explore):
         app.include_router(module.router)
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
+    hot = {route.path: route for route in (*tei.HOT, *openai.HOT)}
+    # inside CORS and the edge, before FastAPI's own layers
+    app.add_middleware(HotRoutes, routes=hot, models=lambda: app.state.models, render=render_error)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID", "X-Priority"],
+            expose_headers=["X-Request-ID", "Retry-After", *TIMING_HEADERS, CACHED_HEADER, FINGERPRINT_HEADER],
         )
-    api_key = settings.api_key.get_secret_value() if settings.api_key is not None else None
     app.add_middleware(EdgeMiddleware, payload_limit_bytes=settings.payload_limit_bytes, metrics=metrics,
-                       api_key=api_key, busy=lambda scope: _busy(app, scope), body_timeout_s=settings.body_timeout_s)
+                       callers=callers, batched=batched, busy=lambda scope, priority: _busy(app, scope, priority),
+                       body_timeout_s=settings.body_timeout_s)
     return app
+
+
+def _callers(settings: Settings, metrics: Metrics) -> tuple[Callers, KeysFile | None]:
+    """The callers in force at start (StartupError when the keys file cannot be used), and the keys file to
+    watch, if any."""
+    callers = Callers()
+    single = single_key(settings.api_key.get_secret_value()) if settings.api_key is not None else None
+    if settings.api_keys_file is None:
+        if single is not None:
+            callers.replace([single])
+        return callers, None
+    keys_file = KeysFile(settings.api_keys_file, callers, metrics, single)
+    keys_file.load()
+    metrics.keys_read(True, len(callers.keys or []))
+    return callers, keys_file
+
+
+def batched(scope: Scope) -> bool:
+    """A route that uses the batcher (so admits, queues and spends tokens): refused early when busy, and
+    when its caller's budget is spent."""
+    return scope["method"] == "POST" and (scope["path"] in ADMITTED_PATHS or V2_INFER.match(scope["path"]) is not None)
 
 
 def _served_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -77,31 +112,38 @@ def _served_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
     return openapi
 
 
-def _busy(app: FastAPI, scope: Scope) -> bool:
+def _busy(app: FastAPI, scope: Scope, priority: Priority) -> bool:
     """Refuse before reading the body: a batched route whose model (named in the URL, or any model when
-    only the body can name it) has no free permit."""
+    only the body can name it) has no free permit for the caller's class."""
     models: ModelRegistry | None = app.state.models
-    path, infer = scope["path"], V2_INFER.match(scope["path"])
-    if models is None or not (path in ADMITTED_PATHS or infer):
+    infer = V2_INFER.match(scope["path"])
+    if models is None:
         return False
     if infer:
-        return models.busy(infer.group(1))
+        return models.busy(infer.group(1), priority)
     query = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("model")
-    return models.busy(query[-1] if query else None)
+    return models.busy(query[-1] if query else None, priority)
 
 
-def _lifespan(settings: Settings, bundles: Sequence[LoadedBundle] | None, metrics: Metrics) -> Any:
+def _lifespan(
+    settings: Settings, bundles: Sequence[LoadedBundle] | None, metrics: Metrics, keys_file: KeysFile | None,
+) -> Any:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded = bundles or load_bundles(settings.bundle, settings.load_options())
         models, executors = start_models(served_names(settings.bundle, loaded), loaded, settings, metrics.for_model)
         app.state.models = models
+        if keys_file is not None:
+            keys_file.start(settings.api_keys_check_s)
         try:
             for model in models:
                 await model.warm_up()
                 log.info("ready: %s on %s, variants %s", model.name, model.bundle.provider, model.bundle.variants)
+            settle_heap()
             yield
         finally:
+            if keys_file is not None:
+                await keys_file.stop()
             for model in models:
                 await model.batcher.stop()  # admitted work is finished first
             app.state.models = app.state.served_openapi = None
@@ -109,6 +151,16 @@ def _lifespan(settings: Settings, bundles: Sequence[LoadedBundle] | None, metric
                 executor.shutdown(wait=True)
 
     return lifespan
+
+
+def settle_heap() -> None:
+    """Collect, then move every object that start-up made (modules, the app, sessions, tokenizers: about 80,000
+    the collector tracks) out of the collector's generations for good (`gc.freeze`). A full collection under
+    load otherwise traversed them all on the event loop: 20-60 ms of CPU each (more on a busy machine), every
+    few seconds under overload, which was the ~100 ms stall in the overload check's p99 (docs/reliability.md).
+    What requests allocate is still collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def to_domain_error(exc: Exception) -> InferenceError:
@@ -123,15 +175,19 @@ def to_domain_error(exc: Exception) -> InferenceError:
 
 async def handle_error(request: Request, exc: Exception) -> Response:
     """The one exception handler: any handled error -> its status and the one JSON body (for the path)."""
+    status, headers, body = render_error(request.scope["path"], exc)
+    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def render_error(path: str, exc: Exception) -> tuple[int, dict[str, str], bytes]:
+    """A handled error's status, headers and the one JSON body for `path` (also the short path's, service.hot)."""
     error = to_domain_error(exc)
-    status, _ = status_of(error)
     headers = headers_of(error)
     if isinstance(exc, StarletteHTTPException) and exc.headers:
         headers.update(exc.headers)  # e.g. Allow on 405
-    if status == 405:  # Starlette names only the first route on the path; "/" has GET and POST routes
-        headers["Allow"] = ", ".join(_allowed_methods(request))
-    body = error_body_for(request.scope["path"], error)
-    return Response(body, status_code=status, headers=headers, media_type="application/json")
+    return status_of(error)[0], headers, error_body_for(path, error)
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")

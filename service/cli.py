@@ -43,8 +43,11 @@ def main(argv: list[str], prog: str = "attnserve serve") -> int:
         return report(prog, error)
     from service import logs
 
-    logs.configure(settings.log_format)
-    return serve(settings)
+    listener = logs.configure(settings.log_format)
+    try:
+        return serve(settings)
+    finally:
+        listener.stop()  # the lines still queued are written
 
 
 def serve(settings: Settings) -> int:
@@ -56,14 +59,14 @@ def serve(settings: Settings) -> int:
     try:
         loaded = load_bundles(settings.bundle, settings.load_options())
         served_names(settings.bundle, loaded)
+        app = create_app(settings, loaded)  # reads the API keys file
     except StartupError as error:
         log.error("cannot start: %s", error)
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
-    app = create_app(settings, loaded)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, loop="auto",
+        app, host=settings.host, port=settings.port, log_config=None, loop="auto", access_log=settings.access_log,
         http=with_header_timeout(settings.header_timeout_s),  # httptools, head deadline
         timeout_graceful_shutdown=drain_seconds(settings), server_header=False,
     )

@@ -4,7 +4,8 @@ watching.
 All of them are `async def`: none blocks, and FastAPI runs a plain `def` dependency in its thread pool
 (a round trip through AnyIO worker threads per dependency per request, measured at ~20% of the event
 loop's time under many small requests). The API key is checked by the edge middleware (before the body
-is read) on every path but the open ones, so no route dependency repeats it.
+is read) on every path but the open ones, so no route dependency repeats it; the model a caller may use is
+checked here, where the model is known (403).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi import Depends, Query, Request
 from inference.errors import InvalidRequest, NotReady
 from inference.registry import ModelRegistry, quoted
 from inference.served import ServedModel
+from service.callers import Verdict, forbidden
 from service.errors import ClientGone, NotFound, UnsupportedMediaType
 
 T = TypeVar("T")
@@ -35,20 +37,30 @@ async def get_models(request: Request) -> ModelRegistry:
 async def model_picker(
     request: Request, models: Annotated[ModelRegistry, Depends(get_models)],
 ) -> Callable[..., ServedModel]:
-    """`pick(*names)`: the served model the request names (in its body, query or path; None where a
-    place names none), recorded for the request metrics' `model` label. With several models served, two
-    different names are a 422 (model_conflict); with one, any name reaches it, as a single name does."""
+    """`pick(*names)`: the served model the request names (pick_model)."""
 
     def pick(*names: str | None) -> ServedModel:
-        given = {name for name in names if name is not None}
-        if len(given) > 1 and len(models) > 1:
-            names_given = ", ".join(quoted(n) for n in sorted(given))
-            raise InvalidRequest(f"the request names two models: {names_given}", code="model_conflict")
-        model = models.resolve(given.pop() if given else None)
-        request.state.model = model.name
-        return model
+        return pick_model(models, request.scope.setdefault("state", {}), *names)
 
     return pick
+
+
+def pick_model(models: ModelRegistry, state: dict[str, Any], *names: str | None) -> ServedModel:
+    """The served model the request names (in its body, query or path; None where a place names none),
+    recorded in the request's state for the request metrics' `model` label and the `x-model-fingerprint`
+    header. With several models served, two different names are a 422 (model_conflict); with one, any name
+    reaches it, as a single name does. A caller whose key may not use the model (the edge's verdict in the
+    state) gets 403."""
+    given = {name for name in names if name is not None}
+    if len(given) > 1 and len(models) > 1:
+        names_given = ", ".join(quoted(n) for n in sorted(given))
+        raise InvalidRequest(f"the request names two models: {names_given}", code="model_conflict")
+    model = models.resolve(given.pop() if given else None)
+    state["model"], state["fingerprint"] = model.name, model.fingerprint
+    verdict: Verdict | None = state.get("verdict")
+    if (refusal := forbidden(verdict.key if verdict else None, model.name)) is not None:
+        raise refusal
+    return model
 
 
 def needs(task: str) -> Callable[..., Awaitable[None]]:
@@ -64,17 +76,26 @@ def needs(task: str) -> Callable[..., Awaitable[None]]:
 
 
 async def require_json(request: Request) -> None:
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
+    if not is_json(request.headers.get("content-type", "")):
         raise UnsupportedMediaType("the request body must be JSON (Content-Type: application/json)")
 
 
-async def job_runner(request: Request) -> Callable[[Awaitable[Any]], Awaitable[Any]]:
-    """Runs a coroutine, cancelling it when the client disconnects first (its inputs leave the queue)."""
+def is_json(content_type: str) -> bool:
+    media = content_type.split(";")[0].strip().lower()
+    return media == "application/json" or media.endswith("+json")
+
+
+async def job_runner(request: Request) -> Job[Any]:
+    return watch_disconnect(request.receive)
+
+
+def watch_disconnect(receive: Callable[[], Awaitable[Any]]) -> Job[Any]:
+    """Runs a coroutine, cancelling it when the client disconnects first (its inputs leave the queue);
+    `receive` is the request's, after its body was read."""
 
     async def run(work: Awaitable[Any]) -> Any:
         task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher = asyncio.ensure_future(_disconnected(receive))
         try:
             await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -89,8 +110,8 @@ async def job_runner(request: Request) -> Callable[[Awaitable[Any]], Awaitable[A
     return run
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _disconnected(receive: Callable[[], Awaitable[Any]]) -> None:
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
@@ -100,4 +121,4 @@ ModelQuery = Annotated[str | None, Query(
     description="The served model to use (GET /v1/models lists them); default: the first. With one model "
     "served, any name is accepted. May also be given as the body's `model`.",
 )]
-JobDep = Annotated[Callable[[Awaitable[Any]], Awaitable[Any]], Depends(job_runner)]
+JobDep = Annotated[Job[Any], Depends(job_runner)]

@@ -11,12 +11,15 @@ protocol's `{"error": message}` (same statuses, same message).
                                      AttentionTooLarge, ResponseTooLarge, OutOfRange, Unsupported,
                                      UnknownPrompt
     401     authentication_error     Unauthorized (edge): missing or wrong bearer key
+    403     permission_error         Forbidden (edge): the caller's key may not use this model
     404     not_found_error          NotFound (edge, from routing), ModelNotFound
     405     invalid_request_error    MethodNotAllowed (edge, from routing)
     408     invalid_request_error    RequestTimeout (edge): head or body not received within its deadline
     413     invalid_request_error    PayloadTooLarge (edge): body over ATTNSERVE_PAYLOAD_LIMIT_BYTES
     415     invalid_request_error    UnsupportedMediaType (edge): body is not application/json
-    429     rate_limit_error         Overloaded: admission full; carries Retry-After
+    429     rate_limit_error         Overloaded: admission full (for the caller's class); carries Retry-After
+                                     OverBudget (edge): the caller's tokens per minute are spent; Retry-After
+                                     says when its budget is above 0 again
     499     client_closed_request    ClientGone (edge): the client disconnected; its work was dropped
     503     unavailable_error        NotReady: not warm, the last inference failed, or shutting down
     504     timeout_error            QueueTimeout: waited past ATTNSERVE_QUEUE_TIMEOUT_S; not run
@@ -45,6 +48,14 @@ from inference.errors import (
 
 class Unauthorized(InferenceError):
     code = "invalid_api_key"
+
+
+class Forbidden(InferenceError):
+    code = "model_not_allowed"
+
+
+class OverBudget(Overloaded):
+    code = "budget_exceeded"
 
 
 class NotFound(InferenceError):
@@ -77,6 +88,7 @@ NOT_V2 = frozenset({"/v2/rerank"})  # under /v2 but not the protocol's: the one 
 STATUS: dict[type[InferenceError], tuple[int, str]] = {  # the most specific class in an error's MRO wins
     InvalidRequest: (422, "invalid_request_error"),
     Unauthorized: (401, "authentication_error"),
+    Forbidden: (403, "permission_error"),
     NotFound: (404, "not_found_error"),
     ModelNotFound: (404, "not_found_error"),
     MethodNotAllowed: (405, "invalid_request_error"),

@@ -1,7 +1,10 @@
 """Prometheus metrics, one registry per app (so several apps in one process never collide).
 
 Every series carries a `model` label: the served model's name (`for_model` gives each served model and
-batcher a view that writes its own), or "" on requests that reached no model (/health, unknown paths)."""
+batcher a view that writes its own), or "" on requests that reached no model (/health, unknown paths); and a
+`caller` label: the name of the caller whose key the request carried (never the key), "" when no key is
+configured or the path needs none, and "" on the series of shared work (a batch carries several callers'
+inputs; the cache's size is the models')."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import copy
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from inference.batcher import BatchObserver
+from inference.observer import BatchObserver
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -24,42 +27,67 @@ class Metrics(BatchObserver):
         self.model = ""  # the `model` label this view writes (see for_model)
         r = self.registry
         self.requests = Counter(
-            "attnserve_requests", "HTTP requests by route and status", ["route", "status", "model"], registry=r,
+            "attnserve_requests", "HTTP requests by route and status", ["route", "status", "model", "caller"],
+            registry=r,
         )
         self.request_seconds = Histogram(
-            "attnserve_request_duration_seconds", "HTTP request duration", ["route", "model"],
+            "attnserve_request_duration_seconds", "HTTP request duration", ["route", "model", "caller"],
             buckets=_SECONDS, registry=r,
         )
-        self.depth = Gauge("attnserve_queue_depth", "Inputs waiting in the batch queue", ["model"], registry=r)
+        self.depth = Gauge("attnserve_queue_depth", "Inputs waiting in the batch queue", ["model", "caller"],
+                           registry=r)
         self.batch_size = Histogram(
-            "attnserve_batch_size", "Inputs per graph run", ["model"], buckets=_SIZES, registry=r,
+            "attnserve_batch_size", "Inputs per graph run", ["model", "caller"], buckets=_SIZES, registry=r,
         )
         self.inputs_in_flight = Gauge(
             "attnserve_inputs_in_flight", "Inputs admitted whose graph run has not finished (tokenising, queued "
-            "or running); at most max_queue per model: the load signal to autoscale on", ["model"], registry=r,
+            "or running); at most max_queue per model: the load signal to autoscale on", ["model", "caller"],
+            registry=r,
         )
         self.batch_tokens = Histogram(
-            "attnserve_batch_tokens", "Real tokens per graph run", ["model"], buckets=_TOKENS, registry=r,
+            "attnserve_batch_tokens", "Real tokens per graph run", ["model", "caller"], buckets=_TOKENS, registry=r,
         )
         self.padded_tokens = Histogram(
-            "attnserve_batch_padded_tokens", "Tokens per graph run counting padding", ["model"],
+            "attnserve_batch_padded_tokens", "Tokens per graph run counting padding", ["model", "caller"],
             buckets=_TOKENS, registry=r,
         )
         self.tokenize_seconds = Histogram(
-            "attnserve_tokenize_duration_seconds", "Tokenisation time per request", ["model"],
+            "attnserve_tokenize_duration_seconds", "Tokenisation time per request", ["model", "caller"],
             buckets=_SECONDS, registry=r,
         )
         self.queue_seconds = Histogram(
-            "attnserve_queue_duration_seconds", "Time an input waited in the queue", ["model"],
+            "attnserve_queue_duration_seconds", "Time an input waited in the queue", ["model", "caller"],
             buckets=_SECONDS, registry=r,
         )
         self.inference_seconds = Histogram(
-            "attnserve_inference_duration_seconds", "Graph run time per batch", ["kind", "model"],
+            "attnserve_inference_duration_seconds", "Graph run time per batch", ["kind", "model", "caller"],
             buckets=_SECONDS, registry=r,
         )
         self.model_runs = Counter(
-            "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome", "model"], registry=r,
+            "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome", "model", "caller"],
+            registry=r,
         )
+        self.cache_hits = Counter(
+            "attnserve_cache_hits", "Inputs answered from the answer cache (or as a repeat within their request)",
+            ["model", "caller"], registry=r,
+        )
+        self.cache_misses = Counter(
+            "attnserve_cache_misses", "Inputs not in the answer cache (each run once)", ["model", "caller"],
+            registry=r,
+        )
+        self.cache_evictions = Counter(
+            "attnserve_cache_evictions", "Answer cache entries evicted (least recently used) to stay in its bytes",
+            ["model", "caller"], registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "attnserve_cache_bytes", "Bytes held by the answer cache (shared by the models)", ["model", "caller"],
+            registry=r,
+        )
+        self.keys_reloads = Counter(
+            "attnserve_api_keys_reloads", "Reads of the API keys file, by outcome (ok: now in force; error: it did "
+            "not parse and the previous keys stay)", ["outcome", "model", "caller"], registry=r,
+        )
+        self.keys = Gauge("attnserve_api_keys", "Callers whose keys are in force", ["model", "caller"], registry=r)
 
     def for_model(self, name: str) -> Metrics:
         """A view onto the same series that writes `model=name` (one per served model's engine and batcher)."""
@@ -67,30 +95,42 @@ class Metrics(BatchObserver):
         view.model = name
         return view
 
-    def request(self, route: str, status: int, seconds: float, model: str = "") -> None:
-        self.requests.labels(route, str(status), model).inc()
-        self.request_seconds.labels(route, model).observe(seconds)
+    def request(self, route: str, status: int, seconds: float, model: str = "", caller: str = "") -> None:
+        self.requests.labels(route, str(status), model, caller).inc()
+        self.request_seconds.labels(route, model, caller).observe(seconds)
 
-    def tokenized(self, seconds: float) -> None:
-        self.tokenize_seconds.labels(self.model).observe(seconds)
+    def tokenized(self, caller: str, seconds: float) -> None:
+        self.tokenize_seconds.labels(self.model, caller).observe(seconds)
 
-    def queue_depth(self, depth: int) -> None:
-        self.depth.labels(self.model).set(depth)
+    def queue_depth(self, caller: str, depth: int) -> None:
+        self.depth.labels(self.model, caller).set(depth)
 
-    def in_flight(self, inputs: int) -> None:
-        self.inputs_in_flight.labels(self.model).set(inputs)
+    def in_flight(self, caller: str, inputs: int) -> None:
+        self.inputs_in_flight.labels(self.model, caller).set(inputs)
 
-    def queue_wait(self, seconds: float) -> None:
-        self.queue_seconds.labels(self.model).observe(seconds)
+    def queue_wait(self, caller: str, seconds: float) -> None:
+        self.queue_seconds.labels(self.model, caller).observe(seconds)
 
     def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None:
-        self.batch_size.labels(self.model).observe(size)
-        self.batch_tokens.labels(self.model).observe(tokens)
-        self.padded_tokens.labels(self.model).observe(padded_tokens)
+        self.batch_size.labels(self.model, "").observe(size)
+        self.batch_tokens.labels(self.model, "").observe(tokens)
+        self.padded_tokens.labels(self.model, "").observe(padded_tokens)
 
     def inference(self, kind: str, seconds: float, ok: bool) -> None:
-        self.inference_seconds.labels(kind, self.model).observe(seconds)
-        self.model_runs.labels(kind, "ok" if ok else "error", self.model).inc()
+        self.inference_seconds.labels(kind, self.model, "").observe(seconds)
+        self.model_runs.labels(kind, "ok" if ok else "error", self.model, "").inc()
+
+    def cache(self, caller: str, hits: int, misses: int) -> None:
+        self.cache_hits.labels(self.model, caller).inc(hits)
+        self.cache_misses.labels(self.model, caller).inc(misses)
+
+    def cache_size(self, entries_bytes: int, evictions: int) -> None:
+        self.cache_bytes.labels("", "").set(entries_bytes)
+        self.cache_evictions.labels(self.model, "").inc(evictions)
+
+    def keys_read(self, ok: bool, callers: int) -> None:
+        self.keys_reloads.labels("ok" if ok else "error", "", "").inc()
+        self.keys.labels("", "").set(callers)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

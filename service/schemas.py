@@ -149,6 +149,8 @@ class OpenAIModel(BaseModel):
     owned_by: str
     tasks: list[str] = Field(description="What the model can be asked: embed, classify, rerank, sparse, tokens, "
                              "attention, embed_all (a request for another gets 422 naming these).")
+    fingerprint: str = Field(description="The model build: sha256 over its served graph, tokenizer and pooling "
+                             "(every answer of it carries it as x-model-fingerprint).")
     prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
     default_prompt_name: str | None = Field(description="The prompt texts get when the request names none.")
 

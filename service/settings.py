@@ -44,12 +44,29 @@ class Settings(ServingOptions, BaseSettings):
     )
     api_key: SecretStr | None = Field(
         None, description="When set, every route except /health, /ready, /metrics, /v2/health/* and the "
-        "explorer's page and files (/explore) needs `Authorization: Bearer <key>` (401 otherwise).",
+        "explorer's page and files (/explore) needs `Authorization: Bearer <key>` (401 otherwise). This key is "
+        "one interactive caller named default, with no budget, beside those of api_keys_file.",
+    )
+    api_keys_file: Path | None = Field(
+        None, description="TOML file of callers, one [[key]] each: name, sha256 (hex, of the key), priority "
+        "(interactive or bulk), optional tokens_per_minute and models (README, Callers). When set, every route "
+        "but the open ones needs one of its keys (401), a key may use only its models (403), a caller over its "
+        "budget gets 429 with Retry-After. Re-read when it changes and on SIGHUP, with no restart; a file that "
+        "does not parse keeps the previous keys (and stops the start when it is the first).",
+    )
+    api_keys_check_s: float = Field(
+        1.0, gt=0, description="Seconds between checks of api_keys_file for a change (its time, size or inode); a "
+        "changed file is read at once. SIGHUP reads it without waiting.",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
     )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
+    access_log: bool = Field(
+        False, description="One log line per request (method, path, status; uvicorn's access log). Off by default: "
+        "formatting and writing it is a measurable share of a small request's CPU, and /metrics counts requests "
+        "by route, status, model and duration.",
+    )
     graceful_timeout_s: float = Field(
         30.0, gt=0, description="On SIGTERM, seconds to finish admitted requests before the server exits.",
     )

@@ -6,6 +6,8 @@
     tiny_plain_bundle the same model without a classification head: an embedding-only bundle, name "plain"
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
+    small_bundle      a wider, deeper, 128-token model whose graph time dominates (the traffic checks)
+    medium_bundle     wider still: a text costs about what it costs a real encoder (the cache checks)
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
     head_bundles      a cross-encoder (BERT, XLM-R), a masked LM and a token classifier from transformers,
                       each exported (tests.helpers.heads): name -> Case
@@ -51,6 +53,18 @@ def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
 def tiny_plain_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "plain", head=False)
     return _exported(checkpoint, tmp_path_factory, "plain", name="plain")
+
+
+@pytest.fixture(scope="session")
+def small_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "small", size="small")
+    return _exported(checkpoint, tmp_path_factory, "small", name="small", version="1")
+
+
+@pytest.fixture(scope="session")
+def medium_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "medium", size="medium")
+    return _exported(checkpoint, tmp_path_factory, "medium", name="medium", version="1")
 
 
 @pytest.fixture(scope="session")

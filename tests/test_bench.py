@@ -11,6 +11,7 @@ import pytest
 
 from bench import invariance, targets
 from bench.engine import Config, EnginePoint
+from bench.report import Recorder
 from bench.texts import load_tokenizer
 from bundle.manifest import Manifest
 from bundle.session import open_session
@@ -61,6 +62,24 @@ def test_ratios_to_the_engine_in_wall_and_cpu_time_and_the_latency_margin():
     one = row("d", 1, 1, 16, texts_per_s=100.0, cpu_ms_per_text=10.0, p50_ms=7.5)
     targets._compare(one, point(1, 16, "1x2t", 125.0, 0.006, 8.0))
     assert one["over_engine_ms"] == pytest.approx(1.5) and one["vs_engine"] == pytest.approx(0.8)
+
+
+def test_small_callers_pass_on_cpu_within_ten_percent_of_the_engine_and_the_naive_server_must_trail(tmp_path):
+    def verdicts(service_cpu: float, naive_texts_per_s: float) -> dict[str, bool]:
+        rec = Recorder(tmp_path / "r.jsonl")
+        for server, texts_per_s in (("service", 330.0), ("naive", naive_texts_per_s)):
+            load = rec.add("load", server=server, variant="fp32",
+                           **row("a", 32, 1, 16, texts_per_s=texts_per_s, cpu_ms_per_text=service_cpu, p50_ms=90.0))
+            targets._compare(load, point(32, 16, "2x1t", 400.0, 0.16, 4.0))
+        service = rec.of("load", server="service")[0]
+        service["vs_naive"] = service["texts_per_s"] / naive_texts_per_s
+        targets.evaluate(rec, ["fp32"], None)
+        return {t["target"].rsplit(", ", 1)[-1] if "naive" not in t["target"] else "naive": t["passed"]
+                for t in rec.of("target")}
+
+    # 330 / 400 = 0.83x the engine's texts/s; CPU 4.0 / 4.3 = 0.93x (within 1.1x); 330 / 300 over naive
+    assert verdicts(4.3, 300.0) == {"texts/s": True, "CPU per text": True, "naive": True}
+    assert verdicts(4.5, 340.0) == {"texts/s": True, "CPU per text": False, "naive": False}  # 0.89x; 0.97x
 
 
 def test_config_labels():

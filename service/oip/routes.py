@@ -29,13 +29,13 @@ HEADER_LENGTH = "inference-header-content-length"  # the binary extension's head
 # text: a body whose validity depends on a header's value cannot be stated as a schema.
 INFER_BODY = {"requestBody": {"required": True,
                               "content": {"application/json": {"schema": inline_schema(InferRequest)}}}}
-INFER_RESPONSES = errors(401, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError)
+INFER_RESPONSES = errors(401, 403, 404, 413, 415, 422, 429, 500, 503, 504, model=ProtocolError)
 INFER_RESPONSES[200] |= {  # besides the timing headers errors() documents on routes that queue
     "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     "description": "JSON; or, with binary outputs, the JSON header (Inference-Header-Content-Length bytes) and then "
     "the outputs' little-endian data",
 }
-MODEL_ERRORS = errors(401, 404, 422, 503, model=ProtocolError)  # 422: FastAPI would document its own body
+MODEL_ERRORS = errors(401, 403, 404, 422, 503, model=ProtocolError)  # 422: FastAPI would document its own body
 
 
 @router.get("/v2", response_model=ServerMetadata, responses=errors(401, model=ProtocolError))

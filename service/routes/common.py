@@ -16,6 +16,7 @@ from service.schemas import ErrorResponse
 
 _DESCRIPTIONS = {
     401: "Missing or wrong API key",
+    403: "The caller's key may not use this model (the keys file's `models`)",
     408: "Request body not received within ATTNSERVE_BODY_TIMEOUT_S; the connection is closed",
     413: "Request body over the payload limit",
     404: "No served model has the requested name (the message lists the served names)",
@@ -23,18 +24,22 @@ _DESCRIPTIONS = {
     422: "Invalid request: not what this document allows (code validation_error), or past a limit it cannot "
          "state: too many or too long inputs, an index, token id or dimensions past the model's sizes "
          "(GET /info), a response over a cap (the code names which)",
-    429: "Server busy: admission queue full; retry after Retry-After seconds",
+    429: "Server busy: admission queue full for the caller's class (code overloaded), or the caller's tokens per "
+         "minute are spent (code budget_exceeded); retry after Retry-After seconds",
     500: "Inference failed, or an internal error",
     503: "Model not loaded or not ready",
     504: "Request waited past the queue timeout and was not run",
 }
-INFERENCE_ERRORS = (401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
-TOKENIZE_ERRORS = (401, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
+INFERENCE_ERRORS = (401, 403, 404, 408, 413, 415, 422, 429, 500, 503, 504)
+TOKENIZE_ERRORS = (401, 403, 404, 408, 413, 415, 422, 500, 503)  # not batched: never queued, so no 429 or 504
+FINGERPRINT = "The model build that answered: sha256 over its served graph, tokenizer and pooling (GET /info)"
 _TIMING = {  # service.middleware's timing headers: what a route that runs a model answers with
     "x-total-time": "Milliseconds the server spent on this request, whole",
     "x-tokenization-time": "Milliseconds spent tokenising this request's inputs, whole",
     "x-queue-time": "Milliseconds the request's inputs waited in the queue (the longest wait), whole",
     "x-inference-time": "Milliseconds of the graph runs that carried this request's inputs, whole",
+    "x-cached-inputs": "Inputs (windows, when chunked) answered without a graph run: from the answer cache, or a "
+                       "repeat of another input of this request",
 }
 
 
@@ -46,7 +51,8 @@ def errors(*statuses: int, model: type[BaseModel] = ErrorResponse) -> dict[int |
     }
     if 429 in statuses:
         documented[200] = {"headers": {
-            name: {"description": text, "schema": {"type": "integer"}} for name, text in _TIMING.items()
+            **{name: {"description": text, "schema": {"type": "integer"}} for name, text in _TIMING.items()},
+            "x-model-fingerprint": {"description": FINGERPRINT, "schema": {"type": "string"}},
         }}
     return documented
 

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Depends, Response
 from inference import operations
 from inference.results import grouped
 from inference.served import ServedModel
-from service.dependencies import JobDep, ModelsDep, PickDep, require_json
+from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
+from service.hot import HotRoute
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
 from service.schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.wire import base64_floats, span
@@ -25,21 +26,30 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
     """One embedding per input, of the text after the prompt `input_type` chooses (default: the model's default
     prompt); with chunking=windows, one per window of each input, in order, each with its `input_index` and span.
     `usage` counts the tokens run (every window's, special tokens and the prompt's included)."""
-    served = pick(body.model)
+    return json_response(await embeddings_answer(body, pick(body.model), job))
+
+
+async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
     data, tokens = await job(_data(served, body, inputs))
-    return json_response({
+    return {
         "object": "list", "data": data, "model": body.model or served.name,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    })
+    }
+
+
+# Answered on the short path when well formed (service.hot); the model is named by the body only.
+HOT = (HotRoute("/v1/embeddings", OpenAIEmbeddingRequest, embeddings_answer, model_query=False),)
 
 
 @router.get("/v1/models", response_model=OpenAIModelList, responses=errors(401, 503),
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
     """Every served model, in the order the bundles were given (the first is the default), with what it can
-    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all) and its prompts."""
+    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all), its prompts and its
+    fingerprint."""
     data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks),
+             "fingerprint": m.fingerprint,
              "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name}
             for m in models]
     return json_response({"object": "list", "data": data})

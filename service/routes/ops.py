@@ -19,6 +19,7 @@ LIMITS = (
     "max_inputs", "max_input_chars", "truncate", "max_batch_tokens", "max_batch_size", "max_queue",
     "queue_timeout_s", "attention_cap_bytes", "payload_limit_bytes",
     "max_chunked_input_chars", "max_windows_per_input", "embed_all_cap_bytes",
+    "bulk_share", "bulk_queue_share", "cache_bytes",
 )
 
 
@@ -54,11 +55,12 @@ async def metrics(request: Request) -> Response:
 
 
 def model_info(served: ServedModel) -> dict[str, Any]:
-    """A served model's bundle (version, hashes, sizes, labels) and how it is served (provider, variants, why)."""
+    """A served model's bundle (version, hashes, sizes, labels), its fingerprint (the model build: what the
+    answer cache keys by) and how it is served (provider, variants, why)."""
     bundle, m = served.bundle, served.bundle.manifest
     return {
         "model": m.name, "version": m.version, "created_at": m.created_at, "source": m.source.kind,
-        "provider": bundle.provider, "variants": bundle.variants,
+        "fingerprint": served.fingerprint, "provider": bundle.provider, "variants": bundle.variants,
         "variant": {"served": bundle.variants.get("fast"), "reason": bundle.variant_reason},
         "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
         "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,

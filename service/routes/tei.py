@@ -13,7 +13,8 @@ from inference import rerank as pairs
 from inference.postprocess import ScoreFunction
 from inference.served import ServedModel
 from service import wire
-from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
+from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
+from service.hot import HotRoute
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
@@ -47,8 +48,11 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
     """One embedding per input (pooled; L2-normalised unless normalize=false), of the text after the prompt
     `prompt_name` names (default: the model's default prompt); with chunking=windows, per input its windows, each
     with its span and embedding (every window read after the prompt)."""
-    served = pick(body.model, model)
-    return json_response(await job(_embed(served, body)))
+    return json_response(await embed_answer(body, pick(body.model, model), job))
+
+
+async def embed_answer(body: EmbedRequest, served: ServedModel, job: Job[Any]) -> Any:
+    return await job(_embed(served, body))
 
 
 @router.post("/classify", response_model=list[list[LabelScore]] | list[list[ClassificationWindow]],
@@ -57,14 +61,17 @@ async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: Mod
     """Per input, labels with scores, best first: softmax over the labels, or the sigmoid of a model's single
     logit (a cross-encoder's), or raw logits; with chunking=windows, per input its windows, each with its span
     and scores."""
-    served = pick(body.model, model)
+    return json_response(await classify_answer(body, pick(body.model, model), job))
+
+
+async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[Any]) -> Any:
     function: ScoreFunction | None = "none" if body.raw_scores else None
     chunked = chunking(body, served)
     result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
                                            direction=direction(body), function=function, chunked=chunked))
     if result.spans is not None:
-        return json_response(wire.score_windows(result, body.top_k))
-    return json_response([wire.labels(r) for r in result.ranked(body.top_k)])
+        return wire.score_windows(result, body.top_k)
+    return [wire.labels(r) for r in result.ranked(body.top_k)]
 
 
 @router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS),
@@ -133,6 +140,13 @@ async def root(
     if isinstance(body, SimilarityRequest):
         return json_response(await job(_similarity(served, body)))
     return json_response(await job(_embed(served, body)))
+
+
+# The batched routes answered on the short path when the request is well formed (service.hot).
+HOT = (
+    HotRoute("/embed", EmbedRequest, embed_answer),
+    HotRoute("/classify", ClassifyRequest, classify_answer, task="classify"),
+)
 
 
 def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[Any], bool]:

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.process import running
 from tests.helpers.serving import until, uvicorn_here
+from tests.helpers.tiny import SENTENCES
 
 SIGNAL = "attnserve_inputs_in_flight"
 DEPTH = "attnserve_queue_depth"
@@ -34,7 +35,7 @@ async def scrape(client: httpx.AsyncClient) -> dict[str, float]:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(response.text):
         for s in family.samples:
-            if set(s.labels) == {"model"}:
+            if set(s.labels) == {"model", "caller"}:
                 totals[s.name] = totals.get(s.name, 0.0) + s.value
     return totals
 
@@ -55,7 +56,7 @@ async def test_gauge_follows_the_queue_exactly_and_returns_to_zero(tiny_bundle: 
             assert (await scrape(client))[SIGNAL] == 1  # the plug, running
             tasks = []
             for n in range(1, REQUESTS + 1):
-                body = {"inputs": [f"request {n} input {i}" for i in range(INPUTS_EACH)]}
+                body = {"inputs": SENTENCES[n * INPUTS_EACH: (n + 1) * INPUTS_EACH]}  # distinct: none runs once
                 tasks.append(asyncio.create_task(client.post("/embed", json=body)))
                 await until(lambda n=n: batcher.depth == n * INPUTS_EACH)
                 seen = await scrape(client)
@@ -76,7 +77,7 @@ FLOOD_TEXT = " ".join(["the queue fills up while the graph runs"] * 12)
 
 async def flood(client: httpx.AsyncClient, statuses: Counter[int], stop_flood: asyncio.Event) -> None:
     deadline = time.monotonic() + 120  # bounded even if the test's condition never holds
-    body = {"inputs": [f"{i} {FLOOD_TEXT}" for i in range(FLOOD_INPUTS)]}
+    body = {"inputs": [f"{SENTENCES[i]} {FLOOD_TEXT}" for i in range(FLOOD_INPUTS)]}  # distinct token ids
     while not stop_flood.is_set() and time.monotonic() < deadline:
         statuses[(await client.post("/embed", json=body)).status_code] += 1
 
@@ -88,7 +89,7 @@ async def watch(client: httpx.AsyncClient, scrapes: list[dict[str, float]], stop
 
 
 async def test_gauge_rises_under_real_overload_and_returns_to_zero(tiny_bundle: Path, tmp_path: Path) -> None:
-    flags = ("--max-queue", str(MAX_QUEUE), "--max-batch-size", "8")
+    flags = ("--max-queue", str(MAX_QUEUE), "--max-batch-size", "8", "--cache-bytes", "0")  # every request runs
     with running(tiny_bundle, tmp_path / "server.log", *flags) as server:
         limits = httpx.Limits(max_connections=CLIENTS + 1)
         async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -50,14 +51,26 @@ class GatedBundle(LoadedBundle):
         return super().run_batch(kind, sequences)
 
 
+def _plugs() -> Iterator[str]:
+    """Texts that tokenise to ids no other plug has (words of the tiny vocabulary, by the bits of a count): a
+    plug that were an answer cache hit would not hold the graph."""
+    for n in itertools.count():
+        yield "the plug " + " ".join(("a", "the")[int(bit)] for bit in f"{n:b}")
+
+
+_PLUGS = _plugs()
+
+
 @asynccontextmanager
-async def held(app: FastAPI, client: httpx.AsyncClient) -> AsyncIterator[asyncio.Task[httpx.Response]]:
-    """While inside, graph runs are held: a plug request (one input) occupies the graph thread, and what is
-    submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the queued inputs then
-    form batches as they would under load. Yields the plug's task (its answer is a 200)."""
+async def held(
+    app: FastAPI, client: httpx.AsyncClient, headers: dict[str, str] | None = None,
+) -> AsyncIterator[asyncio.Task[httpx.Response]]:
+    """While inside, graph runs are held: a plug request (one input, sent with `headers`) occupies the graph
+    thread, and what is submitted meanwhile queues (`batcher.depth` counts it). On exit the gate opens; the
+    queued inputs then form batches as they would under load. Yields the plug's task (its answer is a 200)."""
     gated: GatedBundle = app.state.models.default.bundle
     gated.gate.clear()
-    plug = asyncio.create_task(client.post("/embed", json={"inputs": "plug"}))
+    plug = asyncio.create_task(client.post("/embed", json={"inputs": next(_PLUGS)}, headers=headers))
     try:
         await until(lambda: gated.waiting == 1)
         yield plug

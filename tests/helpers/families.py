@@ -50,7 +50,7 @@ def hf_config(arch: str, shape: str, vocab_size: int, names: dict[int, str] = LA
             vocab_size=vocab_size, dim=s["hidden"], n_heads=s["heads"], n_layers=s["layers"], hidden_dim=s["ffn"],
             max_position_embeddings=MAX_POSITIONS, **labels, **extra)
     if arch == "modernbert":
-        return transformers.ModernBertConfig(**_modernbert(s, shape, vocab_size), **labels, **extra)
+        return transformers.ModernBertConfig(**{**_modernbert(s, shape, vocab_size), **extra}, **labels)
     common = dict(vocab_size=vocab_size, hidden_size=s["hidden"], num_attention_heads=s["heads"],
                   num_hidden_layers=s["layers"], intermediate_size=s["ffn"], **labels)
     if arch == "bert":

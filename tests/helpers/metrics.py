@@ -1,19 +1,13 @@
-"""Reading the service's Prometheus /metrics text (with prometheus_client's own parser) in tests."""
+"""Reading the service's Prometheus /metrics text in tests: bench.promtext's readers, and read() of a running
+server."""
 
 from __future__ import annotations
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
+from bench.promtext import quantile, sample
 
-def sample(text: str, name: str, **labels: str) -> float:
-    """The sum of the samples called `name` whose labels include `labels` (0 when there is none)."""
-    return sum(
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    )
+__all__ = ["quantile", "read", "sample"]
 
 
 def read(url: str, name: str, **labels: str) -> float:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 
 from model.checkpoint import save_checkpoint
 from model.config import EncoderConfig
@@ -43,17 +44,39 @@ def tiny_config(head: bool = True, vocab_size: int = 200) -> EncoderConfig:
     )
 
 
-def make_tiny_checkpoint(dir: Path, head: bool = True, **changes: Any) -> Path:
-    """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`.
-    `changes` replace fields of tiny_config (e.g. num_layers=3, num_heads=4)."""
+# Wider and deeper than tiny, 128 tokens long, no head. small: its graph runs take most of a request's time, as a
+# real model's do, unlike tiny's, where parsing and tokenising do (a 64 x 128 batch: about 0.2 s on one thread).
+# medium: MiniLM's layers (6 x 384 wide, random weights, a 200-word vocabulary): a text costs what it costs a
+# real encoder (tens of ms on one thread), so the work around the graph (HTTP, JSON, tokenising: about 1 ms
+# a text) is a small part of serving it.
+WIDER = {"small": {"d_model": 64, "d_ff": 256, "num_heads": 4, "num_layers": 4},
+         "medium": {"d_model": 384, "d_ff": 1536, "num_heads": 12, "num_layers": 6}}
+
+
+def wider_config(size: str, vocab_size: int) -> EncoderConfig:
+    return tiny_config(head=False, vocab_size=vocab_size).replace(max_length=128, **WIDER[size])
+
+
+def make_tiny_checkpoint(dir: Path, head: bool = True, size: str = "tiny", **changes: Any) -> Path:
+    """A seeded tiny Encoder + WordPiece tokenizer trained on SENTENCES, saved at `dir`; returns `dir`. `size`
+    small or medium: the wider_config model instead (no head), with the real MiniLM's tokenizer (30,522 word
+    pieces: tokenising English costs what it costs a served model; the 200-piece one splits most words into
+    letters, 1 ms a 128-token text). `changes` replace fields of the config (e.g. num_layers=3, num_heads=4)."""
     dir = Path(dir)
-    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
-    config = tiny_config(head, vocab_size=tokenizer.get_vocab_size()).replace(**changes)
+    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1) if size == "tiny" else minilm_tokenizer()
+    vocab = tokenizer.get_vocab_size()
+    config = (tiny_config(head, vocab_size=vocab) if size == "tiny" else wider_config(size, vocab)).replace(**changes)
     with torch.random.fork_rng():
         torch.manual_seed(0)
         encoder = Encoder(config).eval()
     save_checkpoint(dir, encoder, tokenizer)
     return dir
+
+
+def minilm_tokenizer() -> Tokenizer:
+    from model.training.assets import minilm_dir  # the real MiniLM's files, installed with the project
+
+    return Tokenizer.from_file(str(minilm_dir(verify=False) / "tokenizer.json"))
 
 
 def make_tiny_hf_bert(directory: Path) -> Path:

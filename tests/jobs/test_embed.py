@@ -13,7 +13,7 @@ import pytest
 
 from inference.loading import load_bundle
 from inference.options import LoadOptions
-from jobs.embedding import JobError, JobOutput
+from jobs.embedding import FINGERPRINT_KEY, JobError, JobOutput
 from jobs.inputs import Chunk, Columns
 from jobs.local import Job, in_parts, run
 from tests.helpers.serving import serving
@@ -31,10 +31,13 @@ async def test_vectors_labels_and_scores_equal_the_services(tiny_bundle: Path, t
     path = write(tmp_path / "docs.jsonl", [{"id": f"d{i:03d}", "text": t} for i, t in enumerate(docs)])
     _run(tiny_bundle, [path], tmp_path / "out", columns=Columns("text", "id"), output=JobOutput(classify=True))
     table = output(tmp_path / "out")
-    async with serving(tiny_bundle, intra_op_threads=1) as (_, client):
-        embedded = (await client.post("/embed", json={"inputs": docs})).json()
+    async with serving(tiny_bundle, intra_op_threads=1, cache_bytes=0) as (_, client):
+        answer = await client.post("/embed", json={"inputs": docs})
+        embedded, fingerprint = answer.json(), answer.headers["x-model-fingerprint"]
         classified = (await client.post("/classify", json={"inputs": docs})).json()
     served, ours = np.asarray(embedded, dtype=np.float32), vectors(table)  # (N, D)
+    for part in (tmp_path / "out").glob("part-*.parquet"):  # which model build made the vectors, as served
+        assert pq.read_schema(part).metadata[FINGERPRINT_KEY].decode() == fingerprint
     assert table.column("id").to_pylist() == [f"d{i:03d}" for i in range(90)]
     cosine = (served * ours).sum(axis=1) / np.linalg.norm(served, axis=1) / np.linalg.norm(ours, axis=1)
     assert cosine.min() >= 0.99999

@@ -9,9 +9,12 @@ import io
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from jobs.embedding import Chunking, JobError, JobOutput
+from inference.loading import load_bundle
+from inference.options import LoadOptions
+from jobs.embedding import FINGERPRINT_KEY, Chunking, JobError, JobOutput
 from jobs.inputs import Columns
 from jobs.local import Job, Summary, run
 from jobs.ray import RayOptions, actor_resources, pool_arguments, run_on_ray
@@ -95,6 +98,8 @@ def test_ray_rows_sorted_by_id_equal_the_local_jobs(local_ray, tiny_bundle: Path
     assert (local.rows, local.written, local.rejected) == (300, 282, 18)
     ours, theirs = output(tmp_path / "local"), output(tmp_path / "ray")
     assert theirs.schema == ours.schema
+    fingerprints = {pq.read_schema(f).metadata[FINGERPRINT_KEY] for f in (tmp_path / "ray").glob("*.parquet")}
+    assert fingerprints == {load_bundle(tiny_bundle, LoadOptions(), kinds=("fast",)).fingerprint.encode()}
     for column in ("id", "tokens", "label"):
         assert theirs.column(column).equals(ours.column(column)), column
     a, b = vectors(ours), vectors(theirs)  # (N, D); other batches than the local job's: equal to float rounding

@@ -1,4 +1,5 @@
-"""Attention against PyTorch's references: F.scaled_dot_product_attention and nn.MultiheadAttention."""
+"""Attention against PyTorch's references: F.scaled_dot_product_attention and nn.MultiheadAttention. The banded
+form of the local layers against F.scaled_dot_product_attention under the full (T, T) window mask."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from model.attention import (
     MultiHeadSelfAttention,
     build_mask,
     causal_mask,
+    padding_mask,
     scaled_dot_product_attention,
+    sliding_window_attention,
     window_mask,
 )
 
@@ -100,3 +103,52 @@ def test_multi_head_matches_torch_multihead_attention(B: int, T: int, D: int, H:
 def test_heads_must_divide_model_width() -> None:
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadSelfAttention(30, 4)
+
+
+# T shorter than, equal to, a multiple of and between multiples of the window; windows of 1 to 5 tokens
+BANDED = [(1, 1, 1, 8, 2), (2, 3, 5, 8, 5), (2, 2, 6, 16, 3), (3, 2, 17, 8, 2), (2, 4, 33, 8, 1), (2, 2, 40, 32, 4)]
+
+
+@pytest.mark.parametrize("padded", ["right", "left"])
+@pytest.mark.parametrize("shape", BANDED)
+def test_banded_local_attention_matches_sdpa_under_the_window_mask(
+        shape: tuple[int, int, int, int, int], padded: str) -> None:
+    B, H, T, d, window = shape
+    q, k, v = _qkv(B, H, T, d)
+    attention_mask = _lengths_mask(B, T)
+    if padded == "left":
+        attention_mask = attention_mask.flip(-1)
+    ours, weights = sliding_window_attention(q, k, v, padding_mask(attention_mask), window)
+    full = build_mask(attention_mask, "window", window)  # (B, 1, T, T)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    rows = full.expand(B, H, T, T).any(-1)  # (B, H, T): queries that see at least one key
+    assert ours.shape == (B, H, T, d)
+    assert torch.allclose(ours[rows], ref[rows], atol=1e-12)
+    assert weights.shape == (B, H, -(-T // window), window, 3 * window)  # (B, H, N, W, 3W): T x 3W scores
+
+
+def test_banded_weights_are_the_window_rows_of_the_full_maps() -> None:
+    """Each band row holds the same weights as the full map's row, at the same keys, and nothing else."""
+    B, H, T, d, window = 2, 2, 11, 8, 3
+    q, k, v = _qkv(B, H, T, d)
+    attention_mask = _lengths_mask(B, T)
+    _, banded = sliding_window_attention(q, k, v, padding_mask(attention_mask), window)  # (B, H, N, W, 3W)
+    _, full = scaled_dot_product_attention(q, k, v, build_mask(attention_mask, "window", window))  # (B, H, T, T)
+    for i in range(T):
+        block, row = divmod(i, window)
+        for c in range(3 * window):
+            j = (block - 1) * window + c  # the key position of band column c
+            expected = full[:, :, i, j] if 0 <= j < T else torch.zeros(B, H, dtype=full.dtype)
+            assert torch.allclose(banded[:, :, block, row, c], expected, atol=1e-12), (i, j)
+
+
+def test_multi_head_local_layer_banded_equals_the_window_mask() -> None:
+    torch.manual_seed(0)
+    attention = MultiHeadSelfAttention(32, 4).eval()
+    x, attention_mask = torch.randn(2, 23, 32), _lengths_mask(2, 23)
+    banded, _ = attention(x, padding_mask(attention_mask), window=4)
+    full, _ = attention(x, build_mask(attention_mask, "window", 4))
+    real = attention_mask.bool()
+    assert (banded[real] - full[real]).abs().max() <= 1e-6
+    with pytest.raises(ValueError, match="no score bias"):
+        attention(x, padding_mask(attention_mask), bias=torch.zeros(1, 4, 23, 23), window=4)

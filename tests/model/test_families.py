@@ -85,6 +85,38 @@ def test_modernbert_local_layers_are_banded_as_the_reference(tmp_path: Path, sha
             assert bool((maps[:, layer][beyond] == 0).all()) == local, (layer, local)
 
 
+@pytest.mark.parametrize("shape", ["small", "wide"])
+def test_modernbert_banded_local_layers_match_transformers(tmp_path: Path, shape: str) -> None:
+    """With no maps asked for, the local layers attend over bands of the window (model/attention.py); hidden
+    states still equal transformers' on the padded batches and on one input filling all 64 positions."""
+    reference = save_hf(tmp_path, "modernbert", "Model", shape)
+    loaded = load_model(tmp_path)
+    full = torch.randint(5, loaded.encoder.config.vocab_size, (1, loaded.encoder.config.max_length))
+    for ids, mask in [*padded_batches(loaded.tokenizer), (full, torch.ones_like(full))]:
+        with torch.no_grad():
+            ours = loaded.encoder(ids, mask).token_states  # (B, T, D)
+            states = reference.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        real = mask.bool()
+        assert (ours[real] - states[real]).abs().max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("local_attention", [10, 16])
+def test_modernbert_bands_wider_than_the_input_match_transformers(tmp_path: Path, local_attention: int) -> None:
+    """Windows of 5 and 8 each side: the 6-token batch is shorter than the window, the 24-token ones and a
+    21-token batch (one row padded to 13) are no multiple of it; hidden states equal transformers'."""
+    reference = save_hf(tmp_path, "modernbert", "Model", local_attention=local_attention)
+    loaded = load_model(tmp_path)
+    ragged = torch.randint(5, loaded.encoder.config.vocab_size, (2, 21))  # (B, T)
+    ragged_mask = torch.ones_like(ragged)
+    ragged_mask[1, 13:] = 0
+    for ids, mask in [*padded_batches(loaded.tokenizer), (ragged, ragged_mask)]:
+        with torch.no_grad():
+            ours = loaded.encoder(ids, mask).token_states  # (B, T, D)
+            states = reference.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
+        real = mask.bool()
+        assert (ours[real] - states[real]).abs().max() <= TOLERANCE
+
+
 def test_unknown_architecture_names_the_supported_ones(tmp_path: Path) -> None:
     save_hf(tmp_path, "bert", "Model")
     config = json.loads((tmp_path / "config.json").read_text())

@@ -17,6 +17,7 @@ import pytest
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.metrics import sample
 from tests.helpers.serving import until, uvicorn_here
+from tests.helpers.tiny import SENTENCES
 
 CLIENTS = 20
 INPUTS_EACH = 3
@@ -24,7 +25,7 @@ INPUTS_EACH = 3
 
 async def hang_up_while_queued(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = orjson.dumps({"inputs": [f"gone {i}" for i in range(INPUTS_EACH)]})
+    body = orjson.dumps({"inputs": SENTENCES[:INPUTS_EACH]})  # distinct token ids: a repeat would run once
     writer.write(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
     await writer.drain()

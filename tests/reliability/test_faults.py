@@ -48,7 +48,7 @@ async def test_raising_graph_gives_500_then_ready_recovers_by_itself(tiny_bundle
         assert (await client.post("/embed", json={"inputs": "a"})).status_code == 200
         assert (await client.get("/health")).status_code == 200
         metrics = (await client.get("/metrics")).text
-        assert 'attnserve_model_runs_total{kind="fast",model="tiny",outcome="error"}' in metrics
+        assert 'attnserve_model_runs_total{caller="",kind="fast",model="tiny",outcome="error"}' in metrics
 
 
 class PoisonedSession:

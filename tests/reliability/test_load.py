@@ -41,8 +41,11 @@ from tests.reliability.load import (
 )
 
 MAKE = mixed_requests()  # 1, 4, 16, 32 inputs, cycled: 13.25 on average
-CAPPED = ("--max-queue", "32", "--queue-timeout-s", "10", "--batch-wait-ms", "500")
-SETTINGS = ("--max-queue", "32", "--queue-timeout-s", "2")
+# The request mix repeats its texts: with the answer cache on, nearly every input would be a hit and these checks
+# would measure the cache, not admission and batching under load (tests/reliability/test_cache.py measures it).
+NO_CACHE = ("--cache-bytes", "0")
+CAPPED = ("--max-queue", "32", "--queue-timeout-s", "10", "--batch-wait-ms", "500", *NO_CACHE)
+SETTINGS = ("--max-queue", "32", "--queue-timeout-s", "2", *NO_CACHE)
 ANSWERS = {200, 429, 504}  # served, refused at admission, waited past the queue timeout
 
 
@@ -139,7 +142,7 @@ async def _seconds_to_normal(server: Server, unloaded: float, give_up_s: float) 
 
 @pytest.fixture
 def soak_server(tiny_bundle: Path, tmp_path: Path) -> Iterator[Server]:
-    with running(tiny_bundle, tmp_path / "server.log") as srv:
+    with running(tiny_bundle, tmp_path / "server.log", *NO_CACHE) as srv:
         yield srv
 
 

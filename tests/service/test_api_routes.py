@@ -185,7 +185,7 @@ async def test_ops_routes(client):
                  "attnserve_batch_tokens", "attnserve_tokenize_duration_seconds", "attnserve_queue_duration_seconds",
                  "attnserve_inference_duration_seconds", "attnserve_model_runs_total"):
         assert name in metrics
-    assert 'attnserve_requests_total{model="tiny",route="/embed",status="200"} 1.0' in metrics
+    assert 'attnserve_requests_total{caller="",model="tiny",route="/embed",status="200"} 1.0' in metrics
 
 
 async def test_openapi_documents_every_error_status(client):

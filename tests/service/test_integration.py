@@ -18,6 +18,7 @@ from bench.procs import ROOT, clean_env
 from tests.helpers.metrics import read
 from tests.helpers.process import Server, free_port, launch_server, sigterm, stop, wait_ready
 from tests.helpers.serving import until
+from tests.helpers.tiny import review_texts
 
 TEXTS = ["a warm and funny film", "the plot makes no sense", "dull", "an instant classic with a great cast"]
 WAITING_BATCH = 32
@@ -32,22 +33,32 @@ def stop_cleanly(server: Server) -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_process(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = launch_server(tiny_bundle, tmp_path_factory.mktemp("integration") / "server.log")
     assert wait_ready(server, 60), server.log()
-    yield server.url
+    yield server
     stop_cleanly(server)
 
 
 @pytest.fixture(scope="module")
-def waiting_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(server_process: Server) -> str:
+    return server_process.url
+
+
+@pytest.fixture(scope="module")
+def waiting_process(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The batcher waits an hour for a batch to fill, and a batch is full at WAITING_BATCH inputs: a batch
-    runs exactly when that many inputs wait, whenever they arrive (no clock in the checks)."""
+    runs exactly when that many inputs wait, whenever they arrive (no clock in the checks). Access log on."""
     server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log",
-                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH))
+                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH), "--access-log")
     assert wait_ready(server, 60), server.log()
-    yield server.url
+    yield server
     stop_cleanly(server)
+
+
+@pytest.fixture(scope="module")
+def waiting_server(waiting_process: Server) -> str:
+    return waiting_process.url
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +97,13 @@ def test_every_route_answers(server):
         assert response.status_code == 200, (path, response.text)
         assert response.headers["x-request-id"]
     assert httpx.get(f"{server}/nowhere").json()["error"]["code"] == "not_found"
+
+
+async def test_access_log_lines_only_when_asked_for(server_process, waiting_process):
+    for process in (server_process, waiting_process):
+        assert httpx.post(process.url + "/tokenize", json={"inputs": "access log"}).status_code == 200
+    await until(lambda: '"POST /tokenize HTTP/1.1" 200' in waiting_process.log())  # --access-log
+    assert "POST /tokenize" not in server_process.log()  # the default
 
 
 def test_batch_equals_one_by_one(server):
@@ -152,7 +170,7 @@ async def test_client_that_disconnects_leaves_the_queue_before_compute(waiting_s
         await until(lambda: queue_depth(url) == 0)
         # A later request fills a batch alone; had the abandoned inputs stayed queued, they would have run
         # with it. So once it is answered, exactly its inputs have run if theirs did not.
-        full = {"inputs": [f"still serving {i}" for i in range(WAITING_BATCH)]}
+        full = {"inputs": review_texts(WAITING_BATCH)}  # distinct token ids: repeats in a request run once
         assert (await client.post("/embed", json=full)).status_code == 200
     assert model_runs(url) - before == 1 and read(url, "attnserve_batch_size_sum") - batched == WAITING_BATCH
 

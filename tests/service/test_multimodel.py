@@ -87,7 +87,7 @@ def test_bundles_of_one_model_share_sessions_and_tokenizer(tiny_bundle, tiny_hf_
 
 
 def model_stub(name: str, full: bool = False) -> Any:
-    return SimpleNamespace(name=name, batcher=SimpleNamespace(full=full))
+    return SimpleNamespace(name=name, batcher=SimpleNamespace(full=full, full_for=lambda priority: full))
 
 
 def test_resolve_and_busy():
@@ -161,12 +161,13 @@ async def test_info_ready_and_metrics_cover_every_model(two):
     assert (await client.get("/ready")).status_code == 200
     await embed(client, json={"inputs": "x", "model": "bert"})
     metrics = (await client.get("/metrics")).text
-    assert 'attnserve_requests_total{model="bert",route="/embed",status="200"} 1.0' in metrics
-    assert 'attnserve_model_runs_total{kind="fast",model="bert",outcome="ok"}' in metrics
-    assert 'attnserve_model_runs_total{kind="fast",model="tiny",outcome="ok"}' in metrics  # its warm-up
-    assert 'attnserve_requests_total{model="",route="/health",status="200"}' not in metrics  # not asked yet
+    assert 'attnserve_requests_total{caller="",model="bert",route="/embed",status="200"} 1.0' in metrics
+    assert 'attnserve_model_runs_total{caller="",kind="fast",model="bert",outcome="ok"}' in metrics
+    assert 'attnserve_model_runs_total{caller="",kind="fast",model="tiny",outcome="ok"}' in metrics  # its warm-up
+    assert 'attnserve_requests_total{caller="",model="",route="/health",status="200"}' not in metrics  # not asked yet
     await client.get("/health")
-    assert 'attnserve_requests_total{model="",route="/health",status="200"} 1.0' in (await client.get("/metrics")).text
+    health = 'attnserve_requests_total{caller="",model="",route="/health",status="200"} 1.0'
+    assert health in (await client.get("/metrics")).text
 
 
 async def test_ready_only_when_every_model_is(tiny_bundle, tiny_hf_bundle):

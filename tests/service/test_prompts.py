@@ -114,3 +114,21 @@ async def test_info_models_and_the_document_name_the_prompts(client) -> None:
     assert (await client.post("/embed", json={**body, "chunk_overlap": most})).status_code == 200
     error = assert_error(await client.post("/embed", json={**body, "chunk_overlap": most + 1}), 422, "out_of_range")
     assert "tokens kept for its prompt" in error["message"]
+
+
+async def test_the_prompt_is_in_the_cache_key(client) -> None:
+    """The answer cache keys on token ids, the prompt's included: another prompt misses, the same prompt (named, or
+    the default one) hits and returns the same vector."""
+    text = "a text asked for with two prompts"
+
+    async def embed(**body: Any) -> tuple[Any, str]:
+        response = await client.post("/embed", json={"inputs": text, **body})
+        assert response.status_code == 200, response.text
+        return response.json(), response.headers["x-cached-inputs"]
+
+    query, cached = await embed(prompt_name="query")
+    document, document_cached = await embed(prompt_name="document")
+    again, again_cached = await embed(prompt_name="query")
+    default, default_cached = await embed()  # the default prompt is query: the same token ids
+    assert (cached, document_cached, again_cached, default_cached) == ("0", "0", "1", "1")
+    assert not np.allclose(query, document, atol=1e-3) and again == default == query

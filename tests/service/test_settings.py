@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from service.cli import build_parser, drain_seconds, read_settings
-from service.logs import JsonFormatter
+from service.logs import JsonFormatter, configure
 from service.settings import Settings, settings_table
 
 
@@ -52,6 +53,13 @@ def test_service_readme_documents_every_setting_as_it_is():
         assert row in readme, row
 
 
+@pytest.mark.parametrize(("name", "value"), [("bulk_share", 0), ("bulk_share", 1), ("bulk_queue_share", 0),
+                                             ("bulk_queue_share", 1.5), ("cache_bytes", -1), ("api_keys_check_s", 0)])
+def test_the_traffic_settings_refuse_what_cannot_work(name, value):
+    with pytest.raises(ValidationError):
+        Settings(bundle="b", **{name: value})
+
+
 def test_graceful_drain_is_never_rounded_down_to_none():
     assert [drain_seconds(Settings(bundle="b", graceful_timeout_s=s)) for s in (0.5, 1.0, 8.2)] == [1, 1, 9]
 
@@ -60,3 +68,33 @@ def test_json_log_lines():
     record = logging.LogRecord("attnserve", logging.ERROR, __file__, 1, "cannot start: %s", ("bad",), None)
     entry = json.loads(JsonFormatter().format(record))
     assert entry["level"] == "error" and entry["message"] == "cannot start: bad" and entry["time"].endswith("Z")
+
+
+def test_log_lines_are_written_by_the_listener_thread_and_all_written_at_stop(capfd) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    listener = configure("json")
+    try:
+        writers: list[str] = []
+        listener.handlers[0].emit = _recording(listener.handlers[0].emit, writers)  # type: ignore[method-assign]
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("attnserve").exception("request %s failed", 7)
+        for n in range(50):
+            logging.getLogger("uvicorn.access").info("line %d", n)
+    finally:
+        listener.stop()
+        root.handlers[:], root.level = handlers, level
+    lines = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
+    assert [entry["message"] for entry in lines] == ["request 7 failed", *(f"line {n}" for n in range(50))]
+    assert "ValueError: boom" in lines[0]["traceback"]
+    assert set(writers) == {"listener"}  # never the caller's thread
+
+
+def _recording(emit, writers: list[str]):  # noqa: ANN001, ANN202
+    def recorded(record: logging.LogRecord) -> None:
+        writers.append("listener" if threading.current_thread() is not threading.main_thread() else "caller")
+        emit(record)
+
+    return recorded

@@ -183,7 +183,7 @@ async def test_new_inference_routes_are_refused_early_when_the_queue_is_full(tin
 
 def test_openapi_documents_the_new_routes_and_fields():
     doc = create_app(Settings(bundle="unused")).openapi()
-    batched = {"200", "401", "404", "408", "413", "415", "422", "429", "500", "503", "504"}  # 404: no such model
+    batched = {"200", "401", "403", "404", "408", "413", "415", "422", "429", "500", "503", "504"}  # 403, 404: model
     for path in ("/predict", "/similarity", "/embed_all", "/"):
         assert set(doc["paths"][path]["post"]["responses"]) == batched, path
     assert set(doc["paths"]["/decode"]["post"]["responses"]) == batched - {"429", "504"}

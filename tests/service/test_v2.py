@@ -260,7 +260,7 @@ async def test_embeddings_and_attentions_are_one_admission_and_one_tokenisation(
     spy = tiny.bundle.tokenizer = Counting(tiny.bundle.tokenizer)
     admitted: list[int] = []
     admit = tiny.batcher.admit
-    monkeypatch.setattr(tiny.batcher, "admit", lambda n: admitted.append(n) or admit(n))
+    monkeypatch.setattr(tiny.batcher, "admit", lambda n, *caller: admitted.append(n) or admit(n, *caller))
     runs = graph_runs(app)
     outputs = [{"name": "embeddings"}, {"name": "attentions"}]
     body = {"inputs": [tensor("text", [len(TEXTS)], "BYTES", TEXTS)], "outputs": outputs}

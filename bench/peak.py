@@ -1,0 +1,107 @@
+"""One point of bench.lengths, in a fresh process: `python -m bench.peak {ours,reference} BUNDLE TOKENS`.
+
+Loads one side, notes its resident set, resets the process's peak resident set (Linux: writing 5 to
+/proc/self/clear_refs resets VmHWM), then runs one warm-up and --repeats timed runs of one input of TOKENS
+tokens (batch 1) and prints one JSON line: median wall and CPU milliseconds per run, the resident set after
+loading, and the peak during the runs less that (VmHWM - VmRSS before: what the input cost on top of the
+loaded model, the allocators' arenas and caches included, as the operating system counts it).
+
+    ours       the bundle's fast fp32 graph in onnxruntime (CPU), opened as the service opens it (bundle.session)
+    reference  transformers' ModernBertModel from the bundle's source directory, its default attention on
+               CPU (sdpa), under torch.inference_mode; its weights are paged in before the resident set is noted
+
+Both read the same token ids: a text of bench.texts' words made TOKENS tokens long by the bundle's tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.texts import load_tokenizer, make_text
+from bundle.manifest import Manifest
+from bundle.session import open_session
+
+SIDES = ("ours", "reference")
+
+
+def input_ids(bundle: Path, manifest: Manifest, tokens: int) -> np.ndarray:
+    """(1, T) int64 ids of one text of `tokens` tokens ([CLS] and [SEP] included)."""
+    tokenizer = load_tokenizer(bundle, manifest)
+    ids = tokenizer.encode(make_text(tokenizer, tokens, seed=tokens)).ids
+    if len(ids) != tokens:
+        raise ValueError(f"could not make a text of {tokens} tokens with this tokenizer (got {len(ids)})")
+    return np.array([ids], dtype=np.int64)  # (1, T)
+
+
+def ours(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
+    entry = manifest.graph("fast", "fp32")
+    if entry is None:
+        raise SystemExit(f"{bundle} has no fast fp32 graph")
+    session = open_session(bundle / entry.file, "cpu", threads)
+    return lambda ids: session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+
+
+def reference(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    model = transformers.AutoModel.from_pretrained(manifest.source.path).eval()
+    with torch.inference_mode():  # page in weights still mapped from model.safetensors: they are the model, not
+        for param in model.parameters():  # what an input costs
+            param.sum()
+    print(json.dumps({"attn_implementation": model.config._attn_implementation}), flush=True)
+
+    def run(ids: np.ndarray) -> Any:
+        with torch.inference_mode():
+            tensor = torch.from_numpy(ids)
+            return model(input_ids=tensor, attention_mask=torch.ones_like(tensor)).last_hidden_state
+    return run
+
+
+def status_kb(field: str) -> int:
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(field + ":"))
+    return int(line.split()[1])
+
+
+def measure(run: Callable[[np.ndarray], Any], ids: np.ndarray, repeats: int) -> dict[str, float]:
+    before_kb = status_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    run(ids)  # warm-up: the allocator's arenas grow here; they count in the peak
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        run(ids)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return {"wall_ms": 1e3 * statistics.median(walls), "cpu_ms": 1e3 * statistics.median(cpus),
+            "loaded_mb": before_kb / 1024, "peak_mb": (status_kb("VmHWM") - before_kb) / 1024}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.peak", description=__doc__.splitlines()[0])
+    p.add_argument("side", choices=SIDES)
+    p.add_argument("bundle", type=Path)
+    p.add_argument("tokens", type=int)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    manifest = Manifest.read(args.bundle)
+    ids = input_ids(args.bundle, manifest, args.tokens)
+    run = (ours if args.side == "ours" else reference)(args.bundle, manifest, args.threads)
+    figures = measure(run, ids, args.repeats)
+    print(json.dumps({"side": args.side, "tokens": args.tokens, "repeats": args.repeats, **figures}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

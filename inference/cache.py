@@ -1,0 +1,82 @@
+"""The exact answers cache: what a graph returned for one input, by the model's fingerprint, the output kind
+and the input's exact token ids, bounded in bytes, least recently used out first.
+
+Exact because every part of what a graph computes from an input is in the key: the model's fingerprint
+(`LoadedBundle.fingerprint`: sha256 over the served fast graph, the tokenizer and the pooling, as the
+manifest records them), the graph kind asked for (pooled outputs, or per-token vectors), and the token ids
+themselves (so a prompt, the truncation side and a chunk's window are in it). The served variants are
+batch-invariant, so an input's answer does not depend on its batch partners; and a hit returns the very
+arrays the graph returned when the entry was made (copied out of the batch's outputs, read-only): bit for
+bit what the graph answered. Two bundles of one model share entries; bundles of other models never meet.
+
+Keys are sha256 digests (32 bytes) of fingerprint, kind and ids, not the ids themselves: an entry's size is
+its arrays' bytes plus a fixed allowance, and `max_bytes` bounds their sum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from inference.graphs import TOKENS, Outputs
+
+CACHED_KINDS = frozenset({"fast", TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
+ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
+
+
+def key(model_fingerprint: str, kind: str, ids: np.ndarray) -> bytes:
+    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{ids.shape}/".encode())  # (T,) ids or (T, 2) with types
+    digest.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+    return digest.digest()
+
+
+def size_of(outputs: Outputs) -> int:
+    return ENTRY_BYTES + sum(value.nbytes for value in outputs.values())
+
+
+def frozen(outputs: Outputs) -> Outputs:
+    """Copies of one input's outputs, detached from the batch's arrays and read-only."""
+    copies = {}
+    for name, value in outputs.items():
+        copy = np.array(value, copy=True)
+        copy.flags.writeable = False
+        copies[name] = copy
+    return copies
+
+
+class AnswerCache:
+    """Least recently used entries out first, while the entries' bytes pass `max_bytes` (0: nothing kept)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[bytes, Outputs] = OrderedDict()
+        self.bytes = self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, entry_key: bytes) -> Outputs | None:
+        found = self._entries.get(entry_key)
+        if found is not None:
+            self._entries.move_to_end(entry_key)
+        return found
+
+    def put(self, entry_key: bytes, outputs: Outputs) -> None:
+        """Keep `outputs` (already frozen) under `entry_key`, evicting the least recently used as needed; an
+        entry larger than the whole cache is not kept."""
+        size = size_of(outputs)
+        if size > self.max_bytes or entry_key in self._entries:
+            return
+        self._entries[entry_key] = outputs
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= size_of(evicted)
+            self.evictions += 1
+
+    def put_all(self, keys: Sequence[bytes], outputs: Sequence[Outputs]) -> None:
+        for entry_key, value in zip(keys, outputs, strict=True):
+            self.put(entry_key, value)

@@ -1,0 +1,169 @@
+"""The exact answer cache (inference.cache, ServedModel.submit): a hit is the graph's answer bit for bit, for
+every variant the tiny model can be served as; another model's fingerprint never hits; repeats within a
+request run once; hits never queue; the cache stays within its bytes; what the metrics and headers say. Its
+speed is measured in tests/reliability/test_cache.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inference.cache import ENTRY_BYTES, AnswerCache, frozen
+from inference.loading import load_bundle
+from inference.options import LoadOptions
+from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.metrics import sample
+from tests.helpers.serving import graph_runs, serving
+from tests.helpers.tiny import SENTENCES, review_texts
+
+CPU_VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic")
+
+
+@pytest.fixture(scope="module")
+def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.bundle import export_bundle
+
+    made = tmp_path_factory.mktemp("cache")
+    texts, out = made / "texts.txt", made / "variants"
+    texts.write_text("\n".join(review_texts(400)) + "\n")  # int8's calibration texts, as tests/export's
+    export_bundle(tiny_checkpoint, out, variants=CPU_VARIANTS[1:], calibration_data=texts)
+    return out
+
+
+async def vectors_bytes(client, text: str) -> tuple[bytes, bytes, int]:  # noqa: ANN001
+    """One text alone: its pooled vector (base64 float32, as the graph returned it and not normalised, since
+    OpenAI's route normalises as the manifest says: compare the bytes served), its per-token vectors, and
+    how many of the inputs were answered from the cache."""
+    pooled = await client.post("/v1/embeddings", json={"input": text, "encoding_format": "base64"})
+    tokens = await client.post("/embed_all", json={"inputs": text})
+    assert pooled.status_code == tokens.status_code == 200, (pooled.text, tokens.text)
+    cached = int(pooled.headers["x-cached-inputs"]) + int(tokens.headers["x-cached-inputs"])
+    return base64.b64decode(pooled.json()["data"][0]["embedding"]), tokens.content, cached
+
+
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
+async def test_a_cached_answer_is_the_uncached_one_bit_for_bit(variants_bundle: Path, variant: str) -> None:
+    texts = SENTENCES[:6]
+    async with serving(variants_bundle, variant=variant, cache_bytes=0, intra_op_threads=1) as (_, client):
+        uncached = [await vectors_bytes(client, t) for t in texts]
+    async with serving(variants_bundle, variant=variant, intra_op_threads=1) as (app, client):
+        assert app.state.models.default.bundle.variants["fast"] == variant
+        first = [await vectors_bytes(client, t) for t in texts]
+        again = [await vectors_bytes(client, t) for t in texts]
+    for off, miss, hit in zip(uncached, first, again, strict=True):
+        assert off[:2] == miss[:2] == hit[:2]  # pooled vector and token vectors, byte for byte
+        assert (off[2], miss[2], hit[2]) == (0, 0, 2)
+
+
+async def test_another_models_entries_never_answer_and_a_copy_of_the_model_shares_them(
+    tiny_bundle: Path, tiny_hf_bundle: Path, tmp_path: Path,
+) -> None:
+    copy = shutil.copytree(tiny_bundle, tmp_path / "copy")
+    served = [tiny_bundle, f"bert={tiny_hf_bundle}", f"copy={copy}"]
+    async with serving(served, intra_op_threads=1) as (app, client):
+        models = {m.name: m for m in app.state.models}
+        assert models["tiny"].fingerprint == models["copy"].fingerprint != models["bert"].fingerprint
+        answers = {}
+        for name in ("tiny", "bert", "copy"):
+            answer = await client.post("/embed", json={"inputs": SENTENCES[0], "model": name})
+            assert answer.headers["x-model-fingerprint"] == models[name].fingerprint
+            answers[name] = (answer.json(), int(answer.headers["x-cached-inputs"]))
+        listed = (await client.get("/v1/models")).json()["data"]
+        info = (await client.get("/info")).json()
+    assert answers["tiny"][1] == 0 and answers["bert"][1] == 0  # bert: another model, so a miss, whatever its ids
+    assert answers["copy"] == (answers["tiny"][0], 1)  # the same model build: the same entry
+    assert answers["bert"][0] != answers["tiny"][0]
+    assert {m["id"]: m["fingerprint"] for m in listed} == {n: m.fingerprint for n, m in models.items()}
+    assert info["fingerprint"] == models["tiny"].fingerprint and [m["fingerprint"] for m in info["models"]] == [
+        models[n].fingerprint for n in ("tiny", "bert", "copy")]
+
+
+def test_the_fingerprint_is_the_graph_the_tokenizer_and_the_pooling(tiny_bundle: Path, variants_bundle: Path) -> None:
+    fp32, opt = (load_bundle(variants_bundle, LoadOptions(variant=v), kinds=("fast",)) for v in ("fp32", "fp32-opt"))
+    tiny = load_bundle(tiny_bundle, LoadOptions(), kinds=("fast",))
+    assert fp32.fingerprint != opt.fingerprint  # another graph: another build, even of the same weights
+    assert tiny.fingerprint == fp32.fingerprint  # same graph, tokenizer and pooling; other name and version
+    assert len(tiny.fingerprint) == 64
+
+
+async def test_repeats_within_a_request_run_once_and_truncation_is_in_the_key(tiny_bundle: Path) -> None:
+    long = " ".join(SENTENCES)  # past the 64-token max length: right and left truncation differ
+    async with serving(tiny_bundle, cache_bytes=0) as (app, client):
+        runs = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum")
+        answer = await client.post("/embed", json={"inputs": [SENTENCES[1], SENTENCES[2], SENTENCES[1]]})
+        ran = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum") - runs
+        vectors = answer.json()
+        assert ran == 2 and answer.headers["x-cached-inputs"] == "1" and vectors[0] == vectors[2]
+    async with serving(tiny_bundle) as (_, client):
+        right = await client.post("/embed", json={"inputs": long})
+        left = await client.post("/embed", json={"inputs": long, "truncation_direction": "Left"})
+        assert left.headers["x-cached-inputs"] == "0" and left.json() != right.json()
+
+
+async def test_a_hit_never_waits_for_the_graph(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, GatedBundle.around) as (app, client):
+        first = await client.post("/embed", json={"inputs": SENTENCES[:3]})
+        async with held(app, client) as plug:
+            runs = graph_runs(app)
+            again = await asyncio.wait_for(client.post("/embed", json={"inputs": SENTENCES[:3]}), 30)
+            assert again.json() == first.json() and again.headers["x-cached-inputs"] == "3"
+            assert graph_runs(app) == runs and app.state.models.default.batcher.in_flight == 1  # the plug's
+            assert int(again.headers["x-queue-time"]) == 0
+        assert (await plug).status_code == 200
+
+
+async def test_chunk_windows_are_cached_one_by_one(tiny_bundle: Path) -> None:
+    document = " ".join(SENTENCES * 3)
+    async with serving(tiny_bundle) as (_, client):
+        body = {"inputs": document, "chunking": "windows"}
+        first = await client.post("/embed", json=body)
+        windows = len(first.json()[0])
+        second = await client.post("/embed", json=body)
+        other_overlap = await client.post("/embed", json={**body, "chunk_overlap": 8})
+    assert windows > 2 and second.json() == first.json() and second.headers["x-cached-inputs"] == str(windows)
+    assert int(other_overlap.headers["x-cached-inputs"]) < windows  # other windows: other token ids
+
+
+async def test_the_metrics_count_hits_misses_evictions_and_bytes(tiny_bundle: Path) -> None:
+    one_entry = ENTRY_BYTES + 32 * 4 + 2 * 4  # tiny: 32 floats pooled, 2 logits
+    async with serving(tiny_bundle, cache_bytes=3 * one_entry) as (app, client):
+        for text in (SENTENCES[0], SENTENCES[1], SENTENCES[0], SENTENCES[2], SENTENCES[3]):
+            assert (await client.post("/embed", json={"inputs": text})).status_code == 200
+        metrics = (await client.get("/metrics")).text
+        answers = app.state.models.default.answers
+    assert sample(metrics, "attnserve_cache_hits_total", model="tiny") == 1
+    assert sample(metrics, "attnserve_cache_misses_total", model="tiny") == 4
+    assert sample(metrics, "attnserve_cache_evictions_total") == 1 and len(answers) == 3
+    assert sample(metrics, "attnserve_cache_bytes") == answers.bytes == 3 * one_entry
+
+
+# -- the structure ------------------------------------------------------------------------------------------
+def outputs(n: int) -> dict[str, np.ndarray]:
+    return {"embeddings": np.arange(n, dtype=np.float32)}
+
+
+def test_least_recently_used_out_first_within_the_bytes() -> None:
+    cache = AnswerCache(3 * (ENTRY_BYTES + 40))
+    for key in (b"a", b"b", b"c"):
+        cache.put(key, frozen(outputs(10)))
+    assert cache.get(b"a") is not None  # a is now the most recently used
+    cache.put(b"d", frozen(outputs(10)))
+    assert cache.get(b"b") is None and cache.get(b"a") is not None and cache.evictions == 1
+    assert cache.bytes == 3 * (ENTRY_BYTES + 40) and len(cache) == 3
+    cache.put(b"huge", frozen(outputs(1000)))  # larger than the whole cache: not kept, nothing evicted for it
+    assert cache.get(b"huge") is None and len(cache) == 3
+
+
+def test_off_keeps_nothing_and_entries_are_read_only_copies() -> None:
+    off = AnswerCache(0)
+    off.put(b"a", frozen(outputs(4)))
+    assert len(off) == 0 and off.get(b"a") is None
+    batch = np.arange(8, dtype=np.float32).reshape(2, 4)
+    kept = frozen({"embeddings": batch[1]})["embeddings"]  # a row of a batch's output
+    batch[1] = -1  # the batch's array changing does not change the entry
+    assert kept.tolist() == [4, 5, 6, 7] and kept.base is None and not kept.flags.writeable

@@ -1,0 +1,40 @@
+"""bench.lengths' own arithmetic (no timing is asserted): the peak an input costs on top of the loaded model,
+the table's ratios, and that a word-level tokenizer makes a text of exactly the asked number of tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench import lengths, peak
+from bench.longmodel import word_level_tokenizer
+from bench.texts import make_text
+
+
+def test_the_peak_counts_what_the_runs_allocate_not_what_was_loaded() -> None:
+    loaded = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MB resident before the runs
+
+    def run(_: np.ndarray) -> float:
+        return float(np.ones(128 * 2**20, dtype=np.uint8).sum())  # 128 MB, freed after each run
+
+    figures = peak.measure(run, np.zeros((1, 4), dtype=np.int64), repeats=2)
+    assert 120 <= figures["peak_mb"] < 128 + 40 and figures["loaded_mb"] >= 64
+    assert figures["wall_ms"] > 0 and figures["cpu_ms"] >= 0
+    del loaded
+
+
+def test_the_table_gives_ours_over_the_reference_and_marks_a_failed_point() -> None:
+    points = [
+        {"side": "ours", "tokens": 512, "wall_ms": 100.0, "cpu_ms": 180.0, "loaded_mb": 1000.0, "peak_mb": 50.0},
+        {"side": "reference", "tokens": 512, "wall_ms": 400.0, "cpu_ms": 700.0, "loaded_mb": 900.0, "peak_mb": 200.0},
+        {"side": "ours", "tokens": 8192, "wall_ms": 9000.0, "cpu_ms": 17000.0, "loaded_mb": 1000.0, "peak_mb": 3000.0},
+        {"side": "reference", "tokens": 8192, "error": "exit -9: killed"},
+    ]
+    rows = lengths.table(points).splitlines()[2:]
+    assert rows[0] == "| 512 | 100 (180) | 50 (1,050) | 400 (700) | 200 (1,100) | 0.25x | 0.25x |"
+    assert rows[1] == "| 8,192 | 9,000 (17,000) | 3,000 (4,000) | failed | failed | - | - |"
+
+
+def test_a_text_of_n_words_is_n_plus_two_tokens() -> None:
+    tokenizer = word_level_tokenizer()
+    for tokens in (3, 512, 2048):
+        assert len(tokenizer.encode(make_text(tokenizer, tokens, seed=tokens)).ids) == tokens
