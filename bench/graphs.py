@@ -16,9 +16,11 @@ from bundle.manifest import GraphEntry, Manifest
 from bundle.session import open_session
 
 
-def feeds(batch: int, tokens: int, vocab: int) -> dict[str, np.ndarray]:
+def feeds(batch: int, tokens: int, vocab: int, types: bool = False) -> dict[str, np.ndarray]:
+    """Random ids, all real; token type ids (all 0) for a graph that takes them."""
     ids = np.random.default_rng(0).integers(1000, vocab, size=(batch, tokens)).astype(np.int64)  # (B, T)
-    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    types_feed = {"token_type_ids": np.zeros_like(ids)} if types else {}
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids), **types_feed}
 
 
 def time_graph(path: Path, inputs: dict[str, np.ndarray], threads: int, repeats: int) -> tuple[float, float]:
@@ -50,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
-    inputs = feeds(args.batch, args.tokens, manifest.model_config_["vocab_size"])
     for entry in manifest.graphs:
+        types = "token_type_ids" in [i.name for i in entry.inputs]
+        inputs = feeds(args.batch, args.tokens, manifest.model_config_["vocab_size"], types)
         if entry.variant != "fp16":  # meant for CUDA; CPU timings of it mean nothing
             print(report(args.bundle, entry, inputs, args.threads, args.repeats), flush=True)
     return 0

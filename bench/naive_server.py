@@ -19,6 +19,7 @@ from fastapi import FastAPI, Response
 
 from bench.engine import encode
 from bench.texts import load_tokenizer
+from bundle.feeds import input_names
 from bundle.manifest import Manifest
 from bundle.session import open_session
 
@@ -38,10 +39,11 @@ def create_app(bundle: Path, variant: str) -> FastAPI:
     fast = open_session(bundle / _graph(manifest, "fast", variant))
     attention = manifest.graph("attention", "fp32")
     attention_session = open_session(bundle / attention.file) if attention else None
+    names = input_names(fast)  # token_type_ids too for a BERT-family graph
     app = FastAPI()
 
     def embed_texts(texts: list[str]) -> np.ndarray:
-        (pooled,) = fast.run(["embeddings"], encode(tokenizer, texts))  # (B, D)
+        (pooled,) = fast.run(["embeddings"], encode(tokenizer, texts, names=names))  # (B, D)
         if manifest.normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled.astype(np.float32)
@@ -65,7 +67,7 @@ def create_app(bundle: Path, variant: str) -> FastAPI:
         if attention_session is None:
             return _json({"error": "bundle has no fp32 attention graph"})
         text = _texts(body)[0]
-        (maps,) = attention_session.run(["attentions"], encode(tokenizer, [text]))  # (1, L, H, T, T)
+        (maps,) = attention_session.run(["attentions"], encode(tokenizer, [text], names=names))  # (1, L, H, T, T)
         data = base64.b64encode(maps[0].astype("<f2").tobytes()).decode()
         item = {"tokens": _tokens(tokenizer, text), "shape": list(maps.shape[1:]), "attention": data}
         return _json({"model": manifest.name, "aggregation": "none", "encoding": "base64", "dtype": "float16",

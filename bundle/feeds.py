@@ -12,12 +12,18 @@ pad(sequences, pad_id, names=[i.name for i in entry.inputs]).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_IDS = "token_type_ids"
 KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)
+
+
+def input_names(session: Any) -> list[str]:
+    """The feeds an onnxruntime session takes, in its order: what `pad(..., names=...)` must build for it."""
+    return [i.name for i in session.get_inputs()]
 
 
 def pad(

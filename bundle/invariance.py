@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import pad
+from bundle.feeds import input_names, pad
 
 COMPARED = ("embeddings", "logits")
 
@@ -41,4 +41,4 @@ def batch_max_abs_diff(session: Any, batches: Sequence[Sequence[Sequence[int]]],
 
 
 def _run(session: Any, names: list[str], sequences: Sequence[Sequence[int]], pad_id: int) -> dict[str, np.ndarray]:
-    return dict(zip(names, session.run(names, pad(sequences, pad_id)), strict=True))
+    return dict(zip(names, session.run(names, pad(sequences, pad_id, input_names(session))), strict=True))

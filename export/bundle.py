@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
@@ -26,7 +27,7 @@ from export import variants as variants_mod
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_names, output_shapes, task
 from export.measure import measure_entries
-from export.parity import Batch, ParityError, check_graph, check_sets, parity_batches, reference
+from export.parity import Batch, ParityError, check_graph, check_sets, pair_batches, parity_batches, reference
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.load import load_model
@@ -100,8 +101,9 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     shutil.copyfile(model.path / "tokenizer.json", tokenizer)
     int8 = int8_inputs(model, max_length, texts) if texts is not None else None
     graphs = []
-    for kind in KINDS:
-        batches = {"parity": reference(model, parity_batches(), max_length, kind)}
+    parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
+    for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
+        batches = {"parity": reference(model, parity, max_length, kind)}
         graphs += _build_kind(model, tmp, kind, chosen, batches, int8 if kind == "fast" else None)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))

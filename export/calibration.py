@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from export.graphs import takes_token_types
 from export.parity import Batch, parity_batches, reference
 from model.checkpoint import LoadedModel
 from model.tokenizer import encode
@@ -176,7 +177,10 @@ def int8_inputs(model: LoadedModel, max_length: int, sets: TextSets) -> Int8Inpu
     feeds = []
     for text in sets.calibration:
         ids, mask = encode(model.tokenizer, [text], max_length)  # (1, T) each
-        feeds.append({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        if takes_token_types(model.encoder.config):  # one segment: what a lone text is fed
+            feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+        feeds.append(feed)
     by_length = _batches(sorted(sets.calibration, key=len), 16)
     return Int8Inputs(gate, feeds, reference(model, by_length, max_length, "fast"))
 

@@ -17,11 +17,10 @@ Outputs by the model's head (its manifest `task`): logits for a sequence classif
 token classifier, and for a masked-LM head `sparse`, SPLADE's vector, so the (B, T, V) logits never
 leave the graph.
 
-A model with two token types (BERT's segments A and B) can take token_type_ids as a third input
-(token_types=True); the graph then gives pairs their segment embeddings. export.bundle does not ask for it
-yet: export.measure, export.calibration and the service still feed input_ids and attention_mask alone,
-and onnxruntime refuses a graph run without one of its inputs. Once they feed what a graph entry's
-`inputs` lists (bundle.feeds.pad(..., names=...)), export_bundle can pass token_types=True for such models.
+A model with two token types (BERT's segments A and B) takes token_type_ids as a third input (token_types,
+on by default), so a cross-encoder reads (query, document) pairs with their segment embeddings; a lone text
+is all segment A (type ids 0), exactly as before. Every caller feeds what a graph entry's `inputs` lists
+(bundle.feeds.pad(..., names=...)); models with one token type or none take input_ids and attention_mask.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ def takes_token_types(config: EncoderConfig) -> bool:
     return config.type_vocab_size >= 2
 
 
-def input_names(config: EncoderConfig, token_types: bool = False) -> list[str]:
+def input_names(config: EncoderConfig, token_types: bool = True) -> list[str]:
     """The graph's inputs: input_ids, attention_mask, and token_type_ids when asked for and meaningful."""
     return [*INPUT_NAMES, *([TOKEN_TYPE_IDS] if token_types and takes_token_types(config) else [])]
 
@@ -92,7 +91,7 @@ class GraphModule(nn.Module):
     hand out the raw pooled vector even for models configured with normalize=True.
     """
 
-    def __init__(self, encoder: Encoder, kind: str, token_types: bool = False) -> None:
+    def __init__(self, encoder: Encoder, kind: str, token_types: bool = True) -> None:
         super().__init__()
         self.encoder = encoder
         self.names = output_names(encoder.config, kind)
@@ -109,7 +108,7 @@ class GraphModule(nn.Module):
         return tuple(values[name] for name in self.names)  # type: ignore[misc]
 
 
-def example_inputs(config: EncoderConfig, token_types: bool = False) -> tuple[Tensor, ...]:
+def example_inputs(config: EncoderConfig, token_types: bool = True) -> tuple[Tensor, ...]:
     """(2, 8) int64 ids and mask with one padded row (and type ids): sizes above 1 so no axis is specialised."""
     length = min(8, config.position_limit)
     ids = torch.arange(length).repeat(2, 1) % config.vocab_size  # (B, T)
@@ -119,7 +118,7 @@ def example_inputs(config: EncoderConfig, token_types: bool = False) -> tuple[Te
     return (ids, mask, types) if TOKEN_TYPE_IDS in input_names(config, token_types) else (ids, mask)
 
 
-def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = False) -> None:
+def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
     """Export one graph kind of `encoder` (put in eval mode) to `path` as a single .onnx file."""
     module = GraphModule(encoder.eval(), kind, token_types).eval()
     batch = torch.export.Dim("batch")

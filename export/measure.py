@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import pad
+from bundle.feeds import INPUT_NAMES, pad
 from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
@@ -45,24 +45,27 @@ def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[l
     fast: dict[str, Path] = {e.variant: bundle_dir / e.file for e in entries if e.kind == "fast"}
     providers = [p for p, name in ORT_PROVIDERS.items() if name in ort.get_available_providers()]
     longest = max((ids for batch in batches for ids in batch), key=len)
+    names = next([i.name for i in e.inputs] for e in entries if e.kind == "fast")
     figures: dict[str, dict[str, Measured]] = {variant: {} for variant in fast}
     for provider in providers:
         meant: set[str] = {e.variant for e in entries if e.kind == "fast" and ORT_PROVIDERS[provider] in e.providers}
         paths: dict[str, Path] = {v: path for v, path in fast.items() if v in meant}
-        speed = ms_per_batch(paths, provider, speed_feeds(longest, pad_id)) if paths else {}
+        speed = ms_per_batch(paths, provider, speed_feeds(longest, pad_id, names)) if paths else {}
         for variant, path in paths.items():
             invariance = batch_max_abs_diff(open_session(path, provider), batches, pad_id)
             figures[variant][provider] = measured(invariance, speed[variant], provider)
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
 
 
-def speed_feeds(ids: Sequence[int], pad_id: int) -> dict[str, dict[str, np.ndarray]]:
+def speed_feeds(
+    ids: Sequence[int], pad_id: int, names: Sequence[str] = INPUT_NAMES,
+) -> dict[str, dict[str, np.ndarray]]:
     """{"32x128": feed, ...}: the token ids of one long text (first [CLS], last [SEP]) cut to each T; a T over
     the text's length (the model's max length) is cut to it, and the key says so."""
     feeds = {}
     for batch, length in SPEED_SHAPES:
         row = [*ids[: min(length, len(ids)) - 1], ids[-1]]  # (T,)
-        feeds[f"{batch}x{len(row)}"] = pad([row] * batch, pad_id)  # (B, T) each
+        feeds[f"{batch}x{len(row)}"] = pad([row] * batch, pad_id, names)  # (B, T) each
     return feeds
 
 

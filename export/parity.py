@@ -28,7 +28,7 @@ from bundle.feeds import pad
 from bundle.session import ORT_PROVIDERS, open_session
 from export.graphs import GraphModule
 from model.checkpoint import LoadedModel
-from model.tokenizer import pad_id, token_ids
+from model.tokenizer import pad_id, pair_ids, token_ids
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ PARITY_TEXTS: tuple[str, ...] = tuple(_SHORT + _MEDIUM + _LONG)
 PARITY_BATCHES = (1, 3, 8, 5)
 
 
+PARITY_PAIRS: tuple[tuple[str, str], ...] = tuple(
+    (query, passage) for query, passage in zip(_SHORT + _MEDIUM[:4], _MEDIUM[4:] + _LONG + _SHORT[:3], strict=True))
+
+
+def pair_batches() -> list[list[tuple[str, str]]]:
+    """(query, passage) pairs for a cross-encoder's parity: short and long, one cut by truncation."""
+    pairs = list(PARITY_PAIRS)
+    return [pairs[:1], pairs[1:6], pairs[6:]]
+
+
 def parity_batches() -> list[list[str]]:
     """PARITY_TEXTS cut into batches of mixed sizes and mixed lengths (padding inside batches)."""
     texts, batches, start = list(PARITY_TEXTS), [], 0
@@ -91,13 +101,19 @@ class Batch:
 
 
 def reference(
-    model: LoadedModel, texts: Sequence[Sequence[str]], max_length: int, kind: str, token_types: bool = False,
+    model: LoadedModel, texts: Sequence[Sequence[str | tuple[str, str]]], max_length: int, kind: str,
+    token_types: bool = True,
 ) -> list[Batch]:
-    """Eager outputs of the `kind` graph module for each batch of texts."""
+    """Eager outputs of the `kind` graph module for each batch of texts, or of text pairs (the pair template,
+    with their token type ids)."""
     module = GraphModule(model.encoder.eval(), kind, token_types).eval()
     batches = []
     for batch in texts:
-        feeds = pad(token_ids(model.tokenizer, batch, max_length), pad_id(model.tokenizer), module.input_names)
+        if isinstance(batch[0], tuple):
+            ids, types = pair_ids(model.tokenizer, batch, max_length)  # type: ignore[arg-type]
+        else:
+            ids, types = token_ids(model.tokenizer, batch, max_length), None  # type: ignore[arg-type]
+        feeds = pad(ids, pad_id(model.tokenizer), module.input_names, type_ids=types)
         with torch.no_grad():
             values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
         expected = {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)}

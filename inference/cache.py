@@ -28,7 +28,7 @@ ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers,
 
 
 def key(model_fingerprint: str, kind: str, ids: np.ndarray) -> bytes:
-    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/".encode())
+    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{ids.shape}/".encode())  # (T,) ids or (T, 2) with types
     digest.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
     return digest.digest()
 

@@ -10,6 +10,11 @@ post-processor), so each window is exactly what the tokenizer makes of that stre
 of at most W tokens makes one window: its usual encoding. Token-id inputs are used as given (nothing is
 added), so they are cut into windows of max_length ids, and their spans count tokens, not characters.
 
+Text pairs (a query and a long document, for reranking) are cut on the document only: the query's content
+tokens (at most half the room, else the request is refused) are repeated in every window, so each window
+holds W = max_length - S_pair - (the query's tokens) tokens of the document, S_pair being the special tokens
+of the pair template (3 for BERT, 4 for RoBERTa); its span is in the document's characters.
+
 With a prompt (`inference.prompts`), every window is read as the prompted text would be: the prompt and the text
 are tokenised as one string, the prompt's P tokens split off (`TextTokenizer.split_prompt`), the text's tokens
 cut into windows of W - P, and the prompt's tokens put back at the start of each window's content; a text of
@@ -25,6 +30,7 @@ Shape letters: K windows of one input, D hidden (or C labels).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,7 +39,8 @@ import numpy as np
 from tokenizers import Encoding
 
 from inference.errors import InputTooLong, OutOfRange
-from inference.tokenize import Encoded, TextTokenizer
+from inference.graphs import sequence
+from inference.tokenize import Encoded, Pair, TextTokenizer, encoded
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
 Mode = Literal["mean", "windows"]  # mean: one answer per input, pooled over its windows; windows: each window's
@@ -53,10 +60,17 @@ class Window:
     start: int  # span of the window's content in the input: characters of a text, positions of token ids
     stop: int
     tokens: int  # content tokens (special tokens excluded): the window's weight in the mean
+    type_ids: np.ndarray | None = None  # (n,) a pair window's token types
+    encoded: Encoded | None = None  # a pair window's tokens: offsets (into the document), sequence ids
 
     @property
     def length(self) -> int:
         return int(self.ids.shape[0])
+
+    @property
+    def sequence(self) -> np.ndarray:
+        """What the graph runs: (n,) ids, or (n, 2) ids and type ids (`inference.graphs.sequence`)."""
+        return sequence(self.ids, self.type_ids)
 
 
 def window_size(tokenizer: TextTokenizer, text: bool = True) -> int:
@@ -74,10 +88,14 @@ def count_windows(tokens: int, size: int, overlap: int) -> int:
 
 def cut(
     tokenizer: TextTokenizer, inputs: Sequence[Any], overlap: int, max_windows: int, prompt: str = "",
+    keep_tokens: bool = False,
 ) -> list[list[Window]]:
-    """Per input, its windows in order (texts after `prompt`). Refuses an overlap outside [0, W) (W - P with a
-    prompt of P tokens) and an input that would make more than `max_windows` windows (before any window is
-    built). CPU-bound: callers keep it off an event loop."""
+    """Per input, its windows in order (texts after `prompt`; with `keep_tokens`, a text window keeps its
+    tokens: `Window.encoded`, which a prompted window does not offer). Refuses an overlap outside [0, W) (W - P
+    with a prompt of P tokens) and an input that would make more than `max_windows` windows (before any
+    window is built). CPU-bound: callers keep it off an event loop."""
+    if prompt and keep_tokens:
+        raise ValueError("a prompted window keeps no tokens: its offsets would count the prompt's characters")
     text = isinstance(inputs[0], str)
     size = window_size(tokenizer, text)
     check_overlap(tokenizer, overlap, text)
@@ -90,8 +108,82 @@ def cut(
     sizes = [size - (p.length if p is not None else 0) for p in prompts]
     _check_prompted_overlap(tokenizer, overlap, sizes)
     _check_counts([len(e.ids) for e in encodings], sizes, overlap, max_windows)
-    return [_text_windows(tokenizer, e, s, overlap, p, len(prompt))
+    return [_text_windows(tokenizer, e, s, overlap, keep_tokens, p, len(prompt))
             for e, s, p in zip(encodings, sizes, prompts, strict=True)]
+
+
+def cut_pairs(tokenizer: TextTokenizer, pairs: Sequence[Pair], overlap: int, max_windows: int) -> list[list[Window]]:
+    """Per (query, document), the document's windows, each after the query in the pair template. Refuses a
+    query over half the room, an overlap outside [0, W) and a document of more than `max_windows` windows,
+    before any window is built."""
+    queries = tokenizer.content([query for query, _ in pairs])
+    documents = tokenizer.content([document for _, document in pairs])
+    sizes = [pair_window_size(tokenizer, len(q.ids), index) for index, q in enumerate(queries)]
+    for index, (size, document) in enumerate(zip(sizes, documents, strict=True)):
+        if not 0 <= overlap < size:
+            raise OutOfRange(f"chunk_overlap must be at least 0 and below the {size} document tokens a window of "
+                             f"input {index} holds (the max length less the special tokens and the query)")
+        if (reason := too_many_windows(len(document.ids), size, overlap, max_windows)) is not None:
+            raise InputTooLong(f"input {index}: {reason} (ATTNSERVE_MAX_WINDOWS_PER_INPUT)")
+    return [_pair_windows(tokenizer, q, d, size, overlap) for q, d, size in zip(queries, documents, sizes, strict=True)]
+
+
+def pair_window(tokenizer: TextTokenizer) -> int:
+    """The fewest document tokens a chunked pair's window holds: after a query of the most tokens allowed (half
+    the room)."""
+    room = tokenizer.max_length - tokenizer.pair_special_count
+    return room - room // 2
+
+
+def check_pair_overlap(tokenizer: TextTokenizer, overlap: int) -> None:
+    """OutOfRange unless 0 <= overlap < `pair_window`: the bound a rerank request's overlap is held to whatever
+    its query (the served OpenAPI document's)."""
+    size = pair_window(tokenizer)
+    if not 0 <= overlap < size:
+        raise OutOfRange(f"chunk_overlap must be at least 0 and below {size}, the document tokens a chunked pair's "
+                         f"window holds after the longest query it takes (half of the max length of "
+                         f"{tokenizer.max_length} less the {tokenizer.pair_special_count} special tokens)")
+
+
+def pair_window_size(tokenizer: TextTokenizer, query_tokens: int, index: int = 0) -> int:
+    """Document tokens per window after a query of `query_tokens`; InputTooLong when the query takes more
+    than half the room."""
+    room = tokenizer.max_length - tokenizer.pair_special_count
+    if query_tokens > room // 2:
+        raise InputTooLong(f"input {index}: the query has {query_tokens} tokens; a chunked pair holds at most "
+                           f"{room // 2} (half of the max length less the special tokens)")
+    return room - query_tokens
+
+
+def _pair_windows(tokenizer: TextTokenizer, query: Encoding, document: Encoding, size: int,
+                  overlap: int) -> list[Window]:
+    document.truncate(size, stride=overlap)  # in place: the first window; the others in .overflowing
+    wrapped = tokenizer.wrap(query, document)  # each document window after the (whole) query
+    layout = _type_layout(wrapped)
+    return [_pair_window(w, layout) for w in (wrapped, *wrapped.overflowing)]
+
+
+TypeLayout = tuple[list[int], int, list[int]]  # type ids before the document, of its tokens, after it
+
+
+def _type_layout(first: Encoding) -> TypeLayout:
+    """The pair template's token types around the document, read off the first window: the post-processor
+    gives the overflowing windows segment A's type ids throughout, so theirs are rebuilt from this."""
+    types, sequences = list(first.type_ids), list(first.sequence_ids)
+    content = [i for i, s in enumerate(sequences) if s == 1]
+    if not content:
+        return types, 0, []
+    return types[:content[0]], types[content[0]], types[content[-1] + 1:]
+
+
+def _pair_window(encoding: Encoding, layout: TypeLayout) -> Window:
+    content = [i for i, s in enumerate(encoding.sequence_ids) if s == 1]
+    start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
+    before, inside, after = layout
+    types = np.asarray([*before, *[inside] * len(content), *after], dtype=np.int64) if content else \
+        np.asarray(encoding.type_ids, dtype=np.int64)  # (n,)
+    one = dataclasses.replace(encoded(encoding), types=types)
+    return Window(one.ids, int(start), int(stop), len(content), types, one)
 
 
 def pool(values: np.ndarray, windows: Sequence[Window]) -> np.ndarray:
@@ -151,7 +243,7 @@ def _check_prompted_overlap(tokenizer: TextTokenizer, overlap: int, sizes: Seque
                          f"prompt's {prompt}")
 
 
-def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int,
+def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overlap: int, keep_tokens: bool = False,
                   prompt: Encoded | None = None, shift: int = 0) -> list[Window]:
     """A text's windows; with the prompt's tokens (split off `encoding`, of `shift` characters) in each."""
     count = count_windows(len(encoding.ids), size, overlap)
@@ -159,14 +251,16 @@ def _text_windows(tokenizer: TextTokenizer, encoding: Encoding, size: int, overl
     wrapped = tokenizer.wrap(encoding)
     windows = [wrapped, *wrapped.overflowing]
     if prompt is None:
-        return [_text_window(w) for w in windows]
-    return [_prompted(_text_window(w), prompt, tokenizer.lead, shift) for w in windows[:count]]  # see split_prompt
+        return [_text_window(w, keep_tokens) for w in windows]
+    kept = windows[:count]  # see split_prompt: the prompt's tokens are left in the overflow
+    return [_prompted(_text_window(w, False), prompt, tokenizer.lead, shift) for w in kept]
 
 
-def _text_window(encoding: Encoding) -> Window:
+def _text_window(encoding: Encoding, keep_tokens: bool) -> Window:
     content = [i for i, sequence in enumerate(encoding.sequence_ids) if sequence is not None]
     start, stop = (encoding.offsets[content[0]][0], encoding.offsets[content[-1]][1]) if content else (0, 0)
-    return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content))
+    kept = encoded(encoding) if keep_tokens else None
+    return Window(np.asarray(encoding.ids, dtype=np.int64), int(start), int(stop), len(content), encoded=kept)
 
 
 def _prompted(window: Window, prompt: Encoded, at: int, shift: int) -> Window:

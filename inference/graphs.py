@@ -5,8 +5,13 @@ L layers, H heads.
 
 `Graph` objects are plain synchronous objects; the batcher calls them in its executor thread. A `Graph`
 asks its session only for the outputs it serves: the fast graph's (B, T, D) `token_embeddings` are copied
-out only by the `TOKENS` graph (/embed_all), which shares the fast graph's session. The session's inputs
-are fed by name: `input_ids` and `attention_mask`, and `token_type_ids` (all 0) for a graph that takes them.
+out only by the `TOKENS` graph (/embed_all), and each head's own output by its own kind (`VIEWS`): `PAIRS`
+(a cross-encoder's logits of text pairs), `SPARSE` (SPLADE's (B, V) vectors), `TOKEN_LOGITS` ((B, T, C)
+token labels), all sharing the fast graph's session. The session's inputs are fed by name: `input_ids` and
+`attention_mask`, and `token_type_ids` for a graph that takes them.
+
+A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
+graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none.
 """
 
 from __future__ import annotations
@@ -20,6 +25,16 @@ from bundle.feeds import pad
 
 Outputs = dict[str, np.ndarray]
 TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token_embeddings only
+PAIRS, SPARSE, TOKEN_LOGITS = "pairs", "sparse", "token_logits"  # the fast graph's session, one head output each
+VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LOGITS: "token_logits"}
+PER_TOKEN = ("token_embeddings", "token_logits")  # outputs with a row per token: (B, T, ...)
+
+
+def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
+    """What the batcher queues for one input: (T,) ids, or (T, 2) ids and type ids when any type id is set."""
+    if type_ids is None or not type_ids.any():
+        return ids
+    return np.stack([ids, type_ids], axis=1)  # (T, 2)
 
 
 def split(outputs: Outputs, lengths: Sequence[int]) -> list[Outputs]:
@@ -30,8 +45,8 @@ def split(outputs: Outputs, lengths: Sequence[int]) -> list[Outputs]:
         for name, value in outputs.items():
             if name == "attentions":
                 one[name] = np.ascontiguousarray(value[row, :, :, :n, :n])  # (L, H, n, n)
-            elif name == "token_embeddings":
-                one[name] = np.ascontiguousarray(value[row, :n])  # (n, D)
+            elif name in PER_TOKEN:
+                one[name] = np.ascontiguousarray(value[row, :n])  # (n, D) or (n, C)
             else:
                 one[name] = value[row]  # (D,) or (C,)
         results.append(one)
@@ -43,12 +58,14 @@ class Graph:
 
     def __init__(self, session: Any, outputs: Sequence[str], pad_id: int) -> None:
         self.session, self.outputs, self.pad_id = session, list(outputs), pad_id
-        self._types = "token_type_ids" in {i.name for i in session.get_inputs()}
+        self._inputs = [i.name for i in session.get_inputs()]
+        self._types = "token_type_ids" in self._inputs
 
     def run(self, sequences: Sequence[np.ndarray]) -> list[Outputs]:
-        feeds = pad(sequences, self.pad_id)
-        if self._types:
-            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])  # (B, T): one segment
+        """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens."""
+        ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]
+        types = [s[:, 1] if s.ndim == 2 else np.zeros_like(s) for s in sequences] if self._types else None
+        feeds = pad(ids, self.pad_id, self._inputs, type_ids=types)  # (B, T) each
         values = self.session.run(self.outputs, feeds)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])

@@ -8,9 +8,11 @@ Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chos
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from inference import postprocess
-from inference.errors import OutOfRange, Unsupported
-from inference.graphs import Outputs
+from inference.errors import OutOfRange
+from inference.graphs import VIEWS, Outputs
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
 from inference.operations import tokens
 from inference.results import AttentionMap, GraphOutputs
@@ -29,27 +31,28 @@ async def attention(
 
 async def graph_outputs(
     model: ServedModel, inputs: Inputs, *, fast: bool = True, query: AttentionQuery | None = None,
-    truncate: bool | None = None, direction: Direction = "right", prompt: str = "",
+    truncate: bool | None = None, direction: Direction = "right", views: Sequence[str] = (), prompt: str = "",
 ) -> GraphOutputs:
     """The fast graph's outputs stacked (embeddings (N, D) pooled, not normalised; logits (N, C) with
-    labels) when `fast`, and the attention maps `query` asks for when given, of the texts after `prompt`; one
-    admission either way."""
-    kinds = (["fast"] if fast else []) + (["attention"] if query is not None else [])
+    labels) when `fast`, each of `views`' outputs (e.g. SPARSE: sparse (N, V)), and the attention maps
+    `query` asks for when given, of the texts after `prompt`; one admission either way."""
+    kinds = (["fast"] if fast else []) + list(views) + (["attention"] if query is not None else [])
     if query is not None:
         check_attention_query(model, query)
-    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=_attention_cap(model, query),
+    encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=attention_cap(model, query),
                                        prompt=prompt)
     values = {}
     if fast:
         values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)
+    for kind in views:
+        values[VIEWS[kind]] = postprocess.stacked(outputs[kind], VIEWS[kind])  # e.g. (N, V)
     maps = await model.off_loop(attention_maps, encoded, outputs["attention"], query) if query is not None else None
     return GraphOutputs(values, [e.length for e in encoded], maps)
 
 
 def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     """Unsupported without an attention graph; OutOfRange for a layer or head past the model's."""
-    if "attention" not in model.bundle.graphs:
-        raise Unsupported("this bundle has no attention graph (manifest.json graphs has no kind 'attention')")
+    model.require("attention", "give attention maps (manifest.json graphs has no kind 'attention')")
     check_indices(model, query.layers, query.heads)
 
 
@@ -61,7 +64,7 @@ def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int]
             raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
 
 
-def _attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | None:
+def attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | None:
     if query is None:
         return None
     m = model.bundle.manifest

@@ -23,9 +23,9 @@ from inference.errors import (
     TooManyInputs,
 )
 from inference.options import RequestLimits
-from inference.tokenize import Encoded
+from inference.tokenize import Encoded, Pair
 
-Inputs = Sequence[str] | Sequence[Sequence[int]]
+Inputs = Sequence[str] | Sequence[Sequence[int]] | Sequence[Pair | str]  # texts, token-id lists, text pairs
 Aggregation = Literal["none", "mean", "max", "rollout"]
 Encoding = Literal["float", "base64", "binary"]  # how the answer will carry the values: bounds its size
 TOKEN_JSON_BYTES = 96  # upper bound for one token's {id, text, start, stop, special} in an answer
@@ -50,9 +50,10 @@ def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -
         )
     limit = limits.max_chunked_input_chars if chunked else limits.max_input_chars
     setting = "ATTNSERVE_MAX_CHUNKED_INPUT_CHARS" if chunked else "ATTNSERVE_MAX_INPUT_CHARS"
-    for index, text in enumerate(inputs):
-        if isinstance(text, str) and len(text) > limit:
-            raise InputTooLong(f"input {index} has {len(text)} characters, over the limit of {limit} ({setting})")
+    for index, item in enumerate(inputs):
+        for text in item if isinstance(item, tuple) else (item,):  # a pair: each of its texts
+            if isinstance(text, str) and len(text) > limit:
+                raise InputTooLong(f"input {index} has {len(text)} characters, over the limit of {limit} ({setting})")
 
 
 def check_dimensions(dimensions: int | None, hidden: int) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, open_session
 from inference.errors import StartupError
-from inference.graphs import TOKENS, Graph, Outputs
+from inference.graphs import VIEWS, Graph, Outputs
 from inference.options import LoadOptions
 from inference.tokenize import TextTokenizer, load_tokenizer
 from inference.variants import choose_attention_variant, choose_provider, choose_variant
@@ -39,7 +39,7 @@ Opened = dict[tuple[str, ...], Any]
 class LoadedBundle:
     manifest: Manifest
     tokenizer: TextTokenizer
-    graphs: dict[str, Graph]  # graph kind -> graph (TOKENS: the fast graph's session, token vectors only)
+    graphs: dict[str, Graph]  # graph kind -> graph (the VIEWS kinds: the fast graph's session, one output each)
     provider: str  # where the sessions run: "cpu" or "cuda"
     variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
     variant_reason: str = ""  # why the fast graph's variant was chosen
@@ -104,8 +104,10 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
         _smoke_run(graph, probe, manifest.graph(kind, variants[kind]))
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == g.providers[0] for g in graphs.values()) else "cpu"
     fast = manifest.graph("fast", variants["fast"])
-    if fast is not None and "token_embeddings" in {o.name for o in fast.outputs}:  # /embed_all: same session
-        graphs[TOKENS] = graphs["fast"].with_outputs(["token_embeddings"])
+    given = {o.name for o in fast.outputs} if fast is not None else set()
+    for kind, output in VIEWS.items():  # /embed_all, pairs, sparse vectors, token labels: the same session
+        if output in given:
+            graphs[kind] = graphs["fast"].with_outputs([output])
     return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason)
 
 
@@ -129,7 +131,8 @@ def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provid
            opened: Opened) -> Graph:
     entry = manifest.graph(kind, variant)
     assert entry is not None  # chosen from the manifest's own list
-    outputs = ["attentions"] if kind == "attention" else ["embeddings"] + (["logits"] if manifest.labels else [])
+    head = ["logits"] if manifest.task == "classify" else []  # the other heads' outputs have kinds of their own
+    outputs = ["attentions"] if kind == "attention" else ["embeddings", *head]
     pad_id = int(manifest.model_config_.get("pad_token_id", 0))
     session = _once(opened, ("session", entry.sha256, provider),
                     lambda: _session(bundle_dir, entry, provider, options))

@@ -14,7 +14,6 @@ import numpy as np
 
 from inference import chunking, postprocess
 from inference.chunking import Chunking
-from inference.errors import Unsupported
 from inference.graphs import TOKENS
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
 from inference.prompts import InputType, prompt_text
@@ -64,8 +63,7 @@ async def embed_all(
 ) -> list[np.ndarray]:
     """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens and a prompt's tokens
     included); refused before any graph runs when the answer would pass embed_all_cap_bytes."""
-    if TOKENS not in model.bundle.graphs:
-        raise Unsupported("this bundle's fast graph has no token_embeddings output")
+    model.require("embed_all", "give token vectors (its fast graph has no token_embeddings output)")
     hidden, prompt = model.bundle.manifest.hidden_size, prompt_text(model.bundle.manifest, prompt_name)
     _, outputs = await model.run(inputs, [TOKENS], truncate, direction, prompt=prompt,
                                  check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
@@ -92,10 +90,8 @@ def tokens(encoded: Encoded) -> list[Token]:
 
 
 def require_labels(model: ServedModel) -> list[str]:
-    labels = list(model.bundle.manifest.labels)
-    if not labels:
-        raise Unsupported("this model has no classification head (manifest.json labels is empty)")
-    return labels
+    model.require("classify", "classify (it has no classification head)")
+    return list(model.bundle.manifest.labels)
 
 
 async def _pooled(

@@ -1,7 +1,7 @@
 """What the core answers with: typed results, turned into JSON or binary only by the HTTP front.
 
 Shape letters: N inputs, K windows of all inputs, D hidden (D' after `dimensions`), C labels, n real tokens
-of one input, l layers, h heads.
+of one input, l layers, h heads, k nonzero entries of a sparse vector.
 """
 
 from __future__ import annotations
@@ -73,6 +73,54 @@ class GraphOutputs:
     values: dict[str, np.ndarray]
     lengths: list[int]  # each input's tokens
     attention: list[AttentionMap] | None = None  # when asked for, one per input
+
+
+@dataclass(frozen=True)
+class Highlight:
+    """One document token's share of the attention flowing from the classification position (rollout)."""
+
+    start: int  # character offsets into the document
+    stop: int
+    weight: float
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A query's documents scored by a cross-encoder, in document order."""
+
+    scores: np.ndarray  # (N,) sigmoid of the logit, or the logit itself (raw)
+    tokens: int  # tokens run, special tokens included (every window's)
+    spans: list[Span] | None = None  # per document, its best window (chunking max)
+    explanations: list[list[Highlight]] | None = None  # per document, its tokens' shares (explain)
+
+    def order(self, top_n: int | None = None) -> list[int]:
+        """Document indices, best first (ties in document order), the top_n best."""
+        return [int(i) for i in np.argsort(-self.scores, kind="stable")[:top_n]]
+
+
+@dataclass(frozen=True)
+class SparseVector:
+    indices: np.ndarray  # (k,) vocabulary ids with a nonzero weight, ascending
+    values: np.ndarray  # (k,) their weights, > 0
+
+
+@dataclass(frozen=True)
+class SparseVectors:
+    vectors: list[SparseVector]  # one per input
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A labelled token (aggregation none) or group of tokens, as transformers' token-classification pipeline
+    answers: `label` is its `entity` (none) or `entity_group`."""
+
+    label: str
+    score: float
+    word: str
+    start: int  # character offsets into the input text
+    end: int
+    index: int | None = None  # the token's position in the input's encoding (aggregation none)
 
 
 def grouped(rows: Sequence[T] | np.ndarray, spans: Sequence[Sequence[Span]]) -> Iterator[list[tuple[Span, Any]]]:

@@ -7,7 +7,8 @@ permit per input for each graph it runs (or refused at once), tokenised once (on
 a hand-off to the executor costs more than encoding a few short texts; off the loop otherwise); the caps on
 the size of its answer are checked against the token counts before any graph runs; then its inputs are
 queued. A chunked request is cut first, since its windows are only known then; each window then takes one
-permit and runs as its own input (`inference.chunking`).
+permit and runs as its own input (`inference.chunking`). Inputs are texts, token-id lists or text pairs (a
+query and a document, through the tokenizer's pair template, with their token type ids).
 
 Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
 record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
@@ -30,9 +32,9 @@ from inference import cache, chunking, timing
 from inference.batcher import Batcher, Ticket
 from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady
+from inference.errors import InferenceError, NotReady, Unsupported
 from inference.fairqueue import Caller
-from inference.graphs import TOKENS, Outputs
+from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
 from inference.observer import BatchObserver
@@ -41,6 +43,8 @@ from inference.tokenize import Direction, Encoded
 
 T = TypeVar("T")
 Check = Callable[[list[Encoded]], None]  # a cap checked on the token counts before any graph runs
+Cut = Callable[..., list[list[Window]]]  # (tokenizer, inputs, overlap, max_windows) -> per input, its windows
+Follow = Callable[[Ticket, list[list[Window]], list[list[Outputs]]], Awaitable[T]]  # more runs, same admission
 WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph at (attention: 1 x 128)
 INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
 
@@ -59,12 +63,21 @@ class ServedModel:
 
     @property
     def tasks(self) -> frozenset[str]:
-        """What this model can be asked: embed always; classify with labels; attention with an attention
-        graph; embed_all with the fast graph's token vectors."""
-        graphs, labels = self.bundle.graphs, self.bundle.manifest.labels
-        can = {"embed": True, "classify": bool(labels), "attention": "attention" in graphs,
+        """What this model can be asked: embed always; classify a sequence classifier (texts or pairs); rerank
+        a cross-encoder (one label, pairs through PAIRS); sparse a masked-LM bundle's SPLADE vectors; tokens a
+        token classifier's labels; attention with an attention graph; embed_all with the token vectors."""
+        graphs, m = self.bundle.graphs, self.bundle.manifest
+        classify = m.task == "classify" and bool(m.labels)
+        can = {"embed": True, "classify": classify, "rerank": classify and len(m.labels) == 1 and PAIRS in graphs,
+               "sparse": SPARSE in graphs, "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs,
                "embed_all": TOKENS in graphs}
         return frozenset(task for task, able in can.items() if able)
+
+    def require(self, task: str, what: str | None = None) -> None:
+        """Unsupported (422) naming what this model can do, unless it can `task`."""
+        if task not in self.tasks:
+            raise Unsupported(f"model {self.name} cannot {what or task.replace('_', ' ')}; it can: "
+                              f"{', '.join(sorted(self.tasks))} (GET /info lists each model's tasks)")
 
     @property
     def ready(self) -> bool:
@@ -96,7 +109,7 @@ class ServedModel:
         choice, caches): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128."""
         text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
         for kind in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
-            if kind == TOKENS:
+            if kind in VIEWS:
                 continue  # the fast graph's session: warmed as "fast"
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
@@ -116,7 +129,8 @@ class ServedModel:
             encoded = await self._encode(inputs, truncate, direction, prompt)
             if check is not None:
                 check(encoded)
-            ids = [e.ids for e in encoded]
+            paired = any(isinstance(item, tuple) for item in inputs)
+            ids = [sequence(e.ids, e.type_ids) if paired else e.ids for e in encoded]  # a pair's type ids too
             self._admitted(sum(e.length for e in encoded))
             runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
         return encoded, dict(zip(kinds, runs, strict=True))
@@ -126,17 +140,29 @@ class ServedModel:
     ) -> tuple[list[list[Window]], list[list[Outputs]]]:
         """Cut every input (texts after `prompt`) into windows (off the loop when large), admit every window (one
         permit each, all or none), run them through the fast graph; per input, its windows and their outputs."""
+        cut = functools.partial(chunking.cut, prompt=prompt) if prompt else chunking.cut
+        windows, grouped, _ = await self.run_cut(inputs, overlap, "fast", cut)
+        return windows, grouped
+
+    async def run_cut(
+        self, inputs: Inputs, overlap: int, kind: str, cut: Cut = chunking.cut, follow: Follow[T] | None = None,
+        follow_permits: Callable[[list[list[Window]]], int] = lambda windows: 0,
+    ) -> tuple[list[list[Window]], list[list[Outputs]], T | None]:
+        """`run_windows` with the cut and the graph kind chosen (text pairs: the query in every window), and
+        `follow`'s runs (e.g. attention on the best windows) inside the same admission: its permits
+        (`follow_permits` of the windows) are taken with the windows', all or none."""
         check_inputs(self.limits, inputs, chunked=True)
         started = time.perf_counter()
         windows = await self.maybe_off_loop(
-            inputs, chunking.cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input, prompt,
+            _texts(inputs), cut, self.bundle.tokenizer, inputs, overlap, self.limits.max_windows_per_input,
         )
         self._tokenized(time.perf_counter() - started)
-        flat = [w.ids for ws in windows for w in ws]
-        with self.batcher.admit(len(flat), self._caller()) as ticket:
+        flat = [w.sequence for ws in windows for w in ws]
+        with self.batcher.admit(len(flat) + follow_permits(windows), self._caller()) as ticket:
             self._admitted(sum(len(ids) for ids in flat))
-            outputs = await self.submit(ticket, "fast", flat)
-        return windows, chunking.regroup(outputs, windows)
+            grouped = chunking.regroup(await self.submit(ticket, kind, flat), windows)
+            followed = await follow(ticket, windows, grouped) if follow is not None else None
+        return windows, grouped, followed
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
         """Every sequence's outputs, in order. Of the cached kinds: hits from the cache (their permits returned
@@ -184,7 +210,7 @@ class ServedModel:
 
     async def maybe_off_loop(self, texts: Inputs, fn: Callable[..., T], *args: Any) -> T:
         """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
-        if sum(len(text) for text in texts) < INLINE_TOKENIZE_CHARS:
+        if sum(len(text) for text in _texts(texts)) < INLINE_TOKENIZE_CHARS:
             return fn(*args)
         return await self.off_loop(fn, *args)
 
@@ -206,9 +232,19 @@ class ServedModel:
 
     async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
         cut = self.limits.truncate if truncate is None else truncate
+        if any(isinstance(item, tuple) for item in inputs):  # pairs, or pairs and texts (TEI's /predict)
+            started = time.perf_counter()
+            pairs = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode_pairs, inputs, cut, direction)
+            self._tokenized(time.perf_counter() - started)
+            return pairs
         if isinstance(inputs[0], str):
             started = time.perf_counter()
             encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction, prompt)
             self._tokenized(time.perf_counter() - started)
             return encoded
         return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]
+
+
+def _texts(inputs: Inputs) -> list[Any]:
+    """The texts of `inputs` (both of each pair), or token-id lists as given: what their size is counted on."""
+    return [text for item in inputs for text in (item if isinstance(item, tuple) else (item,))]

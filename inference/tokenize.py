@@ -3,7 +3,9 @@
 Texts are encoded in batches (`encode_batch`, which runs in Rust threads without the GIL); a served model
 calls this on the event loop for small requests and in its executor otherwise. Truncation keeps the
 special tokens and cuts from the right or the left; with truncation off, an input longer than the
-model's max length is refused, naming the limit. For chunking (`inference.chunking`) the whole text is
+model's max length is refused, naming the limit. Text pairs (a query and a document) go through the
+tokenizer's own pair template ([CLS] A [SEP] B [SEP] with type ids 0 / 1, or <s> A </s></s> B </s>), truncated
+longest-first as transformers' tokenizers do by default. For chunking (`inference.chunking`) the whole text is
 encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
 `load_tokenizer` is the one loader of a bundle's tokenizer (the service, the corpus job and the bench use it).
 
@@ -29,6 +31,7 @@ from bundle.manifest import Manifest
 from inference.errors import InputTooLong, InvalidRequest, OutOfRange, StartupError
 
 Direction = Literal["right", "left"]
+Pair = tuple[str, str]  # (text, text pair): a query and a document
 
 
 Pieces = tuple[list[str], list[tuple[int, int]], list[bool]]  # tokens, character offsets, special flags
@@ -45,6 +48,7 @@ class Encoded:
     ids: np.ndarray  # (T,) int64
     encoding: Encoding | None = None  # None: token-id inputs, used as given, or a sequence put together
     pieces: Pieces | None = None
+    types: np.ndarray | None = None  # (T,) token types set apart from the encoding's (a chunked pair's windows)
 
     @property
     def length(self) -> int:
@@ -66,6 +70,18 @@ class Encoded:
         return [(int(a), int(b)) for a, b in self.encoding.offsets]
 
     @property
+    def type_ids(self) -> np.ndarray | None:
+        """(T,) int64 token types (the pair template's segments); None: all 0 (token-id inputs, a prompted text)."""
+        if self.types is not None:
+            return self.types
+        return np.asarray(self.encoding.type_ids, dtype=np.int64) if self.encoding is not None else None
+
+    @property
+    def sequence_ids(self) -> list[int | None] | None:
+        """Per token: 0 the first text, 1 a pair's second, None a special token; None when not known."""
+        return list(self.encoding.sequence_ids) if self.encoding is not None and self.pieces is None else None
+
+    @property
     def special(self) -> list[bool]:
         if self.pieces is not None:
             return self.pieces[2]
@@ -79,10 +95,26 @@ class TextTokenizer:
         self.max_length = max_length
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self.special_count = tokenizer.num_special_tokens_to_add(is_pair=False)  # what the post-processor adds
+        self.pair_special_count = tokenizer.num_special_tokens_to_add(is_pair=True)
         self._by_direction = {d: _truncating_copy(tokenizer, max_length, d) for d in ("right", "left")}
         self._plain = _truncating_copy(tokenizer, max_length, "right")
         self._plain.no_truncation()
         self.lead = _lead(self._plain)  # special tokens before a sequence's first content token ([CLS], <s>: 1)
+
+    @property
+    def subword_prefix(self) -> str | None:
+        """The model's continuing-subword prefix (WordPiece's "##"): words are then known from the tokens."""
+        return getattr(self._plain.model, "continuing_subword_prefix", None)
+
+    @property
+    def unk_id(self) -> int | None:
+        token = getattr(self._plain.model, "unk_token", None)
+        return self._plain.token_to_id(token) if token else None
+
+    def tokens_to_text(self, tokens: Sequence[str]) -> str:
+        """Tokens joined as the tokenizer's decoder joins them (transformers' convert_tokens_to_string)."""
+        decoder = self._plain.decoder
+        return decoder.decode(list(tokens)) if decoder is not None else " ".join(tokens)
 
     @property
     def truncating(self) -> Tokenizer:
@@ -95,17 +127,20 @@ class TextTokenizer:
         """Each text (after `prompt`) with its special tokens, cut to the max length from `direction`'s end;
         cut from the left, a prompted text keeps its prompt and loses the start of the text."""
         batch = self._by_direction[direction].encode_batch(_prompted(prompt, texts))
-        for index, encoding in enumerate(batch):
-            if encoding.overflowing and not truncate:
-                with_prompt = " with its prompt" if prompt else ""
-                raise InputTooLong(
-                    f"input {index}{with_prompt} is longer than the model's max length of {self.max_length} "
-                    "tokens and truncation is off (set truncate=true to cut it)"
-                )
+        _check_overflow(batch, truncate, self.max_length, " with its prompt" if prompt else "")
         if prompt and direction == "left":
-            return [self._left_keeping(prompt, text) if encoding.overflowing else _encoded(encoding)
+            return [self._left_keeping(prompt, text) if encoding.overflowing else encoded(encoding)
                     for encoding, text in zip(batch, texts, strict=True)]
-        return [_encoded(e) for e in batch]
+        return [encoded(e) for e in batch]
+
+    def encode_pairs(
+        self, pairs: Sequence[Pair | str], truncate: bool, direction: Direction = "right",
+    ) -> list[Encoded]:
+        """Each (text, text pair) through the pair template, with its type ids and sequence ids (a lone text
+        among them through the single template)."""
+        batch = self._by_direction[direction].encode_batch([p if isinstance(p, str) else tuple(p) for p in pairs])
+        _check_overflow(batch, truncate, self.max_length)
+        return [encoded(e) for e in batch]
 
     def encode_ids(self, texts: Sequence[str], direction: Direction = "right", prompt: str = "") -> list[np.ndarray]:
         """(T,) int64 ids per text, cut as `encode(truncate=True)` cuts them, and nothing else: for the corpus
@@ -119,11 +154,12 @@ class TextTokenizer:
         """The prompt's tokens at the start of `encoding` (the content tokens of a prompt of `chars` characters
         and a text): those ending within the prompt. `encoding` keeps the text's tokens (cut in place; the
         prompt's are left in its `overflowing`, which a caller that cuts it again must not read as a window)."""
-        whole = _encoded(encoding)
+        whole = encoded(encoding)
         count = next((i for i, (_, stop) in enumerate(whole.offsets) if stop > chars), whole.length)
+        prompt = _sliced(whole, 0, count)  # read before the cut below changes the encoding `whole` reads
         if count:
             encoding.truncate(whole.length - count, direction="left")
-        return _sliced(whole, 0, count)
+        return prompt
 
     def with_prompt(self, wrapped: Encoded, prompt: Encoded) -> Encoded:
         """A wrapped sequence with the prompt's tokens put right after its opening special tokens."""
@@ -143,20 +179,21 @@ class TextTokenizer:
             raise InputTooLong(f"the prompt takes {prefix.length} tokens, leaving no room for the text in the "
                                f"model's max length of {self.max_length} tokens")
         content.truncate(room, direction="left")
-        return self.with_prompt(_encoded(self._plain.post_process(content)), prefix)
+        return self.with_prompt(encoded(self._plain.post_process(content)), prefix)
 
     def encode_plain(self, texts: Sequence[str], add_special_tokens: bool) -> list[Encoded]:
         """For /tokenize: the whole input, no truncation."""
-        return [_encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
+        return [encoded(e) for e in self._plain.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
     def content(self, texts: Sequence[str], prompt: str = "") -> list[Encoding]:
         """Whole texts (after `prompt`) as `tokenizers` encodings, without special tokens or truncation (for
         chunking)."""
         return self._plain.encode_batch(_prompted(prompt, texts), add_special_tokens=False)
 
-    def wrap(self, encoding: Encoding) -> Encoding:
-        """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens."""
-        return self._plain.post_process(encoding)
+    def wrap(self, encoding: Encoding, pair: Encoding | None = None) -> Encoding:
+        """`encoding` and each of its overflowing windows wrapped in the post-processor's special tokens; with
+        `pair`, each window of `pair` after `encoding` (which must not overflow) in the pair template."""
+        return self._plain.post_process(encoding, pair)
 
     def decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool) -> list[str]:
         lists = [self.checked_ids(index, ids) for index, ids in enumerate(sequences)]
@@ -212,9 +249,17 @@ def _lead(tokenizer: Tokenizer) -> int:
     return next((i for i, sequence in enumerate(wrapped.sequence_ids) if sequence is not None), 0)
 
 
+def _check_overflow(batch: Sequence[Encoding], truncate: bool, max_length: int, what: str = "") -> None:
+    """InputTooLong for the first encoding cut short when truncation is off."""
+    for index, encoding in enumerate(batch):
+        if encoding.overflowing and not truncate:
+            raise InputTooLong(f"input {index}{what} is longer than the model's max length of {max_length} "
+                               "tokens and truncation is off (set truncate=true to cut it)")
+
+
 def _sliced(e: Encoded, start: int, stop: int) -> Encoded:
     return Encoded(e.ids[start:stop], pieces=(e.tokens[start:stop], e.offsets[start:stop], e.special[start:stop]))
 
 
-def _encoded(encoding: Encoding) -> Encoded:
+def encoded(encoding: Encoding) -> Encoded:
     return Encoded(np.asarray(encoding.ids, dtype=np.int64), encoding)

@@ -55,6 +55,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--classify", action="store_true",
                         help="also write the label and the scores (softmax; the sigmoid of a single label's logit)")
     parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
+    parser.add_argument("--sparse", action="store_true", help="also write a masked-LM (SPLADE) bundle's sparse "
+                        "vector: a column of (index, value) lists, its nonzero entries in vocabulary order")
     parser.add_argument("--prompt-name", metavar="NAME",
                         help="put the model's prompt NAME (manifest.json prompts, GET /info) before every text, as "
                              "/embed's prompt_name does (default: the model's default prompt, when it names one)")
@@ -152,7 +154,7 @@ def _job(args: argparse.Namespace, max_windows: int):
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
                JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
-                         args.prompt_name),
+                         args.sparse, args.prompt_name),
                args.part_rows, args.overwrite)
 
 

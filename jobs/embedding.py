@@ -27,13 +27,17 @@ from inference import postprocess
 from inference.batchqueue import BatchQueue
 from inference.chunking import Mode
 from inference.errors import NonFiniteOutput, UnknownPrompt
+from inference.graphs import Graph
 from inference.limits import check_finite
 from inference.loading import LoadedBundle
 from inference.prompts import prompt_text
+from inference.results import SparseVector
+from inference.sparse import nonzero
 from jobs.inputs import Bad, Chunk
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept
 WINDOW_COLUMNS = ("window", "start", "stop", "tokens")  # with --chunking windows, after the id
+SPARSE_TYPE = pa.list_(pa.struct([("index", pa.int32()), ("value", pa.float32())]))  # --sparse: nonzero entries
 FINGERPRINT_KEY = b"attnserve.model_fingerprint"  # Parquet schema metadata: LoadedBundle.fingerprint
 
 
@@ -62,6 +66,7 @@ class JobOutput:
     classify: bool = False
     token_count: bool = False
     chunking: Chunking | None = None  # None: truncate, as the server's default
+    sparse: bool = False  # a masked-LM bundle's SPLADE vector too: a column of (index, value) lists
     prompt_name: str | None = None  # the model's prompt put before every text; None: its default, as the server's
 
 
@@ -127,7 +132,7 @@ def embed(
     classifying."""
     sequences = tokenize(bundle, texts, prompt_of(bundle.manifest, output))
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
-    for batch in run_batched(bundle, sequences, batching):
+    for batch in run_batched(bundle, sequences, batching, _graph(bundle, output)):
         for index, result in batch:
             results[index] = result
         if on_batch is not None:
@@ -139,7 +144,15 @@ def embed(
     if output.classify:
         logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(bundle.manifest.labels)))
         values["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
+    if output.sparse:
+        values["sparse"] = [nonzero(r["sparse"]) for r in results]  # type: ignore[assignment]
     return values
+
+
+def _graph(bundle: LoadedBundle, output: JobOutput) -> Graph:
+    """The fast graph, fetching the sparse vector too when asked (one run for both)."""
+    fast = bundle.graphs["fast"]
+    return fast.with_outputs([*fast.outputs, "sparse"]) if output.sparse else fast
 
 
 def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[np.ndarray]:
@@ -152,7 +165,7 @@ def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[n
 
 
 def run_batched(
-    bundle: LoadedBundle, sequences: Iterable[np.ndarray], batching: Batching,
+    bundle: LoadedBundle, sequences: Iterable[np.ndarray], batching: Batching, graph: Graph | None = None,
 ) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
     """Batch by batch, the graph outputs of each sequence with its index in `sequences`. Batches are chosen by
     the service's BatchQueue from at most `batching.window` waiting sequences; `sequences` is drawn lazily,
@@ -162,7 +175,8 @@ def run_batched(
     queue.push(list(islice(pending, batching.window)))
     while len(queue):
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
-        outputs = bundle.run_batch("fast", [item.ids for item in batch])
+        ids = [item.ids for item in batch]
+        outputs = graph.run(ids) if graph is not None else bundle.run_batch("fast", ids)
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
         yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]
@@ -189,6 +203,8 @@ def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutp
         fields.append(pa.field("tokens", pa.int32()))
     if output.classify:
         fields += [pa.field("label", pa.string()), pa.field("scores", pa.list_(pa.float32(), len(labels)))]
+    if output.sparse:
+        fields.append(pa.field("sparse", SPARSE_TYPE))
     return pa.schema(fields, metadata={FINGERPRINT_KEY: fingerprint.encode()})
 
 
@@ -207,7 +223,19 @@ def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], targ
         columns["label"] = pa.array([labels[i] for i in np.argmax(scores, axis=-1)] if len(scores) else [],
                                     type=pa.string())
         columns["scores"] = _fixed(scores)
+    if "sparse" in target.names:
+        columns["sparse"] = _sparse(values["sparse"])  # type: ignore[arg-type]
     return pa.table(columns, schema=target)
+
+
+def _sparse(vectors: list[SparseVector]) -> pa.Array:
+    """Per row its nonzero (index, value) entries, from flat buffers and offsets."""
+    offsets = np.cumsum([0, *(len(v.indices) for v in vectors)]).astype(np.int32)  # (N + 1,)
+    flat = [np.concatenate([getattr(v, name) for v in vectors]) if vectors else np.zeros(0) for name in
+            ("indices", "values")]
+    entries = pa.StructArray.from_arrays([pa.array(flat[0], pa.int32()), pa.array(flat[1], pa.float32())],
+                                         fields=list(SPARSE_TYPE.value_type))
+    return pa.ListArray.from_arrays(pa.array(offsets), entries, type=SPARSE_TYPE)
 
 
 def id_type(has_id_column: bool) -> pa.DataType:

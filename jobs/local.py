@@ -79,10 +79,19 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    check_sparse(bundle.manifest.task, output)
     prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
     if output.chunking is not None:
         windows.check(bundle.tokenizer, output.chunking, prompt)
     return bundle
+
+
+def check_sparse(task: str, output: JobOutput) -> None:
+    """--sparse needs a masked-LM bundle, and rows of whole documents (not with --chunking)."""
+    if output.sparse and task != "sparse":
+        raise JobError(f"--sparse: this bundle's task is {task!r}, not a masked-LM (SPLADE) bundle's 'sparse'")
+    if output.sparse and output.chunking is not None:
+        raise JobError("--sparse does not go with --chunking: sparse vectors are written per document")
 
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:

@@ -38,7 +38,7 @@ from inference.loading import verify
 from inference.tokenize import load_tokenizer
 from jobs import embedding, inputs, parts, windows
 from jobs.embedding import JobError, JobOutput
-from jobs.local import Job, JobModel, Summary, open_bundle
+from jobs.local import Job, JobModel, Summary, check_sparse, open_bundle
 
 # A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
 # file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
@@ -192,6 +192,7 @@ def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | Non
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    check_sparse(manifest.task, output)
     prompt = embedding.prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:
         return None

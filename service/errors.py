@@ -83,7 +83,8 @@ class ClientGone(InferenceError):
 
 
 GENERIC_500 = "internal server error"
-V2_PREFIX = "/v2"  # the Open Inference Protocol's routes
+V2_PREFIX = "/v2"  # the Open Inference Protocol's routes (but Cohere's /v2/rerank, below)
+NOT_V2 = frozenset({"/v2/rerank"})  # under /v2 but not the protocol's: the one error shape
 STATUS: dict[type[InferenceError], tuple[int, str]] = {  # the most specific class in an error's MRO wins
     InvalidRequest: (422, "invalid_request_error"),
     Unauthorized: (401, "authentication_error"),
@@ -158,6 +159,6 @@ def error_body(error: InferenceError) -> bytes:
 def error_body_for(path: str, error: InferenceError) -> bytes:
     """The body for an error on `path`: the Open Inference Protocol's `{"error": message}` on its routes
     (/v2 and below), the one JSON error shape everywhere else."""
-    if path == V2_PREFIX or path.startswith(V2_PREFIX + "/"):
+    if (path == V2_PREFIX or path.startswith(V2_PREFIX + "/")) and path not in NOT_V2:
         return orjson.dumps({"error": error.message})
     return error_body(error)

@@ -18,11 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from inference.chunking import window_size
+from inference.chunking import pair_window, window_size
 from inference.prompts import longest_prompt
 from inference.registry import ModelRegistry
 
-NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all"}
+NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
+         **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
+         "/embed_sparse": "sparse", "/classify_tokens": "tokens"}
 INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
 
 
@@ -35,6 +37,7 @@ class Bounds:
     heads: int
     vocabulary: int
     window: int
+    pair_window: int  # document tokens a chunked pair's window surely holds (after a query of the most tokens)
     tasks: frozenset[str]
     outputs: tuple[str, ...]  # /v2 output names
     prompts: tuple[str, ...]  # the prompt names every model has
@@ -51,9 +54,9 @@ def bounds(models: ModelRegistry) -> Bounds:
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
         min(window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed),
-        frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
+        min(pair_window(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
+        tuple(outputs), tuple(common),
     )
-
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:
@@ -64,7 +67,9 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
 PROMPTED = {"EmbedRequest": "prompt_name", "EmbedAllRequest": "prompt_name", "SimilarityParameters": "prompt_name"}
 LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
-         "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences"}
+         "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences",
+         "RerankRequest": "texts", "CohereRerankRequest": "documents", "ScoreRequest": "text_2",
+         "EmbedSparseRequest": "inputs", "ClassifyTokensRequest": "inputs"}
 
 
 def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> dict[str, Any]:
@@ -77,8 +82,12 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
         _cap(schemas[name]["properties"]["dimensions"], served.embedding)
-    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest"):
-        _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest", "ClassifyTokensRequest"):
+        if name in schemas:
+            _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+    for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
+        if name in schemas:
+            _cap(schemas[name]["properties"]["chunk_overlap"], served.pair_window - 1)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -115,7 +124,8 @@ def _cap_lists(node: dict[str, Any], most: int) -> None:
     """A list of inputs (of texts, of token-id lists, of [text]) gets `maxItems: most`; a token-id list that
     is one input does not."""
     for branch in node.get("anyOf", [node]):
-        if branch.get("type") == "array" and branch.get("items", {}).get("type") in ("string", "array"):
+        items = branch.get("items", {})
+        if branch.get("type") == "array" and (items.get("type") in ("string", "array") or "anyOf" in items):
             branch["maxItems"] = min(branch.get("maxItems", most), most)
 
 

@@ -147,6 +147,8 @@ class OpenAIModel(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    tasks: list[str] = Field(description="What the model can be asked: embed, classify, rerank, sparse, tokens, "
+                             "attention, embed_all (a request for another gets 422 naming these).")
     fingerprint: str = Field(description="The model build: sha256 over its served graph, tokenizer and pooling "
                              "(every answer of it carries it as x-model-fingerprint).")
     prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
@@ -184,7 +186,7 @@ class ClassificationWindow(WindowSpan):
     scores: list[LabelScore]
 
 
-One = Annotated[list[Text], Field(min_length=1, max_length=1)]  # TEI's single-text form; pairs are not served
+One = Annotated[list[Text], Field(min_length=1, max_length=2)]  # TEI's sequence: [text], or a pair [text, text]
 
 
 class PredictParameters(_Strict):
@@ -199,8 +201,9 @@ class PredictParameters(_Strict):
 
 class PredictRequest(Truncation):
     inputs: Text | One | Annotated[list[One], Field(min_length=1)] = Field(
-        description="A text (or [text]): answered with one list of labels; or a batch [[text], ...]: one list per "
-        "input. Sentence pairs ([a, b]) are refused: the bundles' graphs take no token type ids.",
+        description="A text, [text] or a pair [text, text]: answered with one list of labels; or a batch [[text], "
+        "[text, text], ...]: one list per input. Pairs go through the tokenizer's pair template (with token "
+        "type ids where the model has them).",
     )
     raw_scores: StrictBool = Field(False, description=RAW_SCORES)
     parameters: PredictParameters | None = None

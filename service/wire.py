@@ -11,7 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from inference.results import AttentionMap, Embeddings, LabelScore, Scores, Span, Token, grouped
+from inference.results import (
+    AttentionMap,
+    Embeddings,
+    Entity,
+    LabelScore,
+    Ranking,
+    Scores,
+    Span,
+    SparseVector,
+    Token,
+    grouped,
+)
 
 
 def base64_floats(values: np.ndarray, dtype: str = "float32") -> str:
@@ -51,3 +62,28 @@ def attention_item(item: AttentionMap, encoding: str, dtype: str) -> dict[str, A
     values: object = np.ascontiguousarray(item.values, dtype=np.float32) if encoding == "float" else \
         base64_floats(item.values, dtype)
     return {"tokens": tokens(item.tokens), "shape": list(item.values.shape), "attention": values}
+
+
+def rank_extras(ranking: Ranking, index: int) -> dict[str, Any]:
+    """A ranked document's best window (chunking max) and explanation (explain), where asked for."""
+    extras: dict[str, Any] = {}
+    if ranking.spans is not None:
+        extras["window"] = span(ranking.spans[index])
+    if ranking.explanations is not None:
+        extras["explanation"] = [{"start": h.start, "stop": h.stop, "weight": h.weight}
+                                 for h in ranking.explanations[index]]
+    return extras
+
+
+def sparse(vector: SparseVector) -> list[dict[str, Any]]:
+    """TEI's sparse vector: its nonzero entries as {index, value}, in index order."""
+    return [{"index": i, "value": v} for i, v in zip(vector.indices.tolist(), vector.values.tolist(), strict=True)]
+
+
+def entity(item: Entity, grouped_tokens: bool) -> dict[str, Any]:
+    """transformers' token-classification pipeline's keys: entity (with index) or entity_group."""
+    if grouped_tokens:
+        return {"entity_group": item.label, "score": item.score, "word": item.word, "start": item.start,
+                "end": item.end}
+    return {"entity": item.label, "score": item.score, "index": item.index, "word": item.word,
+            "start": item.start, "end": item.end}

@@ -9,6 +9,8 @@
     small_bundle      a wider, deeper, 128-token model whose graph time dominates (the traffic checks)
     medium_bundle     wider still: a text costs about what it costs a real encoder (the cache checks)
     live_server       a real server process on tiny_bundle, for the whole session; its base URL
+    head_bundles      a cross-encoder (BERT, XLM-R), a masked LM and a token classifier from transformers,
+                      each exported (tests.helpers.heads): name -> Case
     family_export     case name -> that case of tests.helpers.exports exported (fp32), made on first use: every
                       family's bundle is exported once per session, whichever tests ask for it
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -85,6 +87,13 @@ def live_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     yield server.url
     status, log = stop(server)
     assert status == 0, log
+
+
+@pytest.fixture(scope="session")
+def head_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from tests.helpers.heads import export_cases
+
+    return export_cases(tmp_path_factory.mktemp("heads"))
 
 
 @pytest.fixture(scope="session")

@@ -105,8 +105,15 @@ class BatchDependent:
     class Output:
         name = "embeddings"
 
+    class Input:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
     def get_outputs(self) -> list[Any]:
         return [self.Output()]
+
+    def get_inputs(self) -> list[Any]:
+        return [self.Input("input_ids"), self.Input("attention_mask")]
 
     def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         ids = feeds["input_ids"].astype(np.float32)  # (B, T)

@@ -19,8 +19,11 @@ from model.encoder import Encoder
 
 
 class BestKeeper:
-    def __init__(self, out_dir: Path, encoder: Encoder, tokenizer: Tokenizer, summary: dict[str, Any]) -> None:
+    def __init__(self, out_dir: Path, encoder: Encoder, tokenizer: Tokenizer, summary: dict[str, Any],
+                 keys: tuple[str, ...] = ("accuracy", "macro_f1")) -> None:
+        """`keys`: the held-out figures that decide the best epoch, in order (rerank: NDCG@10, MRR@10)."""
         self.out_dir, self.encoder, self.tokenizer = Path(out_dir), encoder, tokenizer
+        self.keys = keys
         self.summary = dict(summary)
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
@@ -28,7 +31,7 @@ class BestKeeper:
     def _better(self, record: dict[str, Any]) -> bool:
         if self.best is None:
             return True
-        return (record["accuracy"], record["macro_f1"]) > (self.best["accuracy"], self.best["macro_f1"])
+        return tuple(record[k] for k in self.keys) > tuple(self.best[k] for k in self.keys)
 
     def on_epoch(self, record: dict[str, Any]) -> None:
         self.history.append(record)

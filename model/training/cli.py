@@ -55,6 +55,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write (replaced atomically)")
+    parser.add_argument("--task", choices=("classify", "rerank", "tokens"), default="classify",
+                        help="classify: texts and labels; rerank: a cross-encoder on JSONL {query, text, label} "
+                        "(MRR@10, NDCG@10); tokens: a token classifier on JSONL {text, spans: [{start, end, "
+                        "label}]} (entity F1). rerank and tokens fine-tune --init (default: MiniLM) whole")
     data = parser.add_argument_group("data")
     data.add_argument("--data", type=Path, help="JSONL or CSV file with a text and a label column "
                       "(default: the Rotten Tomatoes snippets)")
@@ -139,6 +143,13 @@ def settings_of(args: argparse.Namespace, defaults: Defaults) -> TrainSettings:
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.task != "classify":
+        from model.training.head_cli import run_head
+
+        defaults = MODE_DEFAULTS["finetune"]
+        random.seed(args.seed)
+        torch.manual_seed(args.seed)
+        return run_head(args, settings_of(args, defaults), pick_device(args.device), time.perf_counter())
     started, mode = time.perf_counter(), mode_of(args)
     defaults, device = MODE_DEFAULTS[mode], pick_device(args.device)
     head, settings = args.head or defaults.head, settings_of(args, defaults)
@@ -175,6 +186,7 @@ def main(argv: list[str], prog: str = "attnserve train") -> int:
         sys.stderr.write(f"{prog}: error: {err}\n")
         return 1
     best = metrics["best"]
-    log.info("best epoch %d: accuracy %.4f, macro-F1 %.4f; checkpoint in %s (%.0f s)",
-             metrics["best_epoch"], best["accuracy"], best["macro_f1"], args.out, metrics["total_seconds"])
+    figures = ", ".join(f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float) and not k.endswith("seconds"))
+    log.info("best epoch %d: %s; checkpoint in %s (%.0f s)", metrics["best_epoch"], figures, args.out,
+             metrics["total_seconds"])
     return 0

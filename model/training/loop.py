@@ -44,7 +44,7 @@ class TrainSettings:
 @dataclass
 class Split:
     examples: list[Any]  # one per example: a list of token ids, or cached states (T_i, D)
-    labels: list[int]
+    labels: list[Any]  # a class index, a relevance (rerank) or a label per token (tokens)
     lengths: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -64,10 +64,20 @@ class Task:
     def logits(self, inputs: tuple[Tensor, Tensor]) -> Tensor:
         raise NotImplementedError
 
+    def collate_labels(self, labels: Sequence[Any]) -> Tensor:
+        return torch.tensor(labels, dtype=torch.long)  # (B,) class indices
+
+    def loss(self, logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+        return F.cross_entropy(logits, labels, reduction=reduction)
+
+    def evaluate(self, label_names: Sequence[str]) -> dict[str, Any]:
+        """The held-out figures of one epoch (a classifier's: loss, accuracy, macro-F1, per class)."""
+        return evaluate(self, label_names)
+
     def batches(self, split: Split, rng: random.Random | None) -> Iterator[Batch]:
         for indices in batch_order(split.lengths, self.batch_size, rng is not None, rng or random.Random()):
             inputs, attention_mask = self.collate([split.examples[i] for i in indices])
-            labels = torch.tensor([split.labels[i] for i in indices], dtype=torch.long)
+            labels = self.collate_labels([split.labels[i] for i in indices])
             yield (inputs.to(self.device), attention_mask.to(self.device)), labels.to(self.device)
 
     def steps_per_epoch(self) -> int:
@@ -123,9 +133,9 @@ def fit(task: Task, settings: TrainSettings, label_names: Sequence[str],
         started = time.perf_counter()
         train_loss = train_epoch(task, optimizer, scheduler, params, settings, rng, epoch)
         record = {"epoch": epoch, "train_loss": train_loss, "train_seconds": time.perf_counter() - started}
-        record.update(evaluate(task, label_names))
-        log.info("epoch %d: train loss %.4f, val loss %.4f, accuracy %.4f, macro-F1 %.4f", epoch,
-                 train_loss, record["val_loss"], record["accuracy"], record["macro_f1"])
+        record.update(task.evaluate(label_names))
+        figures = ", ".join(f"{k} {v:.4f}" for k, v in record.items() if isinstance(v, float) and k != "train_seconds")
+        log.info("epoch %d: %s", epoch, figures)
         history.append(record)
         if on_epoch is not None:
             on_epoch(record)
@@ -140,7 +150,7 @@ def train_epoch(task: Task, optimizer: torch.optim.Optimizer, scheduler: torch.o
                desc=f"epoch {epoch}/{settings.epochs}", disable=not settings.progress, mininterval=0.5)
     total_loss, seen, started = 0.0, 0, time.perf_counter()
     for inputs, labels in bar:
-        loss = F.cross_entropy(task.logits(inputs), labels)
+        loss = task.loss(task.logits(inputs), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, settings.max_grad_norm)

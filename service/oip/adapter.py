@@ -9,7 +9,8 @@ shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP
 /v1/embeddings: normalised as the manifest says unless `normalize` says otherwise), `logits` and `scores`
 (softmax; the sigmoid of a single label's logit) FP32 [N, C] in the manifest's label order, `attentions`
 FP32 (as /attention, over real tokens, padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by
-aggregation) and `attention_mask` INT64 [N, T] (1 on each input's real tokens, to unpad the attentions).
+aggregation), `sparse` FP32 [N, V] for a masked-LM bundle (SPLADE, as /embed_sparse, dense) and
+`attention_mask` INT64 [N, T] (1 on each input's real tokens, to unpad the attentions).
 Text inputs get the model's prompt as on /embed (`prompt_name`, else its default).
 One request is one call of `inference.inspection.graph_outputs`: admitted and tokenised once, every cap
 checked before any graph runs, through the same batching, limits and errors as every route.
@@ -25,6 +26,7 @@ import numpy as np
 from attnserve import __version__
 from inference import inspection, postprocess
 from inference.errors import InvalidRequest, ModelNotFound
+from inference.graphs import SPARSE
 from inference.limits import AttentionQuery, Inputs
 from inference.prompts import prompt_text
 from inference.registry import quoted
@@ -64,8 +66,10 @@ def output_specs(served: ServedModel) -> dict[str, tuple[str, list[int]]]:
     """The outputs this model gives: name -> (datatype, shape)."""
     m = served.bundle.manifest
     specs = {"embeddings": ("FP32", [-1, m.embedding_size])}
-    if m.labels:
+    if "classify" in served.tasks:
         specs |= {"logits": ("FP32", [-1, len(m.labels)]), "scores": ("FP32", [-1, len(m.labels)])}
+    if "sparse" in served.tasks:  # SPLADE: max over tokens of log(1 + relu(masked-LM logits)), as /embed_sparse
+        specs["sparse"] = ("FP32", [-1, int(m.model_config_["vocab_size"])])
     if "attention" in served.bundle.graphs:
         specs["attentions"] = ("FP32", [-1, -1, -1, -1, -1])
     specs["attention_mask"] = ("INT64", [-1, -1])
@@ -83,13 +87,16 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
         binary = next(b for name, b in wanted if name == "attentions")
         query = AttentionQuery(index_list(params.layers), index_list(params.heads), params.aggregation,  # type: ignore[arg-type]
                                "binary" if binary else "float", "float32")
-    fast = bool(names & set(FAST_OUTPUTS)) or query is None
+    views = [SPARSE] if "sparse" in names else []
+    fast = bool(names & set(FAST_OUTPUTS)) or (query is None and not views)
     prompt = prompt_text(served.bundle.manifest, params.prompt_name)
     result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
-                                            direction=direction, prompt=prompt)
+                                            direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}
     if fast:
         values |= _fast_values(served, result.values, params)
+    if views:
+        values["sparse"] = result.values["sparse"].astype(np.float32)  # (N, V)
     if result.attention is not None:
         values["attentions"] = _padded([m.values for m in result.attention], result.lengths)
     specs = output_specs(served)

@@ -17,7 +17,7 @@ from service.schemas import integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
-OutputName = Literal["embeddings", "logits", "scores", "attentions", "attention_mask"]
+OutputName = Literal["embeddings", "logits", "scores", "sparse", "attentions", "attention_mask"]
 EXAMPLE: dict[str, Any] = {
     "id": "42", "parameters": {"binary_data_output": False},
     "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["a cat", "a dog sat"]}],

@@ -45,9 +45,11 @@ HOT = (HotRoute("/v1/embeddings", OpenAIEmbeddingRequest, embeddings_answer, mod
 @router.get("/v1/models", response_model=OpenAIModelList, responses=errors(401, 503),
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
-    """Every served model, in the order the bundles were given (the first is the default), with its prompts
-    and its fingerprint."""
-    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "fingerprint": m.fingerprint,
+    """Every served model, in the order the bundles were given (the first is the default), with what it can
+    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all), its prompts and its
+    fingerprint."""
+    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks),
+             "fingerprint": m.fingerprint,
              "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name}
             for m in models]
     return json_response({"object": "list", "data": data})

@@ -64,7 +64,7 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "variant": {"served": bundle.variants.get("fast"), "reason": bundle.variant_reason},
         "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
         "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
-        "architecture": m.architecture, "task": m.task, "hidden_size": m.hidden_size,
+        "architecture": m.architecture, "task": m.task, "tasks": sorted(served.tasks), "hidden_size": m.hidden_size,
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
         "max_length": m.max_length, "attention_windows": m.attention_windows, "labels": list(m.labels),
         "prompts": m.prompts, "default_prompt_name": m.default_prompt_name,

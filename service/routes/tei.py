@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from inference import operations
+from inference import rerank as pairs
 from inference.postprocess import ScoreFunction
 from inference.served import ServedModel
 from service import wire
@@ -76,16 +77,20 @@ async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[A
 @router.post("/predict", response_model=list[LabelScore] | list[list[LabelScore]], responses=errors(*INFERENCE_ERRORS),
              dependencies=[Depends(needs("classify"))])
 async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
-    """TEI's classification: a text gets one list of labels and scores, best first; a batch [[text], ...] one
-    list per input. `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
+    """TEI's classification: a text, [text] or a pair [text, text] gets one list of labels and scores, best
+    first; a batch [[text], [text, text], ...] one list per input (pairs through the tokenizer's pair template).
+    `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
     served = pick(body.model, model)
     texts, single = _predict_texts(body.inputs)
     parameters = body.parameters
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
-    result = await job(operations.classify(
-        served, texts, truncate=body.truncate, direction=direction(body),
-        function=function or ("none" if body.raw_scores else None),
-    ))
+    function = function or ("none" if body.raw_scores else None)
+    if any(isinstance(t, tuple) for t in texts):
+        result, _ = await job(pairs.score_pairs(served, texts, truncate=body.truncate, direction=direction(body),
+                                                function=function))
+    else:
+        result = await job(operations.classify(served, texts, truncate=body.truncate, direction=direction(body),
+                                               function=function))
     scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
 
@@ -144,13 +149,19 @@ HOT = (
 )
 
 
-def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[str], bool]:
-    """The texts, and whether TEI answers with one list (a text, or [text]) rather than one per input."""
+def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[Any], bool]:
+    """The texts and pairs, and whether TEI answers with one list (a text, [text] or [text, text]) rather than
+    one per input."""
     if isinstance(inputs, str):
         return [inputs], True
     if isinstance(inputs[0], str):
-        return [inputs[0]], True
-    return [one[0] for one in inputs], False  # type: ignore[index]
+        return [_sequence(inputs)], True  # type: ignore[arg-type]
+    return [_sequence(one) for one in inputs], False  # type: ignore[arg-type]
+
+
+def _sequence(one: list[str]) -> str | tuple[str, str]:
+    """TEI's sequence: [text] is a text, [text, text] a pair."""
+    return one[0] if len(one) == 1 else (one[0], one[1])
 
 
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:

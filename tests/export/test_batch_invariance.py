@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from bundle.feeds import pad
+from bundle.feeds import KNOWN_INPUTS, input_names, pad
 from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import BATCH_INVARIANCE_TOLERANCE, Measured
 from bundle.session import open_session
@@ -55,7 +55,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     export_graph(encoder, "fast", paths["fp32"])
     optimize(paths["fp32"], paths["fp32-opt"], config)
     optimize(paths["fp32"], out / "unfused.onnx", config, fuse_attention=False)
-    feeds = [pad([ids], 0) for ids in sequences((4, 12, 30, 64, 200), seed=1)]  # calibration: one text each
+    feeds = [pad([ids], 0, KNOWN_INPUTS) for ids in sequences((4, 12, 30, 64, 200), seed=1)]  # calibration
     groups = smooth(out / "unfused.onnx", out / "smoothed.onnx", feeds)
     everything = [n for g in groups for n in g]
     assert quantize(out / "smoothed.onnx", paths["int8"], everything, [], feeds, out / "calibration.json") == 6 * 6
@@ -65,7 +65,8 @@ def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def run(session: object, batch: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
     """Per input, its outputs over its real tokens only."""
-    values = dict(zip(OUTPUTS, session.run(list(OUTPUTS), pad(batch, 0)), strict=True))  # type: ignore[attr-defined]
+    feeds = pad(batch, 0, input_names(session))
+    values = dict(zip(OUTPUTS, session.run(list(OUTPUTS), feeds), strict=True))  # type: ignore[attr-defined]
     return [{"embeddings": values["embeddings"][row], "logits": values["logits"][row],
              "token_embeddings": values["token_embeddings"][row, : len(ids)]} for row, ids in enumerate(batch)]
 

@@ -32,7 +32,7 @@ def test_manifest_round_trip(tiny_bundle: Path) -> None:
 def test_manifest_graph_io(tiny_bundle: Path) -> None:
     attention = Manifest.read(tiny_bundle).graph("attention", "fp32")
     assert attention is not None
-    assert [i.name for i in attention.inputs] == ["input_ids", "attention_mask"]
+    assert [i.name for i in attention.inputs] == ["input_ids", "attention_mask", "token_type_ids"]  # BERT's segments
     assert [o.name for o in attention.outputs] == ["embeddings", "token_embeddings", "logits", "attentions"]
     assert attention.outputs[-1].shape == ["batch", 2, 2, "sequence", "sequence"]
     assert attention.parity["attentions_max_abs_diff"] <= 1e-5

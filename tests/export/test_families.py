@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bundle.feeds import pad
+from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.graphs import export_graph
@@ -41,6 +41,8 @@ def run(bundle: Path, kind: str, ids: torch.Tensor, mask: torch.Tensor) -> dict[
     session = open_session(bundle / f"{kind}-fp32.onnx")
     names = [o.name for o in session.get_outputs()]
     feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    if "token_type_ids" in input_names(session):  # BERT's two segments: a lone text is all segment A
+        feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
     return dict(zip(names, session.run(names, feeds), strict=True))
 
 
@@ -92,7 +94,8 @@ def test_manifest_says_what_the_bundle_is(family_export: ExportOf, case: str) ->
     assert manifest.name == case
     assert manifest.task == TASKS[exported.head]
     fast = manifest.graph("fast", "fp32")
-    assert fast is not None and [i.name for i in fast.inputs] == ["input_ids", "attention_mask"]
+    types = ["token_type_ids"] if getattr(exported.reference.config, "type_vocab_size", 0) >= 2 else []
+    assert fast is not None and [i.name for i in fast.inputs] == ["input_ids", "attention_mask", *types]
     head_output = {"sparse": ["sparse"], "classify": ["logits"], "tokens": ["token_logits"], "embed": []}
     assert [o.name for o in fast.outputs] == ["embeddings", "token_embeddings", *head_output[manifest.task]]
     if manifest.task == "sparse":
@@ -112,7 +115,7 @@ def test_sentence_embeddings_match_sentence_transformers(family_export: ExportOf
     tokenizer = load_model(source).tokenizer
     ids, mask = encode(tokenizer, [PROMPTS["query"] + t for t in texts], manifest.max_length)
     (embeddings,) = open_session(bundle / "fast-fp32.onnx").run(
-        ["embeddings"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        ["embeddings"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})  # MPNet: no token types
     ours = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
     theirs = load_reference(source).encode(texts)  # type: ignore[attr-defined]  # the default prompt, normalised
     assert np.abs(ours - theirs).max() <= TOLERANCE

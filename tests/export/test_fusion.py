@@ -10,7 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from bundle.feeds import pad
+from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
 from export.bundle import export_bundle
 from export.cli import parser
@@ -63,7 +63,7 @@ def test_position_ids_rewrite_is_value_for_value(tiny_bundle: Path, tmp_path: Pa
     before, after = (ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
                      for path in (tiny_bundle / "fast-fp32.onnx", tmp_path / "rewritten.onnx"))
     rng = np.random.default_rng(0)
-    feed = pad([rng.integers(5, 100, n) for n in (3, 17, 64)], 0)  # (B, T) with padding
+    feed = pad([rng.integers(5, 100, n) for n in (3, 17, 64)], 0, input_names(before))  # (B, T) with padding
     for want, got in zip(before.run(None, feed), after.run(None, feed), strict=True):
         assert np.array_equal(want, got)
 

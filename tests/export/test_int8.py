@@ -28,7 +28,7 @@ def unfused(tiny_checkpoint: Path, tiny_bundle: Path,
     feeds = []
     for text in PARITY_TEXTS:
         ids, mask = encode(model.tokenizer, [text], 64)  # (1, T) each
-        feeds.append({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        feeds.append({"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": 0 * ids.numpy()})
     return out, feeds
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 import torch
 
+from bundle.feeds import input_names
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.graphs import GraphModule
@@ -27,13 +29,19 @@ def grid_batch(vocab: int, batch: int, length: int, seed: int) -> dict[str, np.n
     mask = np.ones_like(ids)
     for row in range(1, batch):
         mask[row, rng.integers(1, length + 1):] = 0
-    return {"input_ids": ids * mask, "attention_mask": mask}
+    types = (np.arange(length)[None, :] >= mask.sum(1, keepdims=True) // 2) * mask  # (B, T): a pair's segments
+    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types.astype(np.int64)}
 
 
 def eager(module: GraphModule, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with torch.no_grad():
-        values = module(torch.from_numpy(inputs["input_ids"]), torch.from_numpy(inputs["attention_mask"]))
+        values = module(*(torch.from_numpy(inputs[name]) for name in module.input_names))
     return {n: v.numpy() for n, v in zip(module.names, values, strict=True)}
+
+
+def fed(session: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds `session` takes (token_type_ids for a BERT-family graph)."""
+    return {name: inputs[name] for name in input_names(session)}
 
 
 @pytest.mark.parametrize("bundle_fixture", ["tiny_bundle", "tiny_hf_bundle"])
@@ -49,7 +57,7 @@ def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: p
     for b in BATCHES:
         for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
             inputs = grid_batch(manifest.model_config_["vocab_size"], b, int(length), seed=b * 1000 + int(length))
-            got = dict(zip(names, sess.run(names, inputs), strict=True))
+            got = dict(zip(names, sess.run(names, fed(sess, inputs)), strict=True))
             assert got["embeddings"].shape == (b, manifest.hidden_size)
             measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
             assert not gate_failures("fp32", measured), (b, length, measured)
@@ -75,7 +83,7 @@ def test_fused_graph_matches_eager_over_grid(
             right = grid_batch(manifest.model_config_["vocab_size"], b, int(length), seed=b * 1000 + int(length))
             left = {k: v[:, ::-1].copy() for k, v in right.items()}  # (B, T), padding first
             for inputs in (right, left):
-                got = dict(zip(names, sess.run(names, inputs), strict=True))
+                got = dict(zip(names, sess.run(names, fed(sess, inputs)), strict=True))
                 measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
                 assert not gate_failures("fp32-opt", measured), (b, length, measured)
 
@@ -89,7 +97,7 @@ def test_hf_logits_match_transformers(tiny_hf_dir: Path, tiny_hf_bundle: Path) -
     with torch.no_grad():
         expected = reference(**{k: torch.from_numpy(v) for k, v in inputs.items()}).logits.numpy()
     sess = open_session(tiny_hf_bundle / "fast-fp32.onnx")
-    (logits,) = sess.run(["logits"], inputs)
+    (logits,) = sess.run(["logits"], fed(sess, inputs))
     np.testing.assert_allclose(logits, expected, atol=1e-4)
 
 
@@ -97,6 +105,6 @@ def test_embeddings_are_not_normalised(tiny_bundle: Path) -> None:
     """The service normalises; the graph hands out the raw pooled vector (mean of real tokens)."""
     sess = open_session(tiny_bundle / "fast-fp32.onnx")
     inputs = grid_batch(100, 3, 7, seed=5)
-    pooled, tokens = sess.run(["embeddings", "token_embeddings"], inputs)
+    pooled, tokens = sess.run(["embeddings", "token_embeddings"], fed(sess, inputs))
     mask = inputs["attention_mask"][..., None]  # (B, T, 1)
     np.testing.assert_allclose(pooled, (tokens * mask).sum(1) / mask.sum(1), atol=1e-5)

@@ -32,14 +32,18 @@ TOKENIZERS = {"bert": tokenizers.wordpiece, "roberta": tokenizers.byte_level_bpe
               "mpnet": tokenizers.wordpiece_fairseq, "modernbert": tokenizers.modernbert_bpe}
 SHAPES = {"small": dict(hidden=32, heads=2, layers=2, ffn=64), "wide": dict(hidden=48, heads=4, layers=3, ffn=80)}
 LABELS = {0: "neg", 1: "neutral", 2: "pos"}
+RELEVANCE = {0: "relevance"}  # one label: a cross-encoder's
+ENTITIES = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}  # a token classifier's BIO labels
 MAX_POSITIONS = 64
 MODERNBERT_TOKENS = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]", "unk_token": "[UNK]",
                      "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
 
 
-def hf_config(arch: str, shape: str, vocab_size: int, **extra: Any) -> transformers.PretrainedConfig:
+def hf_config(arch: str, shape: str, vocab_size: int, names: dict[int, str] = LABELS,
+              **extra: Any) -> transformers.PretrainedConfig:
+    """`names` (or `id2label`): the heads' labels (one label: a cross-encoder)."""
     s = SHAPES[shape]
-    names = extra.pop("id2label", LABELS)  # {0: "relevant"}: a one-label scorer, as cross-encoders are
+    names = extra.pop("id2label", names)  # {0: "relevant"}: a one-label scorer, as cross-encoders are
     labels = dict(id2label=names, label2id={v: k for k, v in names.items()})
     if arch == "distilbert":
         return transformers.DistilBertConfig(
@@ -79,11 +83,11 @@ def tokenizer_for(arch: str) -> Tokenizer:
 
 
 def save_hf(directory: Path, arch: str, head: str = "Model", shape: str = "small", seed: int = 0,
-            **extra: Any) -> torch.nn.Module:
+            names: dict[int, str] = LABELS, **extra: Any) -> torch.nn.Module:
     """A seeded random `arch` model with `head` saved at `directory` with its tokenizer; returns it (eval,
     eager attention) as the reference."""
     tokenizer = tokenizer_for(arch)
-    config = hf_config(arch, shape, tokenizer.get_vocab_size(), **extra)
+    config = hf_config(arch, shape, tokenizer.get_vocab_size(), names, **extra)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = model_class(arch, head)(config)

@@ -135,3 +135,20 @@ def test_the_jobs_token_ids_are_the_services(tiny_bundle: Path) -> None:
     ids = tokenizer.encode_ids(docs)
     assert max(len(i) for i in ids) == tokenizer.max_length
     assert all(np.array_equal(a, e.ids) for a, e in zip(ids, tokenizer.encode(docs, truncate=True), strict=True))
+
+
+async def test_sparse_vectors_equal_embed_sparse(head_bundles, tmp_path: Path) -> None:
+    """--sparse on a masked-LM bundle: a column of (index, value) lists, the server's /embed_sparse row for
+    row; refused on a bundle of another task and with --chunking."""
+    bundle = head_bundles["bert-mlm"].bundle
+    docs = texts(12)
+    path = write(tmp_path / "docs.jsonl", [{"text": t} for t in docs])
+    _run(bundle, [path], tmp_path / "out", output=JobOutput(sparse=True))
+    written = output(tmp_path / "out").column("sparse").to_pylist()
+    async with serving(bundle, intra_op_threads=1) as (_, client):
+        served = (await client.post("/embed_sparse", json={"inputs": docs})).json()
+    assert [[e["index"] for e in row] for row in written] == [[e["index"] for e in row] for row in served]
+    assert max(abs(a["value"] - b["value"]) for x, y in zip(written, served, strict=True)
+               for a, b in zip(x, y, strict=True)) <= 1e-6
+    with pytest.raises(JobError, match="masked-LM"):
+        _run(head_bundles["bert-ce"].bundle, [path], tmp_path / "refused", output=JobOutput(sparse=True))

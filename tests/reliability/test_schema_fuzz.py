@@ -9,12 +9,12 @@ unless a 422 names a limit no document can state), configured in tests/reliabili
 Nothing may be found: no 5xx, no undocumented status, content type or header, no schema-valid request
 refused, no schema-violating request accepted.
 
-Two servers: one model with a classification head and an attention graph, and an embedding-only one with
+Three servers: one model with a classification head and an attention graph, an embedding-only one with
 prompts (a sentence-transformers MPNet model, tests/helpers/exports.py: `prompt_name` is bound to its prompts,
-`chunk_overlap` to its window less its longest prompt). In CI the first serves the tiny test bundle and
-generation is deterministic (a failure reproduces), 30 examples an operation; `make reliability`
-(ATTNSERVE_RELIABILITY_FULL=1) fuzzes the default bundle and the embedding-only one with 300 random examples
-an operation.
+`chunk_overlap` to its window less its longest prompt), and a cross-encoder (the rerank and score routes;
+tests/helpers/heads.py). In CI the first serves the tiny test bundle and generation is deterministic (a
+failure reproduces), 30 examples an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the
+default bundle and the embedding-only one with 300 random examples an operation.
 """
 
 from __future__ import annotations
@@ -46,10 +46,12 @@ def schemathesis_run(url: str, report: Path) -> subprocess.CompletedProcess[str]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
 
 
-@pytest.mark.parametrize("served", ["with_head", "embedding_only"])
+@pytest.mark.parametrize("served", ["with_head", "embedding_only", "cross_encoder"])
 def test_schemathesis_finds_nothing(served: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if served == "with_head":
         bundle = DEFAULT_BUNDLE if FULL else request.getfixturevalue("tiny_bundle")
+    elif served == "cross_encoder":  # the rerank routes (TEI, Cohere/Jina, vLLM) and pairs on /predict
+        bundle = request.getfixturevalue("head_bundles")["bert-ce"].bundle
     else:
         bundle = request.getfixturevalue("family_export")("mpnet-sentence").bundle
     with running(bundle, tmp_path / "server.log", "--max-inputs", "32") as server:

@@ -1,0 +1,120 @@
+"""Cross-encoders: a query's documents scored as (query, document) pairs, and any text pairs scored over a
+classifier's labels. Pairs go through the tokenizer's pair template with their token type ids, join the
+dynamic batch as the `PAIRS` kind (the fast graph's session, logits only) and take one admission permit each.
+
+Scores are the model's: a one-label cross-encoder's logit through a sigmoid (as sentence-transformers'
+CrossEncoder), or the logit itself when raw. With chunking ("max"), a long document is cut into windows,
+each scored after the query (`inference.chunking.cut_pairs`), and gets its best window's score and span.
+With `explain`, each document's best (or only) pair also runs through the attention graph in the same
+admission, and its tokens get their share of the attention that flows from the classification position
+(the first token), by rollout over every layer (`inference.postprocess.rollout`).
+
+Shape letters: N documents, K windows of all documents, C labels, L layers, H heads, n tokens of one pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from inference import chunking, postprocess
+from inference.batcher import Ticket
+from inference.chunking import Window
+from inference.graphs import PAIRS, Outputs
+from inference.inspection import attention_cap
+from inference.limits import AttentionQuery
+from inference.results import Highlight, Ranking, Scores, Span
+from inference.served import ServedModel
+from inference.tokenize import Direction, Encoded, Pair
+
+ROLLOUT = AttentionQuery(aggregation="rollout")  # what an explanation costs, as /attention counts it
+
+
+@dataclass(frozen=True)
+class PairChunking:
+    """Long documents cut into windows after the query; each document gets its best window's score."""
+
+    mode: Literal["max"] = "max"
+    overlap: int = chunking.DEFAULT_OVERLAP
+
+
+async def rerank(
+    model: ServedModel, query: str, documents: Sequence[str], *, truncate: bool | None = None,
+    direction: Direction = "right", raw: bool = False, chunked: PairChunking | None = None, explain: bool = False,
+) -> Ranking:
+    """Each document's relevance to `query`, in document order (`Ranking.order` ranks them)."""
+    model.require("rerank")
+    if explain:
+        model.require("attention", "explain a score (it has no attention graph)")
+    pairs = [(query, document) for document in documents]
+    if chunked is not None:
+        return await _chunked(model, pairs, chunked.overlap, raw, explain)
+    kinds = [PAIRS, "attention"] if explain else [PAIRS]
+    check = attention_cap(model, ROLLOUT if explain else None)
+    encoded, outputs = await model.run(pairs, kinds, truncate, direction, check=check)
+    logits = postprocess.stacked(outputs[PAIRS], "logits")[:, 0]  # (N,)
+    explanations = await model.off_loop(_explained, encoded, outputs["attention"]) if explain else None
+    return Ranking(_scores(logits, raw), sum(e.length for e in encoded), None, explanations)
+
+
+async def score_pairs(
+    model: ServedModel, pairs: Sequence[Pair | str], *, truncate: bool | None = None, direction: Direction = "right",
+    function: postprocess.ScoreFunction | None = None,
+) -> tuple[Scores, int]:
+    """Scores over the model's labels per (text, text pair), or per text where an input is one (TEI's
+    /predict batches mix them), and the tokens run; by `function`, or by default softmax over several labels
+    and sigmoid of one (`postprocess.default_function`)."""
+    model.require("classify", "score text pairs")
+    encoded, outputs = await model.run(list(pairs), [PAIRS], truncate, direction)
+    scores = postprocess.scores(postprocess.stacked(outputs[PAIRS], "logits"), function)
+    return Scores(scores, list(model.bundle.manifest.labels)), sum(e.length for e in encoded)
+
+
+async def _chunked(model: ServedModel, pairs: list[Pair], overlap: int, raw: bool, explain: bool) -> Ranking:
+    """Every window of every document scored; per document its best window (and, explained, that window's
+    attention, run in the same admission)."""
+    async def follow(ticket: Ticket, windows: list[list[Window]], grouped: list[list[Outputs]]) -> list[np.ndarray]:
+        chosen = [ws[k] for ws, k in zip(windows, _best(grouped), strict=True)]
+        maps = await model.submit(ticket, "attention", [w.sequence for w in chosen])
+        return [m["attentions"] for m in maps]
+
+    windows, grouped, maps = await model.run_cut(
+        pairs, overlap, PAIRS, chunking.cut_pairs, follow if explain else None,
+        lambda ws: len(ws) if explain else 0,
+    )
+    best = _best(grouped)
+    logits = np.asarray([outs[k]["logits"][0] for outs, k in zip(grouped, best, strict=True)])  # (N,)
+    chosen = [ws[k] for ws, k in zip(windows, best, strict=True)]
+    spans = [Span(w.start, w.stop, w.tokens) for w in chosen]
+    explanations = None
+    if maps is not None:
+        encoded = [w.encoded for w in chosen]
+        explanations = await model.off_loop(_explained, encoded, [{"attentions": m} for m in maps])
+    tokens = sum(w.length for ws in windows for w in ws)
+    return Ranking(_scores(logits, raw), tokens, spans, explanations)
+
+
+def _best(grouped: list[list[Outputs]]) -> list[int]:
+    """Per document, the index of its highest-scoring window (the first of equals)."""
+    return [int(np.argmax([o["logits"][0] for o in outs])) for outs in grouped]
+
+
+def _scores(logits: np.ndarray, raw: bool) -> np.ndarray:
+    return (logits if raw else postprocess.sigmoid(logits)).astype(np.float32)
+
+
+def _explained(encoded: Sequence[Encoded | None], outputs: Sequence[Outputs]) -> list[list[Highlight]]:
+    """Runs in the executor: per pair, its document tokens' shares of the rollout from the first token."""
+    return [explanation(e, o["attentions"]) for e, o in zip(encoded, outputs, strict=True) if e is not None]
+
+
+def explanation(encoded: Encoded, attentions: np.ndarray) -> list[Highlight]:
+    """(L, H, n, n) maps of one pair -> its document tokens, each with the rollout's share of the attention
+    that the first (classification) position draws from it, in token order."""
+    flow = postprocess.rollout(attentions)[0]  # (n,) a row of the rollout: sums to 1 over the pair's tokens
+    sequences = encoded.sequence_ids or []
+    return [Highlight(a, b, float(flow[i])) for i, (s, (a, b)) in enumerate(zip(sequences, encoded.offsets,
+                                                                              strict=True)) if s == 1]
