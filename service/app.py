@@ -60,7 +60,7 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)
-    hot = {route.path: route for route in (*tei.HOT, *openai.HOT)}
+    hot = {route.path: route for route in (*tei.HOT, *openai.HOT, *rerank.HOT)}
     # inside CORS and the edge, before FastAPI's own layers
     app.add_middleware(HotRoutes, routes=hot, models=lambda: app.state.models, render=render_error)
     if settings.cors_origins:

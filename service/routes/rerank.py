@@ -16,7 +16,7 @@ from inference.chunking import check_pair_overlap
 from inference.errors import InvalidRequest
 from inference.served import ServedModel
 from service import wire
-from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
+from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.head_schemas import (
     CohereRerankRequest,
     CohereRerankResponse,
@@ -26,6 +26,7 @@ from service.head_schemas import (
     ScoreRequest,
     ScoreResponse,
 )
+from service.hot import HotRoute
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
 
 router = APIRouter(tags=["rerank"], dependencies=[Depends(require_json), Depends(needs("rerank"))])
@@ -35,13 +36,20 @@ router = APIRouter(tags=["rerank"], dependencies=[Depends(require_json), Depends
 async def rerank(body: RerankRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """text-embeddings-inference: each text's score against the query (sigmoid, or the logit with raw_scores),
     best first."""
-    served = pick(body.model, model)
+    return json_response(await rerank_answer(body, pick(body.model, model), job))
+
+
+async def rerank_answer(body: RerankRequest, served: ServedModel, job: Job[Any]) -> Any:
     ranking = await job(_rank(served, body.query, body.texts, body, body.raw_scores, body.truncate,
                               direction(body)))
-    return json_response([
+    return [
         {"index": i, "score": float(ranking.scores[i]), **({"text": body.texts[i]} if body.return_text else {}),
          **wire.rank_extras(ranking, i)} for i in ranking.order()
-    ])
+    ]
+
+
+# TEI's rerank, answered on the short path when well formed (service.hot).
+HOT = (HotRoute("/rerank", RerankRequest, rerank_answer, task="rerank"),)
 
 
 @router.post("/v1/rerank", response_model=CohereRerankResponse, responses=errors(*INFERENCE_ERRORS),

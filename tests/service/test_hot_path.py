@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.routes import openai, tei
+from service.routes import openai, rerank, tei
 from tests.helpers.serving import serving
 
 JSON = {"content-type": "application/json"}
@@ -50,6 +50,17 @@ REQUESTS: list[tuple[str, Any, dict[str, str]]] = [
     ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, JSON),
     ("/v1/embeddings?model=b", {"input": "x"}, JSON),  # the OpenAI route takes no ?model=
 ]
+RERANK: list[tuple[str, Any, dict[str, str]]] = [
+    ("/rerank", {"query": "a warm film", "texts": ["dull", "a warm and funny film"], "model": "ce"}, JSON),
+    ("/rerank", {"query": "a film", "texts": [LONG, "dull"], "chunking": "max", "explain": True, "return_text": True,
+                 "model": "ce"}, JSON),
+    ("/rerank", {"query": "a film", "texts": ["dull"], "raw_scores": True, "model": "ce"}, JSON),
+    ("/rerank", {"query": "a film", "texts": [], "model": "ce"}, JSON),
+    ("/rerank", {"query": "a film", "texts": ["dull"], "chunk_overlap": 10_000, "model": "ce"}, JSON),
+    ("/rerank?model=ce", {"query": "a film", "texts": ["dull"]}, JSON),
+    ("/rerank", {"query": "a film", "texts": ["dull"]}, JSON),  # the default model is no cross-encoder: 422
+    ("/rerank", {"query": "a film", "texts": ["dull"], "model": "nope"}, JSON),
+]
 VARYING = {"x-request-id", "x-total-time", "x-tokenization-time", "x-queue-time", "x-inference-time"}
 
 
@@ -59,8 +70,8 @@ async def both(bundles: list[Path | str], monkeypatch: pytest.MonkeyPatch) -> As
     async with AsyncExitStack() as stack:
         _, short = await stack.enter_async_context(serving(bundles))
         with monkeypatch.context() as patch:
-            patch.setattr(tei, "HOT", ())
-            patch.setattr(openai, "HOT", ())
+            for module in (tei, openai, rerank):
+                patch.setattr(module, "HOT", ())
             _, full = await stack.enter_async_context(serving(bundles))
         yield [short, full]
 
@@ -69,20 +80,23 @@ def request(path: str, body: Any, headers: dict[str, str]) -> dict[str, Any]:
     return {"url": path, "headers": headers, **({"content": body} if isinstance(body, bytes) else {"json": body})}
 
 
-@pytest.mark.parametrize("served", ["one", "two"])
+@pytest.mark.parametrize("served", ["one", "two", "cross-encoder"])
 async def test_the_short_path_answers_byte_for_byte_what_the_routes_answer(
-    served, tiny_bundle, tiny_plain_bundle, monkeypatch,
+    served, tiny_bundle, tiny_plain_bundle, head_bundles, monkeypatch,
 ):
-    bundles: list[Path | str] = [tiny_bundle] if served == "one" else [f"a={tiny_bundle}", f"b={tiny_plain_bundle}"]
+    bundles: list[Path | str] = {
+        "one": [tiny_bundle], "two": [f"a={tiny_bundle}", f"b={tiny_plain_bundle}"],
+        "cross-encoder": [f"a={tiny_bundle}", f"ce={head_bundles['bert-ce'].bundle}"],
+    }[served]
     async with both(bundles, monkeypatch) as (short, full):
         statuses = set()
-        for path, body, headers in REQUESTS:
+        for path, body, headers in REQUESTS if served != "cross-encoder" else RERANK:
             got, expected = [await client.post(**request(path, body, headers)) for client in (short, full)]
             assert (got.status_code, got.content) == (expected.status_code, expected.content), (path, body)
             assert {k: v for k, v in got.headers.items() if k not in VARYING} == \
                 {k: v for k, v in expected.headers.items() if k not in VARYING}, (path, body)
             statuses.add(got.status_code)
-        refusals = {415, 422} if served == "one" else {404, 415, 422}  # one model: any name reaches it
+        refusals = {"one": {415, 422}, "two": {404, 415, 422}, "cross-encoder": {404, 422}}[served]
         assert {200} | refusals <= statuses  # the list reaches answers and refusals of every kind
 
 
