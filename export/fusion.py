@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from bundle.feeds import INPUT_NAMES
+from bundle.feeds import INPUT_NAMES, KNOWN_INPUTS
 
 _IDS = INPUT_NAMES[0]  # "input_ids"
 
@@ -79,7 +79,7 @@ def _arange_of_sequence(arange: onnx.NodeProto, producers: dict[str, onnx.NodePr
     if length is None or length.op_type not in ("Squeeze", "Gather"):
         return False
     shape = producers.get(length.input[0])
-    if shape is None or shape.op_type != "Shape" or shape.input[0] not in INPUT_NAMES:
+    if shape is None or shape.op_type != "Shape" or shape.input[0] not in KNOWN_INPUTS:  # every input is (B, T)
         return False
     bounds = {a.name: helper.get_attribute_value(a) for a in shape.attribute}
     if length.op_type == "Squeeze":

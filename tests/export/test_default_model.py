@@ -100,7 +100,7 @@ def test_minilm_default_export_is_fused_exact_and_batch_invariant(tmp_path: Path
         1, 6, 12, 6), ops
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the int8 search at full size takes minutes: `make reliability`, not `make test`
 def test_int8_passes_its_gate_and_auto_serves_a_batch_invariant_variant(
     default_checkpoint: Path, calibration_data: Path | None, tmp_path: Path,
 ) -> None:
@@ -128,7 +128,7 @@ def test_int8_passes_its_gate_and_auto_serves_a_batch_invariant_variant(
 
 
 def _embeddings(session: object, tokenizer: object, texts: list[str], max_length: int) -> np.ndarray:
-    from bundle.feeds import pad
+    from bundle.feeds import input_names, pad
 
-    feed = pad(token_ids(tokenizer, texts, max_length), pad_id(tokenizer))  # type: ignore[arg-type]
+    feed = pad(token_ids(tokenizer, texts, max_length), pad_id(tokenizer), input_names(session))  # type: ignore[arg-type]
     return session.run(["embeddings"], feed)[0]  # type: ignore[attr-defined]  # (B, D)
