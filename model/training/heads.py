@@ -28,7 +28,7 @@ from torch import Tensor
 
 from model.tokenizer import pad_batch, truncating
 from model.training.data import DataError
-from model.training.loop import Split, Task
+from model.training.loop import Split, Task, TextTask
 
 IGNORE = -100  # labels of special tokens and padding: no loss
 
@@ -179,20 +179,8 @@ def _bio(encoding: Any, spans: list[tuple[int, int, str]], index: dict[str, int]
     return labels
 
 
-class TokenTask(Task):
-    """The whole encoder with a token head; a label per token."""
-
-    def __init__(self, module: torch.nn.Module, train: Split, val: Split, batch_size: int, device: torch.device,
-                 pad: int) -> None:
-        super().__init__(module, train, val, batch_size, device)
-        self.pad = pad
-
-    def collate(self, examples: Sequence[list[int]]) -> tuple[Tensor, Tensor]:
-        return pad_batch(examples, self.pad)  # (B, T), (B, T)
-
-    def logits(self, inputs: tuple[Tensor, Tensor]) -> Tensor:
-        input_ids, attention_mask = inputs
-        return self.module(input_ids, attention_mask).logits  # type: ignore[no-any-return]  # (B, T, C)
+class TokenTask(TextTask):
+    """The whole encoder with a token head, fed as TextTask feeds it; a label per token (logits (B, T, C))."""
 
     def collate_labels(self, labels: Sequence[Any]) -> Tensor:
         longest = max(len(row) for row in labels)
