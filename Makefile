@@ -101,8 +101,12 @@ SPARSE_BUNDLE ?= bundles/splade
 HEAD_BUNDLES = $(if $(wildcard $(RERANK_BUNDLE)/manifest.json),--rerank-bundle $(RERANK_BUNDLE)) \
 	$(if $(wildcard $(SPARSE_BUNDLE)/manifest.json),--sparse-bundle $(SPARSE_BUNDLE))
 
+# BENCH_ARGS go to `python -m bench` (e.g. BENCH_ARGS="--variants fp32-opt --no-traffic"; `python -m bench --help`).
+# Then the bundle's fused graph beside onnxruntime's transformer optimiser on the same graph (bench.fusion).
+BENCH_ARGS ?=
 bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
-	$(BIN)/python -m bench --bundle $(BUNDLE)
+	$(BIN)/python -m bench --bundle $(BUNDLE) $(BENCH_ARGS)
+	$(BIN)/python -m bench.fusion $(BUNDLE)
 	$(if $(strip $(HEAD_BUNDLES)),$(BIN)/python -m bench.heads $(HEAD_BUNDLES),@echo "no $(RERANK_BUNDLE) or $(SPARSE_BUNDLE): rerank and sparse scenarios skipped")
 
 $(RERANK_BUNDLE)/manifest.json: | $(STAMP)

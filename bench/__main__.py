@@ -31,8 +31,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated variants to serve and measure, or 'all' present in the bundle "
                              "(fp32, fp32-opt, int8); --quick defaults to int8 (else fp32)")
     parser.add_argument("--duration", type=float, help="seconds per load scenario (default 10, --quick 2)")
-    parser.add_argument("--scenarios", default="a,b,c,d,e",
-                        help="comma-separated subset of a,b,c,d,e (e also runs e-embed); 'none' for engine only")
+    parser.add_argument("--scenarios", default="a,b,c,d,e,g",
+                        help="comma-separated subset of a,b,c,d,e,g (e also runs e-embed); 'none' for engine only")
     parser.add_argument("--quick", action="store_true", help="smoke run: short durations, targets' shapes only")
     parser.add_argument("--route", choices=("embed", "openai"), default="embed",
                         help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
@@ -63,7 +63,7 @@ def pick_scenarios(spec: str) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown:
-        sys.exit(f"unknown scenarios {unknown}; choose from a,b,c,d,e")
+        sys.exit(f"unknown scenarios {unknown}; choose from a,b,c,d,e,g")
     return [x for s in names for x in ((s, "e-embed") if s == "e" else (s,))]
 
 

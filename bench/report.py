@@ -75,11 +75,14 @@ def engine_table(rec: Recorder) -> str:
 def load_table(rec: Recorder) -> str:
     rows = []
     for r in rec.of("load"):
-        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["texts_per_s"], r["p50_ms"], r["p99_ms"],
+        waste = r.get("padding_waste")
+        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["texts_per_s"],
+                     r.get("graph_tokens_per_s"), waste and f"{waste:.3f}", r["p50_ms"], r["p99_ms"],
                      f"{r['errors']}/{r['requests']}", r.get("cpu_ms_per_text"), r.get("engine_ref", "-"),
                      _ratio(r.get("vs_engine")), _ratio(r.get("vs_engine_cpu")), _ms(r.get("over_engine_ms")),
                      _ratio(r.get("vs_naive")), r.get("batch_mean"), r["loadavg_1m"]])
-    return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "p50 ms", "p99 ms", "errors",
+    return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "graph tokens/s",
+                  "padding waste", "p50 ms", "p99 ms", "errors",
                   "CPU ms/text", "engine ref", "÷ engine", "÷ engine, CPU", "p50 - engine", "÷ naive",
                   "mean batch", "load 1m"], rows)
 

@@ -76,8 +76,9 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
             rec.add("served", variant=variant, graphs=_served_graphs(servers["service"]))
         engine.cache.clear()
         for name in plan.scenarios:
-            rows = {kind: _scenario(server, kind, variant, scenarios.SCENARIOS[name], plan, tokenizer, rec)
-                    for kind, server in servers.items()}
+            scenario = scenarios.SCENARIOS[name]
+            rows = {kind: _scenario(server, kind, variant, scenario, plan, tokenizer, rec)
+                    for kind, server in servers.items() if kind == "service" or scenario.naive}
             _engine_reference(engine, rows.get("service") or rows.get("naive"), rec)
         for kind, server in servers.items():
             rec.add("process", server=kind, variant=variant, peak_rss_mb=server.peak_rss_kb / 1024,
@@ -108,16 +109,34 @@ def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios
               tokenizer: Tokenizer, rec: Recorder) -> dict:
     bodies = scenarios.payloads(scenario, tokenizer, plan.embed_route)
     problem = scenarios.check_once(server.url, scenario, bodies[0], plan.embed_route)
+    scenarios.warm_up(server.port, scenario, bodies, plan.embed_route, 0.0 if plan.quick else plan.warmup_s)
     before = scenarios.read_histograms(server.url) if kind == "service" else {}
     with RssSampler(server):
-        result = scenarios.run(server.url, server.port, scenario, bodies, plan.embed_route, plan.duration_s,
-                               0.0 if plan.quick else plan.warmup_s, lambda: procs.tree_cpu_s(server.proc.pid))
-    means = scenarios.histogram_means(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
-    length = min(scenario.length, plan.max_length)
+        result = scenarios.run(server.port, scenario, bodies, plan.embed_route, plan.duration_s,
+                               lambda: procs.tree_cpu_s(server.proc.pid))
+    deltas = scenarios.histogram_deltas(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
+    means = scenarios.histogram_means(deltas)
+    length = scenario.length if scenario.chunking else min(scenario.length, plan.max_length)
     row = rec.add("load", server=kind, variant=variant, scenario=scenario.name, workers=scenario.workers,
-                  texts=scenario.texts, length=length, shape=f"{scenario.workers}x{scenario.texts}x{length}",
-                  check=problem, batch_mean=means.get("attnserve_batch_size"), histogram_means=means,
-                  rss_mb=server.peak_rss_kb / 1024, **result.summary())
+                  texts=scenario.texts, length=length, shape=_shape(scenario, length), check=problem,
+                  chunking=scenario.chunking, window=plan.max_length,
+                  batch_mean=means.get("attnserve_batch_size"), histogram_means=means,
+                  rss_mb=server.peak_rss_kb / 1024, **result.summary(), **_graph_tokens(deltas, result.wall_s))
     print(f"  {kind:7s} {variant:8s} ({scenario.name}) {row['texts_per_s']:8.1f} texts/s p50 {row['p50_ms']:7.1f} ms"
           f" errors {row['errors']}/{row['requests']}" + (f"  CHECK: {problem}" if problem else ""), flush=True)
     return row
+
+
+def _shape(scenario: scenarios.Scenario, length: int) -> str:
+    shape = f"{scenario.workers}x{scenario.texts}x{length}"
+    return f"{shape}, chunking {scenario.chunking}" if scenario.chunking else shape
+
+
+def _graph_tokens(deltas: dict[str, list[float]], wall_s: float) -> dict[str, float]:
+    """What the graph ran over the scenario (service only): real tokens per second (a chunked document's
+    windows overlap, so more than the tokens sent) and the padding waste, tokens run over real tokens."""
+    found = scenarios.graph_tokens(deltas)
+    if found is None:
+        return {}
+    real, padded = found
+    return {"graph_tokens_per_s": real / max(wall_s, 1e-9), "padding_waste": padded / real}

@@ -6,6 +6,8 @@
   d   1 caller  x 1 text of ~16 tokens    (sequential single-request latency)
   e   1 caller  x 1 text of 128 tokens on /attention (all layers and heads, base64 float16);
   e-embed: the same text on the embedding route, for the (e) ratio.
+  g   4 callers x 1 document of ~5,000 tokens, chunked ("chunking": "mean": windows of the max length, one
+      pooled vector per document; the naive server does not chunk, so g is the service's alone).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import orjson
 from tokenizers import Tokenizer
 
 from bench.httpload import LoadResult, Payload, run_load
-from bench.texts import make_texts, token_counts
+from bench.texts import make_documents, make_texts, token_counts
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,12 @@ class Scenario:
     texts: int
     length: int
     route: str = "embed"  # embed | attention
+    chunking: str | None = None  # the request's "chunking" (length is then the whole document's tokens)
+
+    @property
+    def naive(self) -> bool:
+        """Whether the naive server can answer it (it does not chunk)."""
+        return self.chunking is None
 
 
 SCENARIOS = {
@@ -39,16 +47,18 @@ SCENARIOS = {
     "d": Scenario("d", 1, 1, 16),
     "e": Scenario("e", 1, 1, 128, route="attention"),
     "e-embed": Scenario("e-embed", 1, 1, 128),
+    "g": Scenario("g", 4, 1, 5000, chunking="mean"),
 }
 ROUTES = {"embed": "/embed", "openai": "/v1/embeddings", "attention": "/attention"}
 
 
 def payloads(scenario: Scenario, tokenizer: Tokenizer, embed_route: str, pool: int = 64) -> list[Payload]:
     """`pool` distinct request bodies (one fixed text for e / e-embed, so both see the same input)."""
-    count = 1 if scenario.name.startswith("e") else pool
+    count = 1 if scenario.name.startswith("e") else 8 if scenario.chunking else pool
+    make = make_documents if scenario.chunking else make_texts
     out = []
     for i in range(count):
-        texts = make_texts(tokenizer, scenario.length, scenario.texts, seed=1000 * scenario.length + i)
+        texts = make(tokenizer, scenario.length, scenario.texts, seed=1000 * scenario.length + i)
         out.append(Payload(_body(scenario, texts, embed_route), len(texts), sum(token_counts(tokenizer, texts))))
     return out
 
@@ -56,9 +66,10 @@ def payloads(scenario: Scenario, tokenizer: Tokenizer, embed_route: str, pool: i
 def _body(scenario: Scenario, texts: list[str], embed_route: str) -> bytes:
     if scenario.route == "attention":
         return orjson.dumps({"inputs": texts[0], "encoding": "base64", "dtype": "float16"})
+    chunking = {"chunking": scenario.chunking} if scenario.chunking else {}
     if embed_route == "openai":
-        return orjson.dumps({"input": texts, "model": "bench"})
-    return orjson.dumps({"inputs": texts})
+        return orjson.dumps({"input": texts, "model": "bench", **chunking})
+    return orjson.dumps({"inputs": texts, **chunking})
 
 
 def path_of(scenario: Scenario, embed_route: str) -> str:
@@ -78,12 +89,15 @@ def check_once(url: str, scenario: Scenario, payload: Payload, embed_route: str)
     return None if got == payload.texts else f"{got} vectors for {payload.texts} texts"
 
 
-def run(url: str, port: int, scenario: Scenario, bodies: list[Payload], embed_route: str, duration_s: float,
-        warmup_s: float, server_cpu: Callable[[], float] | None = None) -> LoadResult:
-    path = path_of(scenario, embed_route)
-    if warmup_s > 0:
-        asyncio.run(run_load(port, path, bodies, scenario.workers, warmup_s))
-    return asyncio.run(run_load(port, path, bodies, scenario.workers, duration_s, server_cpu))
+def warm_up(port: int, scenario: Scenario, bodies: list[Payload], embed_route: str, seconds: float) -> None:
+    if seconds > 0:
+        asyncio.run(run_load(port, path_of(scenario, embed_route), bodies, scenario.workers, seconds))
+
+
+def run(port: int, scenario: Scenario, bodies: list[Payload], embed_route: str, duration_s: float,
+        server_cpu: Callable[[], float] | None = None) -> LoadResult:
+    return asyncio.run(run_load(port, path_of(scenario, embed_route), bodies, scenario.workers, duration_s,
+                                server_cpu))
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
@@ -109,11 +123,23 @@ def read_histograms(url: str) -> dict[str, list[float]]:
     return histograms(response.text) if response.status_code == 200 else {}
 
 
-def histogram_means(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, float]:
-    """Mean of each histogram over the interval between two snapshots (e.g. attnserve_batch_size)."""
-    means = {}
+def histogram_deltas(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, list[float]]:
+    """[sum, count] of each histogram over the interval between two snapshots, where it observed anything."""
+    deltas = {}
     for name, (total, count) in after.items():
         old_total, old_count = before.get(name, [0.0, 0.0])
         if count > old_count:
-            means[name] = (total - old_total) / (count - old_count)
-    return means
+            deltas[name] = [total - old_total, count - old_count]
+    return deltas
+
+
+def histogram_means(deltas: dict[str, list[float]]) -> dict[str, float]:
+    """Mean of each histogram over an interval (e.g. attnserve_batch_size), from histogram_deltas."""
+    return {name: total / count for name, (total, count) in deltas.items()}
+
+
+def graph_tokens(deltas: dict[str, list[float]]) -> tuple[float, float] | None:
+    """(real tokens, tokens counting padding) the graph ran over an interval: what a chunked document
+    really cost (its windows overlap), and the padding waste, their ratio."""
+    real, padded = deltas.get("attnserve_batch_tokens"), deltas.get("attnserve_batch_padded_tokens")
+    return (real[0], padded[0]) if real and padded and real[0] > 0 else None

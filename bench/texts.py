@@ -44,8 +44,24 @@ def make_texts(tokenizer: Tokenizer, tokens: int, n: int, seed: int = 0) -> list
     return [make_text(tokenizer, tokens, seed * 100_003 + i) for i in range(n)]
 
 
+def make_documents(tokenizer: Tokenizer, tokens: int, n: int, seed: int = 0) -> list[str]:
+    """Documents of about `tokens` tokens each, longer than the max length: texts of the max length joined."""
+    per = max(8, (tokenizer.truncation or {}).get("max_length", 512))
+    parts = -(-tokens // (per - 2))  # each part's [CLS] and [SEP] are not in the joined document
+    full = whole(tokenizer)
+    return [" ".join(make_texts(full, per, parts, seed * 100_003 + i)) for i in range(n)]
+
+
+def whole(tokenizer: Tokenizer) -> Tokenizer:
+    """A copy that does not truncate, to count tokens past the max length."""
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    return copy
+
+
 def token_counts(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
-    return [len(e.ids) for e in tokenizer.encode_batch(texts)]
+    """Whole token counts, past the tokenizer's max length too."""
+    return [len(e.ids) for e in whole(tokenizer).encode_batch(texts)]
 
 
 def _count(tokenizer: Tokenizer, words: list[str]) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench import invariance, targets
+from bench import invariance, scenarios, targets, texts
 from bench.engine import Config, EnginePoint
 from bench.report import Recorder
 from bench.texts import load_tokenizer
@@ -62,6 +62,44 @@ def test_ratios_to_the_engine_in_wall_and_cpu_time_and_the_latency_margin():
     one = row("d", 1, 1, 16, texts_per_s=100.0, cpu_ms_per_text=10.0, p50_ms=7.5)
     targets._compare(one, point(1, 16, "1x2t", 125.0, 0.006, 8.0))
     assert one["over_engine_ms"] == pytest.approx(1.5) and one["vs_engine"] == pytest.approx(0.8)
+
+
+def test_chunked_documents_are_compared_per_token_the_graph_ran_at_windows_of_the_max_length(tmp_path):
+    engine = Engine()
+    docs = row("g", 4, 1, 5000, chunking="mean", window=256, texts_per_s=2.0, cpu_ms_per_text=500.0,
+               graph_tokens_per_s=12_800.0, padding_waste=1.05)
+    found = targets.engine_reference(engine, docs)  # type: ignore[arg-type]
+    assert engine.asked == [("reference", 32, 256)] and found is not None
+    targets._compare(docs, found)  # the engine: 400 texts/s x 256 tokens = 102,400 tokens/s at 4.0 CPU ms/text
+    assert docs["vs_engine"] == pytest.approx(12_800 / 102_400)
+    # the server: 500 ms x 2 documents/s over 12,800 tokens/s; the engine: 4.0 ms / 256 tokens
+    assert docs["vs_engine_cpu"] == pytest.approx((4.0 / 256) / (1000.0 / 12_800))
+    rec = Recorder(tmp_path / "r.jsonl")
+    rec.add("load", server="service", variant="fp32", **docs)
+    targets.evaluate(rec, ["fp32"], None)
+    verdicts = {t["target"]: t["passed"] for t in rec.of("target")}
+    assert verdicts["(g) fp32 padding waste, tokens run ÷ real tokens"] is True
+    assert verdicts["(g) fp32 service ÷ engine 32x256 2x1t, graph tokens/s"] is False
+
+
+def test_documents_run_past_the_max_length_and_are_counted_whole(tiny_bundle):
+    tokenizer = load_tokenizer(tiny_bundle)
+    document = texts.make_documents(tokenizer, 1000, 1)[0]
+    assert len(tokenizer.encode(document).ids) == Manifest.read(tiny_bundle).max_length  # the served cut
+    assert 980 <= texts.token_counts(tokenizer, [document])[0] <= 1040
+
+
+def test_graph_tokens_and_padding_from_the_histograms():
+    before = scenarios.histograms("attnserve_batch_tokens_sum 100\nattnserve_batch_tokens_count 2\n"
+                                  "attnserve_batch_padded_tokens_sum 120\nattnserve_batch_padded_tokens_count 2\n")
+    after = scenarios.histograms('attnserve_batch_tokens_sum{model="m",caller=""} 1100\n'
+                                 'attnserve_batch_tokens_count{model="m",caller=""} 6\n'
+                                 'attnserve_batch_padded_tokens_sum{model="m",caller=""} 1220\n'
+                                 'attnserve_batch_padded_tokens_count{model="m",caller=""} 6\n')
+    deltas = scenarios.histogram_deltas(before, after)
+    assert scenarios.graph_tokens(deltas) == (1000.0, 1100.0)
+    assert scenarios.histogram_means(deltas)["attnserve_batch_tokens"] == 250.0
+    assert scenarios.graph_tokens({}) is None
 
 
 def test_small_callers_pass_on_cpu_within_ten_percent_of_the_engine_and_the_naive_server_must_trail(tmp_path):
