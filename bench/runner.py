@@ -60,7 +60,9 @@ class RssSampler:
 
 def start_server(kind: str, variant: str, plan: Plan) -> procs.Server:
     argv = procs.service_argv(plan.bundle) if kind == "service" else procs.naive_argv(plan.bundle, variant)
-    env = {"ATTNSERVE_VARIANT": variant} if kind == "service" else {}
+    # The answer cache off: the scenarios cycle through a pool of bodies, and hits would skip the graph whose
+    # cost is compared with the engine's (bench.mixed measures the cache on its own servers).
+    env = {"ATTNSERVE_VARIANT": variant, "ATTNSERVE_CACHE_BYTES": "0"} if kind == "service" else {}
     return procs.start(f"{kind}-{variant}", argv, env, plan.log_dir)
 
 

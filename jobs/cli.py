@@ -130,8 +130,7 @@ def _model(args: argparse.Namespace) -> tuple[JobModel, int]:
     load = from_environment(LoadOptions, **given(args, LOAD))
     batch = from_environment(BatchOptions, **given(args, BATCH))
     limits = from_environment(RequestLimits, **given(args, LIMITS))
-    batching = Batching(batch.max_batch_tokens, batch.max_batch_size, batch.max_queue)
-    return JobModel(bundle, load, batching), limits.max_windows_per_input
+    return JobModel(bundle, load, Batching.of(batch)), limits.max_windows_per_input
 
 
 def _run_local(args: argparse.Namespace, model: JobModel, max_windows: int):

@@ -30,6 +30,7 @@ from inference.errors import NonFiniteOutput, UnknownPrompt
 from inference.graphs import Graph
 from inference.limits import check_finite
 from inference.loading import LoadedBundle
+from inference.options import BatchOptions
 from inference.prompts import prompt_text
 from inference.results import SparseVector
 from inference.sparse import nonzero
@@ -84,6 +85,10 @@ class Batching:
     max_tokens: int  # the server's max_batch_tokens
     max_size: int  # the server's max_batch_size
     window: int  # the server's max_queue: rows waiting to be batched at once
+
+    @classmethod
+    def of(cls, options: BatchOptions) -> Batching:
+        return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue)
 
 
 @dataclass(eq=False)

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from inference.errors import StartupError
 from inference.loading import LoadedBundle, load_bundle
-from inference.options import LoadOptions
+from inference.options import BatchOptions, LoadOptions
 from jobs import embedding, inputs, parts, windows
 from jobs.embedding import Batching, JobError, JobOutput
 from jobs.inputs import Chunk, Columns, Source
@@ -67,7 +67,7 @@ class JobModel:
 
     bundle: Path
     load: LoadOptions = field(default_factory=LoadOptions)
-    batching: Batching = field(default_factory=lambda: Batching(16_384, 64, 2048))
+    batching: Batching = field(default_factory=lambda: Batching.of(BatchOptions()))
 
 
 def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
