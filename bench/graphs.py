@@ -1,7 +1,9 @@
 """Quick onnxruntime timings of a bundle's graphs: `python -m bench.graphs BUNDLE [--batch 32 --tokens 128]`.
 
-Prints milliseconds per batch and texts per second for each graph, by wall clock and by process
-CPU time (the CPU figure is steadier on a shared machine). A benchmark that prints, not a test.
+Prints milliseconds per batch, per text and texts per second for each graph, by wall clock and by process
+CPU time (the CPU figure is steadier on a shared machine), at each batch size and length asked for
+(`--batch 4,16,64 --tokens 128,256`: what a batch of each size costs per text). A benchmark that prints, not
+a test.
 """
 
 from __future__ import annotations
@@ -37,26 +39,34 @@ def time_graph(path: Path, inputs: dict[str, np.ndarray], threads: int, repeats:
 
 def report(bundle: Path, entry: GraphEntry, inputs: dict[str, np.ndarray], threads: int, repeats: int) -> str:
     wall, cpu = time_graph(bundle / entry.file, inputs, threads, repeats)
-    batch = len(inputs["input_ids"])
-    size = (bundle / entry.file).stat().st_size / 1e6
-    return (f"{entry.file:<24} {size:7.1f} MB  wall {wall * 1e3:7.0f} ms ({batch / wall:6.1f} texts/s, "
-            f"{threads} threads)  cpu {cpu * 1e3:7.0f} ms ({batch / cpu:6.1f} texts/s per core)")
+    batch, tokens = inputs["input_ids"].shape
+    return (f"{entry.file:<24} {batch:3d} x {tokens:<4d} wall {wall * 1e3:7.0f} ms ({wall * 1e3 / batch:6.2f} ms/text, "
+            f"{batch / wall:6.1f} texts/s, {threads} threads)  cpu {cpu * 1e3:7.0f} ms ({cpu * 1e3 / batch:6.2f} "
+            f"ms/text)")
+
+
+def sizes(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.graphs", description=__doc__.splitlines()[0])
     p.add_argument("bundle", type=Path)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--batch", type=sizes, default=[32], help="batch sizes, comma-separated (32)")
+    p.add_argument("--tokens", type=sizes, default=[128], help="tokens per text, comma-separated (128)")
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per point; the best is printed")
+    p.add_argument("--variant", help="only this variant's graphs (fp32, fp32-opt, int8)")
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
     for entry in manifest.graphs:
+        if entry.variant == "fp16" or args.variant not in (None, entry.variant):
+            continue  # fp16 is meant for CUDA; CPU timings of it mean nothing
         types = "token_type_ids" in [i.name for i in entry.inputs]
-        inputs = feeds(args.batch, args.tokens, manifest.model_config_["vocab_size"], types)
-        if entry.variant != "fp16":  # meant for CUDA; CPU timings of it mean nothing
-            print(report(args.bundle, entry, inputs, args.threads, args.repeats), flush=True)
+        for tokens in args.tokens:
+            for batch in args.batch:
+                inputs = feeds(batch, tokens, manifest.model_config_["vocab_size"], types)
+                print(report(args.bundle, entry, inputs, args.threads, args.repeats), flush=True)
     return 0
 
 
