@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 from tokenizers import Tokenizer
 
-from bench.httpclient import TRANSPORT_ERRORS, Client
+from bench.httpclient import TRANSPORT_ERRORS, Client, quiet_heap
 from bench.promtext import quantile, sample
 from bench.texts import make_texts, token_counts
 
@@ -87,6 +87,7 @@ class Served:
     latencies_s: list[float] = field(default_factory=list)
     retry_after: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    client_gc_s: float = 0.0  # the load client's longest garbage collection while it ran (bench.httpclient)
 
     def p99_ms(self) -> float:
         return float(np.percentile(self.latencies_s, 99)) * 1000 if self.latencies_s else float("nan")
@@ -139,10 +140,13 @@ async def run(url: str, loads: Sequence[Load], duration_s: float) -> dict[str, S
     served = {load.caller.name: Served() for load in loads}
     started = time.perf_counter()
     deadline = started + duration_s
-    await asyncio.gather(*(_worker(url, load, w, deadline, served[load.caller.name])
-                           for load in loads for w in range(load.workers)))
+    pauses: list[tuple[int, float]] = []
+    with quiet_heap(pauses):
+        await asyncio.gather(*(_worker(url, load, w, deadline, served[load.caller.name])
+                               for load in loads for w in range(load.workers)))
     for one in served.values():
         one.seconds = time.perf_counter() - started
+        one.client_gc_s = max((s for _, s in pauses), default=0.0)
     return served
 
 
@@ -178,7 +182,8 @@ async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: 
 
 
 def merged(runs: Sequence[dict[str, Served]]) -> dict[str, Served]:
-    """Several runs of the same callers as one: statuses, texts, tokens, latencies and seconds added up."""
+    """Several runs of the same callers as one: statuses, texts, tokens, latencies and seconds added up (the
+    client's longest collection: the longest of any run)."""
     total: dict[str, Served] = {}
     for one in runs:
         for name, served in one.items():
@@ -188,6 +193,7 @@ def merged(runs: Sequence[dict[str, Served]]) -> dict[str, Served]:
             into.latencies_s += served.latencies_s
             into.retry_after += served.retry_after
             into.seconds += served.seconds
+            into.client_gc_s = max(into.client_gc_s, served.client_gc_s)
     return total
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench.httpclient import TRANSPORT_ERRORS, Client
+from bench.httpclient import TRANSPORT_ERRORS, Client, quiet_heap
 from tests.helpers.tiny import SENTENCES
 
 Request = tuple[str, dict[str, Any]]  # (path, JSON body)
@@ -47,6 +47,7 @@ class Ledger:
     errors: Counter[str] = field(default_factory=Counter)
     duration_s: float = 0.0
     started: float = 0.0  # time.perf_counter() of the first send
+    gc_pauses: list[tuple[int, float]] = field(default_factory=list)  # this client's collections: (generation, s)
 
     @property
     def answered(self) -> int:
@@ -67,8 +68,10 @@ class Ledger:
         return self.by_status()[200] / self.duration_s
 
     def summary(self) -> str:
+        longest = max((s for _, s in self.gc_pauses), default=0.0)
         return (f"sent {self.sent} answered {self.answered} by status {dict(self.by_status())} "
-                f"p99(200) {self.p99() * 1000:.1f} ms errors {dict(self.errors)}")
+                f"p99(200) {self.p99() * 1000:.1f} ms errors {dict(self.errors)}; client collections "
+                f"{len(self.gc_pauses)}, longest {longest * 1000:.1f} ms")
 
 
 async def _one(http: Client, request: Request, ledger: Ledger, sent_at: float = 0.0) -> None:
@@ -89,6 +92,13 @@ async def open_loop(
     ledger, count = Ledger(duration_s=duration_s), int(rate * duration_s)
     http = Client(url, timeout_s)
     tasks: list[asyncio.Task[None]] = []
+    with quiet_heap(ledger.gc_pauses):
+        await _schedule(http, rate, count, make, ledger, tasks, timeout_s)
+    return ledger
+
+
+async def _schedule(http: Client, rate: float, count: int, make: Callable[[int], Request], ledger: Ledger,
+                    tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
     try:
         ledger.started = start = time.perf_counter()
         for i in range(count):
@@ -102,7 +112,6 @@ async def open_loop(
         for task in tasks:
             task.cancel()
         await http.aclose()
-    return ledger
 
 
 async def unloaded_p99(url: str, make: Callable[[int], Request], count: int = 60, pause_s: float = 0.1) -> float:
