@@ -53,7 +53,8 @@ ROUTES = {"embed": "/embed", "openai": "/v1/embeddings", "attention": "/attentio
 
 
 def payloads(scenario: Scenario, tokenizer: Tokenizer, embed_route: str, pool: int = 64) -> list[Payload]:
-    """`pool` distinct request bodies (one fixed text for e / e-embed, so both see the same input)."""
+    """`pool` distinct request bodies (one fixed text for e / e-embed, so both see the same input; 8 documents
+    for a chunked scenario, each a few seconds of graph time)."""
     count = 1 if scenario.name.startswith("e") else 8 if scenario.chunking else pool
     make = make_documents if scenario.chunking else make_texts
     out = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -52,8 +53,10 @@ def make_documents(tokenizer: Tokenizer, tokens: int, n: int, seed: int = 0) -> 
     return [" ".join(make_texts(full, per, parts, seed * 100_003 + i)) for i in range(n)]
 
 
+@functools.lru_cache(maxsize=4)
 def whole(tokenizer: Tokenizer) -> Tokenizer:
-    """A copy that does not truncate, to count tokens past the max length."""
+    """A copy that does not truncate, to count tokens past the max length (made once per tokenizer: a copy
+    serialises and parses the whole vocabulary, and the bench counts tokens for every request body)."""
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_truncation()
     return copy
