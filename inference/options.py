@@ -133,9 +133,10 @@ class RequestLimits(_Options):
 class CacheOptions(_Options):
     cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="Bytes of the exact embedding cache, shared by the served models "
-        "(least recently used out first; 0 turns it off). Keyed by the model's fingerprint, the input's token "
-        "ids and the output kind, so a hit is the vector the graph returned for that input, bit for bit, and "
-        "skips the queue. Attention maps are not cached.",
+        "(least recently used out first; 0 turns it off: every input runs, repeats too). Keyed by the model's "
+        "fingerprint, the input's token ids and the output kind, so a hit is the vector the graph returned for "
+        "that input, bit for bit, and skips the queue; a repeat within a request, or of an input another request "
+        "is running, runs once. Attention maps are not cached.",
     )
 
 

@@ -13,7 +13,8 @@ query and a document, through the tokenizer's pair template, with their token ty
 Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
 record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
 (`inference.cache`): a hit returns its permit at once and never queues, a repeat of another input of the
-same request runs once, and what runs is kept for the next request.
+same request runs once, an input that another request is running now waits for that run, and what runs is
+kept for the next request. With the cache off (0 bytes) every input runs, repeats too.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class ServedModel:
         self.fingerprint = bundle.fingerprint
         self.warm = False
         self._probe = asyncio.Lock()
+        self._running: dict[bytes, asyncio.Future[Outputs]] = {}  # cached-kind inputs being run now, by cache key
 
     @property
     def tasks(self) -> frozenset[str]:
@@ -165,31 +167,65 @@ class ServedModel:
         return windows, grouped, followed
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        """Every sequence's outputs, in order. Of the cached kinds: hits from the cache (their permits returned
-        at once, never queued), each other distinct sequence run once and kept; other kinds: all run."""
-        if kind not in CACHED_KINDS:
+        """Every sequence's outputs, in order. Of the cached kinds, with the cache on: hits from the cache (their
+        permits returned at once, never queued), sequences another request is running now from that run, and
+        each other distinct sequence run once and kept; otherwise all run."""
+        if kind not in CACHED_KINDS or not self.answers.max_bytes:
             return await self._run_graph(ticket, kind, sequences)
         keys = [cache.key(self.fingerprint, kind, ids) for ids in sequences]
-        found = {k: hit for k in set(keys) if (hit := self.answers.get(k)) is not None}
+        found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.answers.get(k)) is not None}
         missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
-        ticket.give_back(len(sequences) - len(missing))
-        ran = await self._run_graph(ticket, kind, list(missing.values())) if missing else []
-        fresh = self._keep(list(missing), ran)
-        self._answered_cached(ticket.caller, len(sequences), len(missing))
-        return [found[k] if k in found else fresh[k] for k in keys]
+        borrowed = {k: self._running[k] for k in missing if k in self._running}
+        own = {k: ids for k, ids in missing.items() if k not in borrowed}
+        ticket.give_back(len(sequences) - len(missing))  # a borrowed input keeps its permit until its run ends
+        found |= await self._run_and_keep(ticket, kind, own)
+        again = await self._borrow(borrowed, found)
+        found |= await self._run_and_keep(ticket, kind, {k: missing[k] for k in again})
+        ticket.give_back(len(borrowed) - len(again))
+        self._answered_cached(ticket.caller, len(sequences), len(own) + len(again))
+        return [found[k] for k in keys]
 
-    def _keep(self, keys: list[bytes], outputs: list[Outputs]) -> dict[bytes, Outputs]:
-        """The outputs by key, kept in the cache (as read-only copies, detached from their batch) when it is on."""
-        if not self.answers.max_bytes:
-            return dict(zip(keys, outputs, strict=True))
-        evictions, kept = self.answers.evictions, [cache.frozen(o) for o in outputs]
-        self.answers.put_all(keys, kept)
-        self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
-        return dict(zip(keys, kept, strict=True))
+    async def _run_and_keep(self, ticket: Ticket, kind: str, own: dict[bytes, np.ndarray]) -> dict[bytes, Outputs]:
+        """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
+        their batch. While they run, other requests asking for the same keys wait for this run (`_running`)
+        instead of running them again; if it fails, they run them themselves."""
+        if not own:
+            return {}
+        loop = asyncio.get_running_loop()
+        waiting = {k: loop.create_future() for k in own}
+        for k, future in waiting.items():
+            self._running.setdefault(k, future)  # a retry's key may be another request's run again by now
+        try:
+            ran = await self._run_graph(ticket, kind, list(own.values()))
+            evictions, kept = self.answers.evictions, [cache.frozen(o) for o in ran]
+            self.answers.put_all(list(own), kept)
+            self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
+            fresh = dict(zip(own, kept, strict=True))
+            for k, future in waiting.items():
+                future.set_result(fresh[k])
+            return fresh
+        finally:
+            for k, future in waiting.items():
+                future.cancel()  # failed or cancelled: the borrowers run it (a no-op once answered)
+                if self._running.get(k) is future:
+                    del self._running[k]
+
+    @staticmethod
+    async def _borrow(borrowed: dict[bytes, asyncio.Future[Outputs]], into: dict[bytes, Outputs]) -> list[bytes]:
+        """Wait for the other requests' runs of `borrowed` (never cancelling them), their outputs into `into`;
+        the keys whose run failed or was cancelled, to run here."""
+        if borrowed:
+            await asyncio.wait(borrowed.values())
+        again = []
+        for k, future in borrowed.items():
+            if future.cancelled():
+                again.append(k)
+            else:
+                into[k] = future.result()
+        return again
 
     def _answered_cached(self, caller: Caller, inputs: int, ran: int) -> None:
-        if self.answers.max_bytes:
-            self._observer.cache(caller.name, inputs - ran, ran)
+        self._observer.cache(caller.name, inputs - ran, ran)
         if (record := timing.current()) is not None and inputs > ran:
             record.answered_cached(inputs - ran)
 

@@ -16,7 +16,7 @@ import pytest
 from inference.cache import ENTRY_BYTES, AnswerCache, frozen
 from inference.loading import load_bundle
 from inference.options import LoadOptions
-from tests.helpers.fakes import GatedBundle, held
+from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
 from tests.helpers.serving import graph_runs, serving
 from tests.helpers.tiny import SENTENCES, review_texts
@@ -93,16 +93,62 @@ def test_the_fingerprint_is_the_graph_the_tokenizer_and_the_pooling(tiny_bundle:
 
 async def test_repeats_within_a_request_run_once_and_truncation_is_in_the_key(tiny_bundle: Path) -> None:
     long = " ".join(SENTENCES)  # past the 64-token max length: right and left truncation differ
-    async with serving(tiny_bundle, cache_bytes=0) as (app, client):
+    repeated = {"inputs": [SENTENCES[1], SENTENCES[2], SENTENCES[1]]}
+    async with serving(tiny_bundle) as (app, client):
         runs = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum")
-        answer = await client.post("/embed", json={"inputs": [SENTENCES[1], SENTENCES[2], SENTENCES[1]]})
+        answer = await client.post("/embed", json=repeated)
         ran = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum") - runs
         vectors = answer.json()
         assert ran == 2 and answer.headers["x-cached-inputs"] == "1" and vectors[0] == vectors[2]
-    async with serving(tiny_bundle) as (_, client):
         right = await client.post("/embed", json={"inputs": long})
         left = await client.post("/embed", json={"inputs": long, "truncation_direction": "Left"})
         assert left.headers["x-cached-inputs"] == "0" and left.json() != right.json()
+    async with serving(tiny_bundle, cache_bytes=0) as (app, client):  # off: every input runs, repeats too
+        runs = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum")
+        answer = await client.post("/embed", json=repeated)
+        ran = sample(app.state.metrics.render().decode(), "attnserve_batch_size_sum") - runs
+        assert ran == 3 and answer.headers["x-cached-inputs"] == "0" and answer.json() == vectors
+
+
+async def test_an_input_another_request_is_running_waits_for_that_run(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, GatedBundle.around) as (app, client):
+        model = app.state.models.default
+        gated: GatedBundle = model.bundle
+        runs = graph_runs(app)
+        gated.gate.clear()
+        first = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}))
+        await until(lambda: gated.waiting == 1)
+        second = asyncio.create_task(client.post("/embed", json={"inputs": [SENTENCES[1], SENTENCES[0]]}))
+        await until(lambda: model.batcher.depth == 1)  # SENTENCES[1] queued; SENTENCES[0] waits for the run
+        gated.gate.set()
+        one, two = await asyncio.gather(first, second)
+        assert graph_runs(app) - runs == 2  # SENTENCES[0] ran once, for both requests
+        assert two.json()[1] == one.json()[0] and two.headers["x-cached-inputs"] == "1"
+        assert model.batcher.in_flight == 0  # the waiting input's permit came back with its answer
+
+
+async def test_when_the_run_waited_for_fails_the_waiting_request_runs_the_input_itself(tiny_bundle: Path) -> None:
+    failures = iter([RuntimeError("the first run fails")])
+
+    def fail_once() -> None:
+        if (error := next(failures, None)) is not None:
+            raise error
+
+    async with serving(tiny_bundle, GatedBundle.around) as (app, client):
+        model = app.state.models.default
+        gated: GatedBundle = model.bundle
+        alone = (await client.post("/embed", json={"inputs": SENTENCES[4]})).json()  # cached: the next run is
+        gated.gate.clear()
+        gated.fault = fail_once
+        first = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[3]}))
+        await until(lambda: gated.waiting == 1)
+        second = asyncio.create_task(client.post("/embed", json={"inputs": [SENTENCES[4], SENTENCES[3]]}))
+        await until(lambda: len(model._running) == 1 and model.batcher.depth == 0)
+        gated.gate.set()
+        failed, answered = await asyncio.gather(first, second)
+    assert failed.status_code == 500 and answered.status_code == 200
+    assert answered.json()[0] == alone[0] and answered.headers["x-cached-inputs"] == "1"  # SENTENCES[4]: a hit
+    assert model.batcher.in_flight == 0
 
 
 async def test_a_hit_never_waits_for_the_graph(tiny_bundle: Path) -> None:
