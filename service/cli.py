@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import signal
 from typing import Any
 
@@ -56,6 +57,10 @@ def serve(settings: Settings) -> int:
     from service.app import create_app
     from service.deadlines import with_header_timeout
 
+    # The tokenising threads already encode requests side by side; the tokenizers library's own worker pool
+    # inside each call only adds threads that spin waiting for work on the cores the graph runs on (measured
+    # under 8 bulk callers: 1.2 s of CPU in 8 s, for no more throughput). A value set by the user stays.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         loaded = load_bundles(settings.bundle, settings.load_options())
         served_names(settings.bundle, loaded)
