@@ -10,9 +10,10 @@ cap (with several slots free, the waiting inputs are shared out among them, so o
 every slot busy); it runs the graph in an executor thread and fans the per-input results back out while the
 other slots run. A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive
 batch runs at once beside them in one more slot kept for it (the interactive lane), instead of waiting for
-a bulk batch to end. A failed batch fails every waiter in it; a request that waits past the queue timeout fails
-with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs compute. On
-stop, admitted work is drained before the task ends.
+a bulk batch to end. Bulk batches run in threads of their own, at a lower CPU priority (`inference.threads`).
+A failed batch fails every waiter in it; a request that waits past the queue timeout fails with
+`QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs compute. On stop,
+admitted work is drained before the task ends.
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ class BatchLimits:
 class Batcher:
     def __init__(
         self, run: RunFn, limits: BatchLimits, executor: Executor | None = None,
-        observer: BatchObserver | None = None, lane: Executor | None = None,
+        observer: BatchObserver | None = None, lane: Executor | None = None, bulk: Executor | None = None,
     ) -> None:
         self._run_fn, self.limits, self._executor = run, limits, executor
         self._lane = lane or executor  # the interactive lane's thread: only its batches run there
+        self._bulk = bulk or executor  # bulk batches' threads (a lower CPU priority)
         self._observer = observer or BatchObserver()
         self._queue: FairQueue[WorkItem] = FairQueue(limits.bulk_share)
         self._permits = Permits(limits.max_queue, limits.bulk_queue or limits.max_queue, self._observer.in_flight)
@@ -194,12 +196,16 @@ class Batcher:
                 log.exception("batcher iteration failed")
                 continue
             for batch in batches:
-                lane = len(self._running) >= self.limits.runs_in_flight  # every slot taken: the lane's batch
-                run = asyncio.get_running_loop().create_task(self._run(batch, self._lane if lane else self._executor))
+                run = asyncio.get_running_loop().create_task(self._run(batch, self._executor_for(batch)))
                 self._running[run] = batch[0].caller.priority
                 run.add_done_callback(self._ran)
         if self._running:
             await asyncio.wait(self._running)  # drained: every admitted input has its answer
+
+    def _executor_for(self, batch: list[WorkItem]) -> Executor | None:
+        if len(self._running) >= self.limits.runs_in_flight:  # every slot taken: the lane's (interactive) batch
+            return self._lane
+        return self._bulk if batch[0].caller.priority == "bulk" else self._executor
 
     def _ran(self, run: asyncio.Task[None]) -> None:
         self._running.pop(run, None)

@@ -6,7 +6,8 @@ send); with several, a request names one of them or gets ModelNotFound listing t
 request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
 default), so no more graph runs overlap on the CPU than the session threads were sized for, and one more
 thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
-tokenising.
+tokenising. Bulk batches and the tokenising of bulk requests have threads of their own, at a lower CPU
+priority (`inference.threads`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from inference.loading import LoadedBundle, Opened, load_bundle
 from inference.observer import BatchObserver
 from inference.options import LoadOptions, ServingOptions
 from inference.served import ServedModel
+from inference.threads import background_pool
 
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -122,12 +124,14 @@ def start_models(
     the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
     batchers stop."""
     graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
+    bulk = background_pool(options.graph_runs, "attnserve-bulk", options.bulk_nice)  # ... of bulk batches
     lane = ThreadPoolExecutor(1, thread_name_prefix="attnserve-lane")  # interactive batches beside bulk ones
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
+    bulk_cpu = background_pool(2, "attnserve-bulk-cpu", options.bulk_nice)  # ... of bulk requests
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
     answers, models = AnswerCache(options.cache_bytes), {}
     for name, bundle in zip(names, loaded, strict=True):
-        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name), lane)
+        batcher = Batcher(bundle.run_batch, limits, graphs, observer(name), lane, bulk)
         batcher.start()
-        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers)
-    return ModelRegistry(models), [graphs, lane, cpu]
+        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers, bulk_cpu)
+    return ModelRegistry(models), [graphs, bulk, lane, cpu, bulk_cpu]

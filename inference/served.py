@@ -53,10 +53,11 @@ INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are token
 class ServedModel:
     def __init__(
         self, name: str, bundle: LoadedBundle, batcher: Batcher, limits: RequestLimits, executor: Executor,
-        observer: BatchObserver | None = None, answers: AnswerCache | None = None,
+        observer: BatchObserver | None = None, answers: AnswerCache | None = None, background: Executor | None = None,
     ) -> None:
         self.name, self.bundle, self.batcher, self.limits = name, bundle, batcher, limits
         self._executor, self._observer = executor, observer or BatchObserver()
+        self._background = background or executor  # bulk requests' tokenising (a lower CPU priority)
         self.answers = answers if answers is not None else AnswerCache(0)  # shared by the models of a registry
         self.fingerprint = bundle.fingerprint
         self.warm = False
@@ -242,7 +243,8 @@ class ServedModel:
         return outputs
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        executor = self._background if self._caller().priority == "bulk" else self._executor
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
 
     async def maybe_off_loop(self, texts: Inputs, fn: Callable[..., T], *args: Any) -> T:
         """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
