@@ -183,15 +183,20 @@ async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: 
     query = Load(SEARCH, 1, bodies(tokenizer, 1, INTERACTIVE_TOKENS, 64, seed=99), INTERACTIVE_PAUSE_S)
     phases: list[list[dict[str, Served]]] = [[], [], []]
     loop, each = asyncio.get_running_loop(), duration_s / rounds
+    if each <= 4 * SETTLE_S:
+        raise ValueError(f"{duration_s:g} s in {rounds} rounds leaves the interactive caller too little time")
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as elsewhere:
         await loop.run_in_executor(elsewhere, _started)  # the process starts (imports) before any timing
         for _ in range(rounds):
             phases[0].append(await run(url, [query], each))
             phases[1].append(await loop.run_in_executor(elsewhere, _run_here, url, bulk, each))
             bulk_run = loop.run_in_executor(elsewhere, _run_here, url, bulk, each)
-            await asyncio.sleep(SETTLE_S)
-            interactive = await run(url, [query], each - 2 * SETTLE_S)
-            phases[2].append({**interactive, **await bulk_run})
+            try:
+                await asyncio.sleep(SETTLE_S)
+                interactive = await run(url, [query], each - 2 * SETTLE_S)
+            finally:
+                bulk_load = await bulk_run  # the bulk callers' process ends its run before this one goes on
+            phases[2].append({**interactive, **bulk_load})
     alone, bulk_alone, together = (merged(phase) for phase in phases)
     return Priorities(alone[SEARCH.name], bulk_alone, together)
 

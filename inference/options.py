@@ -101,7 +101,8 @@ class BatchOptions(_Options):
         "tokenise bulk requests is (Linux nice, per thread; 0: the same as the rest). With every core busy, the "
         "event loop and interactive work then get a core first, and bulk work still runs at full speed on cores "
         "nothing else wants (under 8 bulk callers on 2 cores, the event loop's longest waits for a core went "
-        "from 4-5 ms to about 1 ms).",
+        "from 4-5 ms to about 1 ms). onnxruntime's own intra-op worker threads (intra_op_threads above 1) serve "
+        "every run and keep the normal priority.",
     )
     bulk_queue_share: float = Field(
         0.5, gt=0, le=1, description="Share of max_queue that bulk inputs may hold at once; bulk requests beyond "

@@ -3,18 +3,19 @@ name, in the order the bundles were given; the first is the default.
 
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
-request that names none goes to the first. All the models share the graph threads (`graph_runs`, 1 by
-default), so no more graph runs overlap on the CPU than the session threads were sized for, and one more
-thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
+request that names none goes to the first. All the models share the graph threads and `graph_runs` run
+slots (1 by default), so no more graph runs overlap on the CPU than the session threads were sized for, and
+one more thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
 tokenising. Bulk batches and the tokenising of bulk requests have threads of their own, at a lower CPU
-priority (`inference.threads`).
+priority, holding the same run slots (`inference.threads`).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -27,7 +28,7 @@ from inference.loading import LoadedBundle, Opened, load_bundle
 from inference.observer import BatchObserver
 from inference.options import LoadOptions, ServingOptions
 from inference.served import ServedModel
-from inference.threads import background_pool
+from inference.threads import SharedSlots, background_pool
 
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -119,12 +120,13 @@ def quoted(name: str, most: int = 64) -> str:
 def start_models(
     names: Sequence[str], loaded: Sequence[LoadedBundle], options: ServingOptions,
     observer: Callable[[str], BatchObserver] = lambda name: BatchObserver(),
-) -> tuple[ModelRegistry, list[ThreadPoolExecutor]]:
+) -> tuple[ModelRegistry, list[Executor]]:
     """One served model with a started batcher per bundle, sharing the graph threads, the tokenising pool and
     the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
     batchers stop."""
-    graphs = ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph")  # all models' runs
-    bulk = background_pool(options.graph_runs, "attnserve-bulk", options.bulk_nice)  # ... of bulk batches
+    slots = threading.Semaphore(options.graph_runs)  # all models' runs, of either class
+    graphs = SharedSlots(ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph"), slots)
+    bulk = SharedSlots(background_pool(options.graph_runs, "attnserve-bulk", options.bulk_nice), slots)
     lane = ThreadPoolExecutor(1, thread_name_prefix="attnserve-lane")  # interactive batches beside bulk ones
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
     bulk_cpu = background_pool(2, "attnserve-bulk-cpu", options.bulk_nice)  # ... of bulk requests

@@ -13,8 +13,9 @@ query and a document, through the tokenizer's pair template, with their token ty
 Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
 record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
 (`inference.cache`): a hit returns its permit at once and never queues, a repeat of another input of the
-same request runs once, an input that another request is running now waits for that run, and what runs is
-kept for the next request. With the cache off (0 bytes) every input runs, repeats too.
+same request runs once, an input that another request is running now waits for that run (unless that request
+is bulk and this one interactive), and what runs is kept for the next request. With the cache off (0 bytes)
+every input runs, repeats too.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,8 +35,8 @@ from inference import cache, chunking, timing
 from inference.batcher import Batcher, Ticket
 from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady, Unsupported
-from inference.fairqueue import Caller
+from inference.errors import InferenceError, NotReady, QueueTimeout, Unsupported
+from inference.fairqueue import Caller, Priority
 from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
@@ -50,6 +52,15 @@ WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph 
 INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
 
 
+@dataclass
+class SharedRun:
+    """A graph run of one cached-kind input in flight, which other requests asking for that input wait for:
+    its outputs, or the QueueTimeout it met."""
+
+    future: asyncio.Future[Outputs | QueueTimeout]
+    priority: Priority
+
+
 class ServedModel:
     def __init__(
         self, name: str, bundle: LoadedBundle, batcher: Batcher, limits: RequestLimits, executor: Executor,
@@ -62,7 +73,7 @@ class ServedModel:
         self.fingerprint = bundle.fingerprint
         self.warm = False
         self._probe = asyncio.Lock()
-        self._running: dict[bytes, asyncio.Future[Outputs]] = {}  # cached-kind inputs being run now, by cache key
+        self._running: dict[bytes, SharedRun] = {}  # cached-kind inputs being run now, by cache key
 
     @property
     def tasks(self) -> frozenset[str]:
@@ -169,60 +180,73 @@ class ServedModel:
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
         """Every sequence's outputs, in order. Of the cached kinds, with the cache on: hits from the cache (their
-        permits returned at once, never queued), sequences another request is running now from that run, and
-        each other distinct sequence run once and kept; otherwise all run."""
+        permits returned at once, never queued), sequences another request of a class at least as urgent is
+        running now from that run, and each other distinct sequence run once and kept; otherwise all run."""
         if kind not in CACHED_KINDS or not self.answers.max_bytes:
             return await self._run_graph(ticket, kind, sequences)
         keys = [cache.key(self.fingerprint, kind, ids) for ids in sequences]
         found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.answers.get(k)) is not None}
         missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
-        borrowed = {k: self._running[k] for k in missing if k in self._running}
+        borrowed = {k: run for k in missing if (run := self._running.get(k)) is not None
+                    and (run.priority == "interactive" or ticket.caller.priority == "bulk")}
         own = {k: ids for k, ids in missing.items() if k not in borrowed}
         ticket.give_back(len(sequences) - len(missing))  # a borrowed input keeps its permit until its run ends
         found |= await self._run_and_keep(ticket, kind, own)
-        again = await self._borrow(borrowed, found)
-        found |= await self._run_and_keep(ticket, kind, {k: missing[k] for k in again})
-        ticket.give_back(len(borrowed) - len(again))
-        self._answered_cached(ticket.caller, len(sequences), len(own) + len(again))
+        retry = {k: missing[k] for k in await self._borrow(borrowed, found) if k not in found}
+        found |= await self._run_and_keep(ticket, kind, retry)
+        ticket.give_back(len(borrowed) - len(retry))
+        self._answered_cached(ticket.caller, len(sequences), len(own) + len(retry))
         return [found[k] for k in keys]
 
     async def _run_and_keep(self, ticket: Ticket, kind: str, own: dict[bytes, np.ndarray]) -> dict[bytes, Outputs]:
         """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
         their batch. While they run, other requests asking for the same keys wait for this run (`_running`)
-        instead of running them again; if it fails, they run them themselves."""
+        instead of running them again: they get its outputs, or its queue timeout, or, if it failed otherwise
+        or was cancelled, run them themselves. An interactive run takes the place of a bulk one there."""
         if not own:
             return {}
         loop = asyncio.get_running_loop()
-        waiting = {k: loop.create_future() for k in own}
-        for k, future in waiting.items():
-            self._running.setdefault(k, future)  # a retry's key may be another request's run again by now
+        runs = {k: SharedRun(loop.create_future(), ticket.caller.priority) for k in own}
+        for k, run in runs.items():
+            if k not in self._running or run.priority == "interactive":
+                self._running[k] = run
         try:
             ran = await self._run_graph(ticket, kind, list(own.values()))
+        except QueueTimeout as timeout:
+            for run in runs.values():
+                run.future.set_result(timeout)  # those waiting for it waited as long
+            raise
+        else:
             evictions, kept = self.answers.evictions, [cache.frozen(o) for o in ran]
             self.answers.put_all(list(own), kept)
             self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
             fresh = dict(zip(own, kept, strict=True))
-            for k, future in waiting.items():
-                future.set_result(fresh[k])
+            for k, run in runs.items():
+                run.future.set_result(fresh[k])
             return fresh
         finally:
-            for k, future in waiting.items():
-                future.cancel()  # failed or cancelled: the borrowers run it (a no-op once answered)
-                if self._running.get(k) is future:
+            for k, run in runs.items():
+                run.future.cancel()  # failed or cancelled: the borrowers run it (a no-op once answered)
+                if self._running.get(k) is run:
                     del self._running[k]
 
-    @staticmethod
-    async def _borrow(borrowed: dict[bytes, asyncio.Future[Outputs]], into: dict[bytes, Outputs]) -> list[bytes]:
-        """Wait for the other requests' runs of `borrowed` (never cancelling them), their outputs into `into`;
-        the keys whose run failed or was cancelled, to run here."""
+    async def _borrow(self, borrowed: dict[bytes, SharedRun], into: dict[bytes, Outputs]) -> list[bytes]:
+        """Wait for the other requests' runs of `borrowed` (never cancelling them), their outputs into `into`
+        (QueueTimeout when one of those runs waited out the queue timeout); the keys whose run failed or was
+        cancelled, to run here unless the cache has them by now."""
         if borrowed:
-            await asyncio.wait(borrowed.values())
+            await asyncio.wait([run.future for run in borrowed.values()])
         again = []
-        for k, future in borrowed.items():
-            if future.cancelled():
-                again.append(k)
+        for k, run in borrowed.items():
+            if run.future.cancelled():
+                if (hit := self.answers.get(k)) is not None:
+                    into[k] = hit
+                else:
+                    again.append(k)
+            elif isinstance(answer := run.future.result(), QueueTimeout):
+                raise QueueTimeout(str(answer))
             else:
-                into[k] = future.result()
+                into[k] = answer
         return again
 
     def _answered_cached(self, caller: Caller, inputs: int, ran: int) -> None:

@@ -1,4 +1,5 @@
-"""Thread pools for bulk work, whose threads run at a lower CPU priority than the rest of the server.
+"""Thread pools for bulk work, whose threads run at a lower CPU priority than the rest of the server, and the
+run slots that the graph threads of both priorities share.
 
 When every core is busy, a runnable thread waits its turn for one. Under a saturating bulk load on 2 cores
 the event loop waited 4-5 ms at a time on the run queue (its /proc/thread-self/schedstat wait, with almost no
@@ -7,6 +8,10 @@ and the tokenising of bulk requests run in threads niced by `bulk_nice` (Linux k
 thread): the kernel gives the event loop, the interactive lane and interactive tokenising a core first
 whenever they are runnable, and a niced thread still runs at full speed whenever nothing else wants the core.
 onnxruntime's own intra-op worker threads (intra_op_threads > 1) serve every run and keep the normal priority.
+
+The graph threads of the two priorities hold one of `graph_runs` shared slots while a graph runs
+(`SharedSlots`), so that with several models served no more runs overlap than the sessions' threads were
+sized for, whichever class each batch is of (the interactive lane's one run is the exception, by design).
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ import logging
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -35,3 +44,20 @@ def lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
     except OSError as error:  # raising a nice value needs no privilege; a sandbox may refuse it all the same
         log.warning("bulk threads keep the normal CPU priority: %s", error)
+
+
+class SharedSlots(Executor):
+    """Runs calls on `pool`, each holding one of `slots` (a semaphore other pools share) while it runs."""
+
+    def __init__(self, pool: ThreadPoolExecutor, slots: threading.Semaphore) -> None:
+        self._pool, self._slots = pool, slots
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        def held() -> T:
+            with self._slots:
+                return fn(*args, **kwargs)
+
+        return self._pool.submit(held)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._pool.shutdown(wait, cancel_futures=cancel_futures)

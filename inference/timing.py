@@ -28,7 +28,7 @@ class RequestTiming:
     queue_s: float = 0.0
     inference_s: float = 0.0
     tokens: int = 0  # tokens of the inputs admitted (every window's; special tokens included)
-    cached: int = 0  # inputs answered without a graph run: from the cache, or a repeat within the request
+    cached: int = 0  # inputs answered without a run of their own: cache, repeat, or another request's run
     used: bool = False  # a served model recorded something: the request was tokenised, run or answered
 
     def tokenized(self, seconds: float) -> None:

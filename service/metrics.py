@@ -68,7 +68,8 @@ class Metrics(BatchObserver):
             registry=r,
         )
         self.cache_hits = Counter(
-            "attnserve_cache_hits", "Inputs answered from the answer cache (or as a repeat within their request)",
+            "attnserve_cache_hits", "Inputs answered without a run of their own: from the answer cache, as a repeat "
+            "within their request, or by another request's run of the same input",
             ["model", "caller"], registry=r,
         )
         self.cache_misses = Counter(

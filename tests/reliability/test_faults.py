@@ -76,7 +76,7 @@ async def test_non_finite_outputs_are_a_json_error_for_that_request_only(tiny_bu
             runner.session = PoisonedSession(runner.session, int(poison), value)  # type: ignore[attr-defined]
         return GatedBundle.around(runtime)
 
-    async with serving(tiny_bundle, wrap=poisoned) as (app, client), held(app, client) as plug:
+    async with serving(tiny_bundle, wrap=poisoned, cache_bytes=0) as (app, client), held(app, client) as plug:
         engine = app.state.models.default
         requests = [
             client.post("/embed", json={"inputs": ["a warm and funny film", "boring and far too long"]}),

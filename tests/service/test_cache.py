@@ -137,18 +137,49 @@ async def test_when_the_run_waited_for_fails_the_waiting_request_runs_the_input_
     async with serving(tiny_bundle, GatedBundle.around) as (app, client):
         model = app.state.models.default
         gated: GatedBundle = model.bundle
-        alone = (await client.post("/embed", json={"inputs": SENTENCES[4]})).json()  # cached: the next run is
+        alone = (await client.post("/embed", json={"inputs": SENTENCES[4]})).json()  # in the cache from now on
         gated.gate.clear()
         gated.fault = fail_once
         first = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[3]}))
         await until(lambda: gated.waiting == 1)
+        runs = graph_runs(app)
         second = asyncio.create_task(client.post("/embed", json={"inputs": [SENTENCES[4], SENTENCES[3]]}))
-        await until(lambda: len(model._running) == 1 and model.batcher.depth == 0)
+        await until(lambda: model.batcher.in_flight == 2)  # the first's input, and the second's waiting for it
+        assert model.batcher.depth == 0
         gated.gate.set()
         failed, answered = await asyncio.gather(first, second)
+        assert graph_runs(app) - runs == 2  # the failed run, then the second request's own
     assert failed.status_code == 500 and answered.status_code == 200
     assert answered.json()[0] == alone[0] and answered.headers["x-cached-inputs"] == "1"  # SENTENCES[4]: a hit
     assert model.batcher.in_flight == 0
+
+
+async def test_an_interactive_request_does_not_wait_for_a_bulk_requests_run(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, GatedBundle.around) as (app, client):
+        model = app.state.models.default
+        gated: GatedBundle = model.bundle
+        gated.gate.clear()
+        bulk = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}, headers={"x-priority": "bulk"}))
+        await until(lambda: gated.waiting == 1)
+        interactive = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}))
+        await until(lambda: gated.waiting == 2)  # its own run of the same input, in the interactive lane
+        gated.gate.set()
+        slow, fast = await asyncio.gather(bulk, interactive)
+    assert slow.json() == fast.json() and fast.headers["x-cached-inputs"] == "0"
+
+
+async def test_a_run_that_timed_out_in_the_queue_times_out_those_waiting_for_it(tiny_bundle: Path) -> None:
+    async with serving(tiny_bundle, GatedBundle.around, queue_timeout_s=0.5) as (app, client):
+        model = app.state.models.default
+        async with held(app, client) as plug:
+            first = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}))
+            await until(lambda: model.batcher.depth == 1)
+            second = asyncio.create_task(client.post("/embed", json={"inputs": [SENTENCES[0]]}))
+            await until(lambda: model.batcher.in_flight == 3)  # the plug, the first, the second waiting for it
+            answers = await asyncio.gather(first, second)
+            assert model.batcher.depth == 0  # the second never queued a run of its own
+        assert (await plug).status_code == 200
+    assert [a.status_code for a in answers] == [504, 504]
 
 
 async def test_a_hit_never_waits_for_the_graph(tiny_bundle: Path) -> None:

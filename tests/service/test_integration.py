@@ -50,7 +50,8 @@ def waiting_process(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory)
     """The batcher waits an hour for a batch to fill, and a batch is full at WAITING_BATCH inputs: a batch
     runs exactly when that many inputs wait, whenever they arrive (no clock in the checks). Access log on."""
     server = launch_server(tiny_bundle, tmp_path_factory.mktemp("waiting") / "server.log",
-                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH), "--access-log")
+                           "--batch-wait-ms", "3600000", "--max-batch-size", str(WAITING_BATCH), "--access-log",
+                           "--cache-bytes", "0")  # every input queues, repeats of another request's too
     assert wait_ready(server, 60), server.log()
     yield server
     stop_cleanly(server)
@@ -147,7 +148,8 @@ def test_openai_client_works_unchanged(server):
 
 async def test_sigterm_finishes_admitted_requests(tiny_bundle, tmp_path):
     """Admitted requests wait for a batch that would take an hour to fill; SIGTERM makes them run at once."""
-    server = launch_server(tiny_bundle, tmp_path / "server.log", "--batch-wait-ms", "3600000")
+    server = launch_server(tiny_bundle, tmp_path / "server.log", "--batch-wait-ms", "3600000",
+                           "--cache-bytes", "0")  # every request's input queues, repeats too
     try:
         assert wait_ready(server, 60), server.log()
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
