@@ -1,5 +1,6 @@
 """The batcher with a fake runner (the queue on its own: test_batchqueue.py): batching, caps, admission,
-timeouts, failures, cancellation, drain.
+timeouts, failures, cancellation, drain, several runs in flight (priority classes, the interactive lane and
+the threads each class runs on: test_batcher_classes.py).
 
 Batching is proven without timing: the fake runner holds its first run (a one-input "plug") at a gate, so
 everything submitted meanwhile queues, and the runs after the gate opens show how the queue was cut.
@@ -10,77 +11,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
 
-import numpy as np
 import pytest
 import pytest_asyncio
 
 from inference.batcher import Batcher, BatchLimits
 from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
-from inference.fairqueue import Caller
+from tests.helpers.batching import FakeRunner, plugged, seq, submit
 from tests.helpers.serving import until
-
-
-class FakeRunner:
-    """Records each batch; answers each input with its length; may fail or block at its gate."""
-
-    def __init__(self) -> None:
-        self.batches: list[list[int]] = []
-        self.fail = False
-        self.short = False
-        self.gate = threading.Event()
-        self.gate.set()
-        self.waiting = 0
-
-    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
-        self.waiting += 1
-        self.gate.wait(5)
-        self.waiting -= 1
-        self.batches.append([len(s) for s in seqs])
-        if self.fail:
-            raise RuntimeError("boom: /secret/path")
-        out = [(kind, len(s)) for s in seqs]
-        return out[:-1] if self.short else out
-
-
-def seq(n: int) -> np.ndarray:
-    return np.arange(n, dtype=np.int64)
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def setup():
-    runner = FakeRunner()
-    executor = ThreadPoolExecutor(1)
-    limits = BatchLimits(max_batch_tokens=64, max_batch_size=4, max_queue=8, queue_timeout_s=5.0, bulk_queue=4)
-    batcher = Batcher(runner, limits, executor)
-    batcher.start()
-    yield batcher, runner
-    runner.gate.set()
-    await batcher.stop()
-    executor.shutdown()
-
-
-async def submit(batcher: Batcher, lengths: list[int], kind: str = "fast"):
-    with batcher.admit(len(lengths)) as ticket:
-        return await batcher.submit(ticket, kind, [seq(n) for n in lengths])
-
-
-@asynccontextmanager
-async def plugged(batcher: Batcher, runner: FakeRunner) -> AsyncIterator[None]:
-    """A one-input plug (length 1) holds the graph thread; inputs submitted inside queue. The plug's own run is
-    removed from runner.batches on exit, so tests see only the batches the queue formed."""
-    runner.gate.clear()
-    plug = asyncio.create_task(submit(batcher, [1]))
-    await until(lambda: runner.waiting == 1)
-    try:
-        yield
-    finally:
-        runner.gate.set()
-        await plug
-        runner.batches.remove([1])
 
 
 # -- the batcher ----------------------------------------------------------------------------------------
@@ -353,130 +292,3 @@ async def test_inputs_that_waited_behind_a_long_run_are_not_held_for_batch_wait_
     assert time.monotonic() - started < 1.0  # counted from now, it would wait 1 s more (a lower bound)
     await batcher.stop()
     executor.shutdown()
-
-
-# -- priority classes and fair shares (the policy itself: tests/inference/test_fairqueue.py) ---------------------
-SEARCH, BACKFILL, REINDEX = Caller("search"), Caller("backfill", "bulk"), Caller("reindex", "bulk")
-
-
-async def submit_as(batcher: Batcher, caller: Caller, lengths: list[int]):
-    with batcher.admit(len(lengths), caller) as ticket:
-        return await batcher.submit(ticket, "fast", [seq(n) for n in lengths])
-
-
-async def test_an_interactive_request_runs_before_bulk_inputs_queued_earlier(setup):
-    batcher, runner = setup  # size cap 4, 8 permits
-    async with plugged(batcher, runner):
-        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7] * 4))  # 4 bulk permits: its whole share
-        await until(lambda: batcher.depth == 4)
-        query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
-        await until(lambda: batcher.depth == 5)
-    assert await query == [("fast", 3)] and await bulk == [("fast", 7)] * 4
-    assert runner.batches == [[3], [7, 7, 7, 7]]  # the later interactive input ran first, alone: no mixing
-
-
-async def test_bulk_requests_are_refused_at_their_share_while_interactive_ones_still_fit(setup):
-    batcher, runner = setup  # 8 permits, bulk_queue 4
-    async with plugged(batcher, runner):  # the plug: 1 interactive permit
-        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7] * 4))
-        await until(lambda: batcher.depth == 4)
-        assert batcher.full_for("bulk") and not batcher.full
-        with pytest.raises(Overloaded):
-            batcher.admit(1, REINDEX)
-        query = asyncio.create_task(submit_as(batcher, SEARCH, [3, 3, 3]))  # 1 + 4 + 3 = 8: fits
-        await until(lambda: batcher.depth == 7)
-        assert batcher.full
-    await asyncio.gather(bulk, query)
-    assert batcher.in_flight == 0
-
-
-async def test_two_bulk_callers_take_turns(setup):
-    batcher, runner = setup
-    batcher.limits.max_batch_size = 1
-    async with plugged(batcher, runner):
-        first = asyncio.create_task(submit_as(batcher, BACKFILL, [7, 7, 7]))
-        await until(lambda: batcher.depth == 3)
-        second = asyncio.create_task(submit_as(batcher, REINDEX, [5]))
-        await until(lambda: batcher.depth == 4)
-    await asyncio.gather(first, second)
-    assert runner.batches == [[7], [5], [7], [7]]  # reindex's one input does not wait for all of backfill's
-
-
-@pytest.mark.parametrize("lane", [True, False])
-async def test_the_interactive_lane_runs_an_interactive_batch_beside_a_bulk_one(lane: bool):
-    runner = FakeRunner()
-    executor = ThreadPoolExecutor(2)
-    batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, interactive_lane=lane), executor)
-    batcher.start()
-    runner.gate.clear()
-    bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7, 7]))
-    await until(lambda: runner.waiting == 1)  # the one slot runs a bulk batch
-    query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
-    more = asyncio.create_task(submit_as(batcher, SEARCH, [2]))
-    if lane:
-        await until(lambda: runner.waiting == 2 and batcher.depth == 0)  # started at once, beside it
-        assert not query.done()
-    else:
-        await until(lambda: batcher.depth == 2)
-        assert runner.waiting == 1  # it waits for the slot
-    runner.gate.set()
-    assert await asyncio.gather(bulk, query, more) == [[("fast", 7)] * 2, [("fast", 3)], [("fast", 2)]]
-    assert sorted(map(sorted, runner.batches)) == [[2, 3], [7, 7]]  # the lane's batch took both interactive inputs
-    await batcher.stop()
-    executor.shutdown()
-
-
-class ThreadRunner(FakeRunner):
-    """A FakeRunner that also records, per batch, the thread it ran on and the most runs at once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.threads: dict[int, str] = {}  # first length of each batch -> its thread's name
-        self.now = self.most = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
-        with self._lock:
-            self.now += 1
-            self.most = max(self.most, self.now)
-        try:
-            self.threads[len(seqs[0])] = threading.current_thread().name
-            return super().__call__(kind, seqs)
-        finally:
-            with self._lock:
-                self.now -= 1
-
-
-async def test_the_lanes_batches_run_on_the_lane_thread_and_the_slots_batches_never_do():
-    """Two batchers (two models) share one graph thread and one lane thread, as start_models builds them: the
-    interactive batch beside the bulk ones runs on the lane, bulk batches only on the graph thread, so no
-    more than graph_runs + 1 runs overlap and never two bulk ones."""
-    runner = ThreadRunner()
-    graphs = ThreadPoolExecutor(1, thread_name_prefix="graph")
-    lane = ThreadPoolExecutor(1, thread_name_prefix="lane")
-    limits = BatchLimits(64, 4, 16, 5.0, interactive_lane=True)
-    first, second = (Batcher(runner, limits, graphs, lane=lane), Batcher(runner, limits, graphs, lane=lane))
-    first.start(), second.start()
-    runner.gate.clear()
-    bulk = [asyncio.create_task(submit_as(first, BACKFILL, [7])), asyncio.create_task(submit_as(second, REINDEX, [6]))]
-    await until(lambda: runner.waiting == 1 and first.depth + second.depth == 0)  # one bulk run, one in the pool
-    query = asyncio.create_task(submit_as(first, SEARCH, [3]))
-    await until(lambda: runner.waiting == 2 and first.depth == 0)  # the lane's run, beside the bulk one
-    runner.gate.set()
-    assert await asyncio.gather(*bulk, query) == [[("fast", 7)], [("fast", 6)], [("fast", 3)]]
-    assert runner.threads[3].startswith("lane") and runner.most == 2
-    assert runner.threads[7].startswith("graph") and runner.threads[6].startswith("graph")
-    await asyncio.gather(first.stop(), second.stop())
-    graphs.shutdown(), lane.shutdown()
-
-
-async def test_the_lane_is_only_for_interactive_inputs_waiting_behind_bulk_batches(setup):
-    batcher, runner = setup  # one slot; the lane is off in BatchLimits by default, so turn it on here
-    batcher.limits.interactive_lane = True
-    async with plugged(batcher, runner):  # the plug is interactive: no lane beside it
-        query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
-        bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7]))
-        await until(lambda: batcher.depth == 2)
-        assert runner.waiting == 1
-    await asyncio.gather(query, bulk)
-    assert runner.batches == [[3], [7]]

@@ -1,0 +1,63 @@
+"""The batcher's fake runner and the helpers its tests share (tests/inference/test_batcher*.py): a runner
+that records each batch, answers each input with its length, and may fail or hold its runs at a gate."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import numpy as np
+
+from inference.batcher import Batcher
+from inference.fairqueue import ANYONE, Caller
+from tests.helpers.serving import until
+
+
+class FakeRunner:
+    """Records each batch; answers each input with its length; may fail or block at its gate."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.fail = False
+        self.short = False
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = 0
+
+    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
+        self.waiting += 1
+        self.gate.wait(5)
+        self.waiting -= 1
+        self.batches.append([len(s) for s in seqs])
+        if self.fail:
+            raise RuntimeError("boom: /secret/path")
+        out = [(kind, len(s)) for s in seqs]
+        return out[:-1] if self.short else out
+
+
+def seq(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.int64)
+
+
+
+async def submit(batcher: Batcher, lengths: list[int], kind: str = "fast", caller: Caller = ANYONE):
+    with batcher.admit(len(lengths), caller) as ticket:
+        return await batcher.submit(ticket, kind, [seq(n) for n in lengths])
+
+
+@asynccontextmanager
+async def plugged(batcher: Batcher, runner: FakeRunner) -> AsyncIterator[None]:
+    """A one-input plug (length 1) holds the graph thread; inputs submitted inside queue. The plug's own run is
+    removed from runner.batches on exit, so tests see only the batches the queue formed."""
+    runner.gate.clear()
+    plug = asyncio.create_task(submit(batcher, [1]))
+    await until(lambda: runner.waiting == 1)
+    try:
+        yield
+    finally:
+        runner.gate.set()
+        await plug
+        runner.batches.remove([1])
+
