@@ -144,7 +144,8 @@ class CacheOptions(_Options):
         "(least recently used out first; 0 turns it off: every input runs, repeats too). Keyed by the model's "
         "fingerprint, the input's token ids and the output kind, so a hit is the vector the graph returned for "
         "that input, bit for bit, and skips the queue; a repeat within a request, or of an input another request "
-        "is running, runs once. Attention maps are not cached.",
+        "is running, runs once. It keeps the token ids of the texts it saw too, so a text seen before is not "
+        "tokenised again. Attention maps are not cached.",
     )
 
 

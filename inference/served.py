@@ -14,8 +14,9 @@ Admission and the queue are the request's caller's (its priority class and fairn
 record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
 (`inference.cache`): a hit returns its permit at once and never queues, a repeat of another input of the
 same request runs once, an input that another request is running now waits for that run (unless that request
-is bulk and this one interactive), and what runs is kept for the next request. With the cache off (0 bytes)
-every input runs, repeats too.
+is bulk and this one interactive), and what runs is kept for the next request. A request whose graphs are all of
+the cached kinds takes the token ids of texts seen before from the cache too, without tokenising them again.
+With the cache off (0 bytes) every input is tokenised and runs, repeats too.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class ServedModel:
         `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs) * len(kinds), self._caller()) as ticket:
-            encoded = await self._encode(inputs, truncate, direction, prompt)
+            encoded = await self._encode(inputs, truncate, direction, prompt, known=set(kinds) <= CACHED_KINDS)
             if check is not None:
                 check(encoded)
             paired = any(isinstance(item, tuple) for item in inputs)
@@ -217,9 +218,7 @@ class ServedModel:
                 run.future.set_result(timeout)  # those waiting for it waited as long
             raise
         else:
-            evictions, kept = self.answers.evictions, [cache.frozen(o) for o in ran]
-            self.answers.put_all(list(own), kept)
-            self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
+            kept = self._keep(list(own), ran)
             fresh = dict(zip(own, kept, strict=True))
             for k, run in runs.items():
                 run.future.set_result(fresh[k])
@@ -248,6 +247,13 @@ class ServedModel:
             else:
                 into[k] = answer
         return again
+
+    def _keep(self, keys: list[bytes], values: Sequence[Outputs]) -> list[Outputs]:
+        """`values` kept in the cache under `keys`, as read-only copies detached from their batch (returned)."""
+        evictions, kept = self.answers.evictions, [cache.frozen(v) for v in values]
+        self.answers.put_all(keys, kept)
+        self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
+        return kept
 
     def _answered_cached(self, caller: Caller, inputs: int, ran: int) -> None:
         self._observer.cache(caller.name, inputs - ran, ran)
@@ -292,7 +298,11 @@ class ServedModel:
         if (record := timing.current()) is not None:
             record.admitted(tokens)
 
-    async def _encode(self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str) -> list[Encoded]:
+    async def _encode(
+        self, inputs: Inputs, truncate: bool | None, direction: Direction, prompt: str, known: bool = False,
+    ) -> list[Encoded]:
+        """The inputs' encodings; `known` (every graph run is of a cached kind, which needs the ids only): texts
+        whose ids the cache keeps come from there, as ids alone, and the others' ids are kept."""
         cut = self.limits.truncate if truncate is None else truncate
         if any(isinstance(item, tuple) for item in inputs):  # pairs, or pairs and texts (TEI's /predict)
             started = time.perf_counter()
@@ -301,10 +311,26 @@ class ServedModel:
             return pairs
         if isinstance(inputs[0], str):
             started = time.perf_counter()
-            encoded = await self.maybe_off_loop(inputs, self.bundle.tokenizer.encode, inputs, cut, direction, prompt)
+            encoded = await self._encode_texts(inputs, cut, direction, prompt, known)  # type: ignore[arg-type]
             self._tokenized(time.perf_counter() - started)
             return encoded
         return self.bundle.tokenizer.from_ids(inputs, cut, direction)  # type: ignore[arg-type]
+
+    async def _encode_texts(
+        self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str, known: bool,
+    ) -> list[Encoded]:
+        if not (known and self.answers.max_bytes):
+            return await self.maybe_off_loop(texts, self.bundle.tokenizer.encode, texts, cut, direction, prompt)
+        max_length = self.bundle.tokenizer.max_length
+        keys = [cache.text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
+        found = {k: Encoded(hit[cache.IDS]) for k in set(keys) if (hit := self.answers.get(k)) is not None}
+        new = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # each new text once
+        if new:
+            fresh = await self.maybe_off_loop(list(new.values()), self.bundle.tokenizer.encode, list(new.values()),
+                                              cut, direction, prompt)
+            self._keep(list(new), [{cache.IDS: e.ids} for e in fresh])
+            found |= dict(zip(new, fresh, strict=True))
+        return [found[k] for k in keys]
 
 
 def _texts(inputs: Inputs) -> list[Any]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from inference.cache import ENTRY_BYTES, AnswerCache, frozen
 from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.tokenize import Encoded, TextTokenizer
 from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
 from tests.helpers.serving import graph_runs, serving
@@ -209,14 +212,57 @@ async def test_chunk_windows_are_cached_one_by_one(tiny_bundle: Path) -> None:
 async def test_the_metrics_count_hits_misses_evictions_and_bytes(tiny_bundle: Path) -> None:
     one_entry = ENTRY_BYTES + 32 * 4 + 2 * 4  # tiny: 32 floats pooled, 2 logits
     async with serving(tiny_bundle, cache_bytes=3 * one_entry) as (app, client):
-        for text in (SENTENCES[0], SENTENCES[1], SENTENCES[0], SENTENCES[2], SENTENCES[3]):
-            assert (await client.post("/embed", json={"inputs": text})).status_code == 200
+        for ids in ([5, 6, 7], [8, 9], [5, 6, 7], [10, 11], [12]):  # token ids: answers only, no text's ids kept
+            assert (await client.post("/v1/embeddings", json={"input": [ids]})).status_code == 200
         metrics = (await client.get("/metrics")).text
         answers = app.state.models.default.answers
     assert sample(metrics, "attnserve_cache_hits_total", model="tiny") == 1
     assert sample(metrics, "attnserve_cache_misses_total", model="tiny") == 4
     assert sample(metrics, "attnserve_cache_evictions_total") == 1 and len(answers) == 3
     assert sample(metrics, "attnserve_cache_bytes") == answers.bytes == 3 * one_entry
+
+
+async def test_a_text_seen_before_is_not_tokenised_again_and_its_cut_and_side_are_in_the_key(tiny_bundle: Path) -> None:
+    long = " ".join(SENTENCES)  # past the 64-token max length
+    async with serving(tiny_bundle) as (app, client):
+        encoded = tokenised(app.state.models.default.bundle.tokenizer)
+
+        async def usage(text: str) -> tuple[list[float], int, str]:
+            answer = await client.post("/v1/embeddings", json={"input": text})
+            assert answer.status_code == 200, answer.text
+            return answer.json()["data"][0]["embedding"], answer.json()["usage"]["prompt_tokens"], \
+                answer.headers["x-cached-inputs"]
+
+        first, again = await usage(SENTENCES[0]), await usage(SENTENCES[0])
+        assert encoded == [SENTENCES[0]] and again == (first[0], first[1], "1")  # the same vector and token count
+        right = await client.post("/embed", json={"inputs": [long, long]})
+        left = await client.post("/embed", json={"inputs": long, "truncation_direction": "Left"})
+        refused = await client.post("/embed", json={"inputs": long, "truncate": False})
+        assert encoded == [SENTENCES[0], long, long, long] and left.json()[0] != right.json()[0]
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "input_too_long", refused.text
+        attention = await client.post("/attention", json={"inputs": SENTENCES[0], "layers": [0]})
+        tokens = await client.post("/tokenize", json={"inputs": SENTENCES[0]})
+        assert attention.json()["data"][0]["tokens"] == tokens.json()[0]  # the text's real tokens, not ids alone
+    async with serving(tiny_bundle, cache_bytes=0) as (app, client):
+        encoded = tokenised(app.state.models.default.bundle.tokenizer)
+        for _ in range(2):
+            assert (await usage(SENTENCES[0]))[0] == first[0]
+        assert encoded == [SENTENCES[0], SENTENCES[0]]  # the cache off: every text tokenised
+
+
+
+def tokenised(tokenizer: TextTokenizer) -> list[str]:
+    """The texts `tokenizer.encode` is called with from now on, in order."""
+    texts: list[str] = []
+    encode = tokenizer.encode
+
+    def counting(batch: Sequence[str], *args: Any) -> list[Encoded]:
+        texts.extend(batch)
+        return encode(batch, *args)
+
+    tokenizer.encode = counting  # type: ignore[method-assign,assignment]
+    return texts
+
 
 
 # -- the structure ------------------------------------------------------------------------------------------
