@@ -12,11 +12,11 @@ query and a document, through the tokenizer's pair template, with their token ty
 
 Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
 record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
-(`inference.cache`): a hit returns its permit at once and never queues, a repeat of another input of the
-same request runs once, an input that another request is running now waits for that run (unless that request
-is bulk and this one interactive), and what runs is kept for the next request. A request whose graphs are all of
-the cached kinds takes the token ids of texts seen before from the cache too, without tokenising them again.
-With the cache off (0 bytes) every input is tokenised and runs, repeats too.
+(`inference.cache`, through `inference.shared`): a hit returns its permit at once and never queues, a repeat of
+another input of the same request runs once, an input that another request is running now waits for that run
+(unless that request is bulk and this one interactive), and what runs is kept for the next request. A request
+whose graphs are all of the cached kinds takes the token ids of texts seen before from the cache too, without
+tokenising them again. With the cache off (0 bytes) every input is tokenised and runs, repeats too.
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from inference import cache, chunking, timing
+from inference import chunking, timing
 from inference.batcher import Batcher, Ticket
 from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady, QueueTimeout, Unsupported
-from inference.fairqueue import Caller, Priority
+from inference.errors import InferenceError, NotReady, Unsupported
+from inference.fairqueue import Caller
 from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
 from inference.observer import BatchObserver
 from inference.options import RequestLimits
+from inference.shared import SharedAnswers
 from inference.tokenize import Direction, Encoded
 
 T = TypeVar("T")
@@ -51,15 +51,6 @@ Cut = Callable[..., list[list[Window]]]  # (tokenizer, inputs, overlap, max_wind
 Follow = Callable[[Ticket, list[list[Window]], list[list[Outputs]]], Awaitable[T]]  # more runs, same admission
 WARM_UP_BATCH, WARM_UP_TOKENS = 8, 128  # the shape warm-up runs the fast graph at (attention: 1 x 128)
 INLINE_TOKENIZE_CHARS = 2_000  # requests with fewer characters in all are tokenised on the event loop (~tens of us)
-
-
-@dataclass
-class SharedRun:
-    """A graph run of one cached-kind input in flight, which other requests asking for that input wait for:
-    its outputs, or the QueueTimeout it met."""
-
-    future: asyncio.Future[Outputs | QueueTimeout]
-    priority: Priority
 
 
 class ServedModel:
@@ -74,7 +65,7 @@ class ServedModel:
         self.fingerprint = bundle.fingerprint
         self.warm = False
         self._probe = asyncio.Lock()
-        self._running: dict[bytes, SharedRun] = {}  # cached-kind inputs being run now, by cache key
+        self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, self._run_graph)
 
     @property
     def tasks(self) -> frozenset[str]:
@@ -180,85 +171,8 @@ class ServedModel:
         return windows, grouped, followed
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        """Every sequence's outputs, in order. Of the cached kinds, with the cache on: hits from the cache (their
-        permits returned at once, never queued), sequences another request of a class at least as urgent is
-        running now from that run, and each other distinct sequence run once and kept; otherwise all run."""
-        if kind not in CACHED_KINDS or not self.answers.max_bytes:
-            return await self._run_graph(ticket, kind, sequences)
-        keys = [cache.key(self.fingerprint, kind, ids) for ids in sequences]
-        found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.answers.get(k)) is not None}
-        missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
-        borrowed = {k: run for k in missing if (run := self._running.get(k)) is not None
-                    and (run.priority == "interactive" or ticket.caller.priority == "bulk")}
-        own = {k: ids for k, ids in missing.items() if k not in borrowed}
-        ticket.give_back(len(sequences) - len(missing))  # a borrowed input keeps its permit until its run ends
-        found |= await self._run_and_keep(ticket, kind, own)
-        retry = {k: missing[k] for k in await self._borrow(borrowed, found) if k not in found}
-        found |= await self._run_and_keep(ticket, kind, retry)
-        ticket.give_back(len(borrowed) - len(retry))
-        self._answered_cached(ticket.caller, len(sequences), len(own) + len(retry))
-        return [found[k] for k in keys]
-
-    async def _run_and_keep(self, ticket: Ticket, kind: str, own: dict[bytes, np.ndarray]) -> dict[bytes, Outputs]:
-        """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
-        their batch. While they run, other requests asking for the same keys wait for this run (`_running`)
-        instead of running them again: they get its outputs, or its queue timeout, or, if it failed otherwise
-        or was cancelled, run them themselves. An interactive run takes the place of a bulk one there."""
-        if not own:
-            return {}
-        loop = asyncio.get_running_loop()
-        runs = {k: SharedRun(loop.create_future(), ticket.caller.priority) for k in own}
-        for k, run in runs.items():
-            if k not in self._running or run.priority == "interactive":
-                self._running[k] = run
-        try:
-            ran = await self._run_graph(ticket, kind, list(own.values()))
-        except QueueTimeout as timeout:
-            for run in runs.values():
-                run.future.set_result(timeout)  # those waiting for it waited as long
-            raise
-        else:
-            kept = self._keep(list(own), ran)
-            fresh = dict(zip(own, kept, strict=True))
-            for k, run in runs.items():
-                run.future.set_result(fresh[k])
-            return fresh
-        finally:
-            for k, run in runs.items():
-                run.future.cancel()  # failed or cancelled: the borrowers run it (a no-op once answered)
-                if self._running.get(k) is run:
-                    del self._running[k]
-
-    async def _borrow(self, borrowed: dict[bytes, SharedRun], into: dict[bytes, Outputs]) -> list[bytes]:
-        """Wait for the other requests' runs of `borrowed` (never cancelling them), their outputs into `into`
-        (QueueTimeout when one of those runs waited out the queue timeout); the keys whose run failed or was
-        cancelled, to run here unless the cache has them by now."""
-        if borrowed:
-            await asyncio.wait([run.future for run in borrowed.values()])
-        again = []
-        for k, run in borrowed.items():
-            if run.future.cancelled():
-                if (hit := self.answers.get(k)) is not None:
-                    into[k] = hit
-                else:
-                    again.append(k)
-            elif isinstance(answer := run.future.result(), QueueTimeout):
-                raise QueueTimeout(str(answer))
-            else:
-                into[k] = answer
-        return again
-
-    def _keep(self, keys: list[bytes], values: Sequence[Outputs]) -> list[Outputs]:
-        """`values` kept in the cache under `keys`, as read-only copies detached from their batch (returned)."""
-        evictions, kept = self.answers.evictions, [cache.frozen(v) for v in values]
-        self.answers.put_all(keys, kept)
-        self._observer.cache_size(self.answers.bytes, self.answers.evictions - evictions)
-        return kept
-
-    def _answered_cached(self, caller: Caller, inputs: int, ran: int) -> None:
-        self._observer.cache(caller.name, inputs - ran, ran)
-        if (record := timing.current()) is not None and inputs > ran:
-            record.answered_cached(inputs - ran)
+        """Every sequence's outputs, in order (of the cached kinds, through the cache: `inference.shared`)."""
+        return await self._shared.submit(ticket, kind, sequences)
 
     async def _run_graph(
         self, ticket: Ticket, kind: str, sequences: list[np.ndarray], urgent: bool = False,
@@ -319,18 +233,13 @@ class ServedModel:
     async def _encode_texts(
         self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str, known: bool,
     ) -> list[Encoded]:
-        if not (known and self.answers.max_bytes):
-            return await self.maybe_off_loop(texts, self.bundle.tokenizer.encode, texts, cut, direction, prompt)
-        max_length = self.bundle.tokenizer.max_length
-        keys = [cache.text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
-        found = {k: Encoded(hit[cache.IDS]) for k in set(keys) if (hit := self.answers.get(k)) is not None}
-        new = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # each new text once
-        if new:
-            fresh = await self.maybe_off_loop(list(new.values()), self.bundle.tokenizer.encode, list(new.values()),
-                                              cut, direction, prompt)
-            self._keep(list(new), [{cache.IDS: e.ids} for e in fresh])
-            found |= dict(zip(new, fresh, strict=True))
-        return [found[k] for k in keys]
+        tokenize = functools.partial(self._tokenize, cut=cut, direction=direction, prompt=prompt)
+        if not (known and self._shared.on):
+            return await tokenize(texts)
+        return await self._shared.encode(texts, self.bundle.tokenizer.max_length, cut, direction, prompt, tokenize)
+
+    async def _tokenize(self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str) -> list[Encoded]:
+        return await self.maybe_off_loop(texts, self.bundle.tokenizer.encode, texts, cut, direction, prompt)
 
 
 def _texts(inputs: Inputs) -> list[Any]:
