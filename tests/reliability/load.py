@@ -146,7 +146,8 @@ async def find_sustainable_rate(
     """S: the highest ramp rate whose p99 stays under twice the unloaded p99 with every answer a 200 (a step
     that fails is run once more before the ramp stops)."""
     base = await unloaded_p99(url, make)
-    sustainable, steps = 0.0, []
+    sustainable = 0.0
+    steps: list[tuple[float, float, int]] = []
     for rate in itertools.islice((start_rate * factor**k for k in itertools.count()), max_steps):
         if not await _step_holds(url, rate, step_s, make, base, steps) and not await _step_holds(
             url, rate, step_s, make, base, steps,  # a failing step gets one retry: the machine is shared
