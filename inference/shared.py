@@ -10,6 +10,7 @@ waits for a bulk request's run (it runs its own, and takes the bulk run's place 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -117,7 +118,10 @@ class SharedAnswers:
         (QueueTimeout when one of those runs waited out the queue timeout); the keys whose run failed or was
         cancelled, to run here unless the cache has them by now."""
         if borrowed:
+            started = time.perf_counter()
             await asyncio.wait([run.future for run in borrowed.values()])
+            if (record := timing.current()) is not None:
+                record.ran(time.perf_counter() - started, 0.0)  # waited for another request's run: queue time
         again = []
         for k, run in borrowed.items():
             if run.future.cancelled():

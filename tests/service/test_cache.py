@@ -122,11 +122,15 @@ async def test_an_input_another_request_is_running_waits_for_that_run(tiny_bundl
         first = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}))
         await until(lambda: gated.waiting == 1)
         second = asyncio.create_task(client.post("/embed", json={"inputs": [SENTENCES[1], SENTENCES[0]]}))
-        await until(lambda: model.batcher.depth == 1)  # SENTENCES[1] queued; SENTENCES[0] waits for the run
+        third = asyncio.create_task(client.post("/embed", json={"inputs": SENTENCES[0]}))
+        # SENTENCES[1] queued; SENTENCES[0], twice, waits for the run (with their permits: 1 + 2 + 1 in flight)
+        await until(lambda: model.batcher.depth == 1 and model.batcher.in_flight == 4)
+        await asyncio.sleep(0.05)
         gated.gate.set()
-        one, two = await asyncio.gather(first, second)
-        assert graph_runs(app) - runs == 2  # SENTENCES[0] ran once, for both requests
-        assert two.json()[1] == one.json()[0] and two.headers["x-cached-inputs"] == "1"
+        one, two, three = await asyncio.gather(first, second, third)
+        assert graph_runs(app) - runs == 2  # SENTENCES[0] ran once, for all three requests
+        assert two.json()[1] == three.json()[0] == one.json()[0] and two.headers["x-cached-inputs"] == "1"
+        assert int(three.headers["x-queue-time"]) >= 50  # the wait for the other request's run, as queue time
         assert model.batcher.in_flight == 0  # the waiting input's permit came back with its answer
 
 
