@@ -78,6 +78,12 @@ def window_size(tokenizer: TextTokenizer, text: bool = True) -> int:
     return tokenizer.max_length - (tokenizer.special_count if text else 0)
 
 
+def default_overlap(size: int) -> int:
+    """The overlap of a request that names none, for windows of `size` tokens: DEFAULT_OVERLAP, or half the
+    window when that is less (a model of under 64 tokens), so each window brings at least half of its tokens new."""
+    return min(DEFAULT_OVERLAP, size // 2)
+
+
 def count_windows(tokens: int, size: int, overlap: int) -> int:
     """How many windows of `size` tokens, `overlap` shared, cover `tokens` content tokens."""
     if tokens <= size:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from inference.chunking import pair_window, window_size
+from inference.chunking import default_overlap, pair_window, window_size
 from inference.prompts import longest_prompt
 from inference.registry import ModelRegistry
 
@@ -84,10 +84,10 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
         _cap(schemas[name]["properties"]["dimensions"], served.embedding)
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest", "ClassifyTokensRequest"):
         if name in schemas:
-            _cap(schemas[name]["properties"]["chunk_overlap"], served.window - 1)
+            _overlap(schemas[name]["properties"]["chunk_overlap"], served.window)
     for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
         if name in schemas:
-            _cap(schemas[name]["properties"]["chunk_overlap"], served.pair_window - 1)
+            _overlap(schemas[name]["properties"]["chunk_overlap"], served.pair_window)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -118,6 +118,12 @@ def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
     """A prompt name is one of `names`, or null; with no name every model has, only null."""
     branches = [b for b in node["anyOf"] if b.get("type") != "string"]
     node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
+
+
+def _overlap(node: dict[str, Any], window: int) -> None:
+    """A chunk_overlap field: below the window, and its default the one for that window."""
+    _cap(node, window - 1)
+    node["default"] = default_overlap(window)
 
 
 def _cap_lists(node: dict[str, Any], most: int) -> None:

@@ -8,7 +8,7 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel
 
-from inference.chunking import Chunking, check_overlap
+from inference.chunking import Chunking, check_overlap, default_overlap, window_size
 from inference.prompts import longest_prompt
 from inference.served import ServedModel
 from inference.tokenize import Direction
@@ -74,8 +74,13 @@ def direction(body: Any) -> Direction:
 
 def chunking(body: Any, served: ServedModel) -> Chunking | None:
     """The request's chunking (mode and overlap), or None to truncate. An overlap the request gives is held to
-    the model's window less its longest prompt (the served OpenAPI document's bound) whether or not it chunks."""
-    if "chunk_overlap" in body.model_fields_set:
-        bundle = served.bundle
-        check_overlap(bundle.tokenizer, body.chunk_overlap, prompt=longest_prompt(bundle.manifest, bundle.tokenizer))
-    return Chunking(body.chunking, body.chunk_overlap) if body.chunking is not None else None
+    the model's window less its longest prompt (the served OpenAPI document's bound) whether or not it chunks;
+    one it does not give is the default for that window (`default_overlap`)."""
+    bundle = served.bundle
+    prompt = longest_prompt(bundle.manifest, bundle.tokenizer)
+    if "chunk_overlap" not in body.model_fields_set:
+        overlap = default_overlap(window_size(bundle.tokenizer) - prompt)
+    else:
+        check_overlap(bundle.tokenizer, body.chunk_overlap, prompt=prompt)
+        overlap = body.chunk_overlap
+    return Chunking(body.chunking, overlap) if body.chunking is not None else None

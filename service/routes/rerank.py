@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from inference import rerank as core
-from inference.chunking import check_pair_overlap
+from inference.chunking import check_pair_overlap, default_overlap, pair_window
 from inference.errors import InvalidRequest
 from inference.served import ServedModel
 from service import wire
@@ -106,8 +106,10 @@ def _rank(served: ServedModel, query: str, texts: list[str], options: RerankOpti
           truncate: bool | None, side: Any) -> Any:
     """The ranking; an overlap the request gives is held to the served OpenAPI document's bound whether or not
     it chunks (as /embed's is)."""
+    overlap = default_overlap(pair_window(served.bundle.tokenizer))  # when the request gives none
     if "chunk_overlap" in options.model_fields_set:
         check_pair_overlap(served.bundle.tokenizer, options.chunk_overlap)
-    chunked = core.PairChunking(overlap=options.chunk_overlap) if options.chunking == "max" else None
+        overlap = options.chunk_overlap
+    chunked = core.PairChunking(overlap=overlap) if options.chunking == "max" else None
     return core.rerank(served, query, texts, truncate=truncate, direction=side, raw=raw, chunked=chunked,
                        explain=options.explain)

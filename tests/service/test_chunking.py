@@ -20,6 +20,7 @@ from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, graph_runs, serving, until
 
 MAX_LENGTH = 64  # the tiny model's; windows hold 62 content tokens
+OVERLAP = 31  # a request's default overlap for them: 32 tokens, or half the window when that is less
 SHORT = "a warm and funny film"
 
 
@@ -48,7 +49,7 @@ def content_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False).ids
 
 
-def window_count(tokenizer: Tokenizer, text: str, overlap: int = 32) -> int:
+def window_count(tokenizer: Tokenizer, text: str, overlap: int = OVERLAP) -> int:
     return chunking.count_windows(len(content_ids(tokenizer, text)), MAX_LENGTH - 2, overlap)
 
 
@@ -80,6 +81,10 @@ def test_a_short_text_is_one_window_its_usual_encoding(tokenizer, text_tokenizer
     assert (window.start, window.stop, window.tokens) == (0, len(SHORT), len(content_ids(tokenizer, SHORT)))
     [empty] = chunking.cut(text_tokenizer, [""], 0, max_windows=1)[0]
     assert empty.tokens == 0 and empty.length == 2  # the special tokens only
+
+
+def test_the_default_overlap_is_32_or_half_a_smaller_window():
+    assert [chunking.default_overlap(size) for size in (510, 64, 63, 62, 18, 1)] == [32, 32, 31, 31, 9, 0]
 
 
 def test_pool_weights_windows_by_content_tokens_and_keeps_one_window_exact():
@@ -124,7 +129,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 async def test_pooled_vector_and_logits_equal_the_hand_computation(tiny_bundle, tiny_checkpoint, document):
     text = document[:3_000]
-    vectors, logits, counts = eager_windows(tiny_checkpoint, text, 32)
+    vectors, logits, counts = eager_windows(tiny_checkpoint, text, OVERLAP)  # the request names no overlap
     assert len(counts) > 5
     expected = (counts / counts.sum()) @ vectors.astype(np.float64)  # (D,) before normalisation
     async with serving(tiny_bundle, intra_op_threads=1) as (_, client):
@@ -146,7 +151,7 @@ async def test_pooled_vector_and_logits_equal_the_hand_computation(tiny_bundle, 
 
 
 async def test_a_5000_token_document_embeds_pooled_and_per_window(tiny_bundle, document):
-    size, step = MAX_LENGTH - 2, MAX_LENGTH - 2 - 32
+    size, step = MAX_LENGTH - 2, MAX_LENGTH - 2 - OVERLAP
     expected_windows = 1 + -(-(5_000 - size) // step)
     async with serving(tiny_bundle, intra_op_threads=1) as (_, client):
         truncated = await client.post("/embed", json={"inputs": document})
@@ -161,7 +166,7 @@ async def test_a_5000_token_document_embeds_pooled_and_per_window(tiny_bundle, d
     assert len(windows.json()[0]) == expected_windows
     data = openai_windows.json()["data"]
     assert [d["index"] for d in data] == list(range(expected_windows)) and {d["input_index"] for d in data} == {0}
-    assert openai_windows.json()["usage"]["prompt_tokens"] == 5_000 + expected_windows * 2 + (expected_windows - 1) * 32
+    assert openai_windows.json()["usage"]["prompt_tokens"] == 5_000 + expected_windows * 2 + (expected_windows - 1) * OVERLAP
     assert [d["index"] for d in openai_pooled.json()["data"]] == [0, 1]
     vectors = np.array([w["embedding"] for w in windows.json()[0]])
     tokens = np.array([w["tokens"] for w in windows.json()[0]], dtype=np.float64)

@@ -116,6 +116,17 @@ async def test_info_models_and_the_document_name_the_prompts(client) -> None:
     assert "tokens kept for its prompt" in error["message"]
 
 
+async def test_a_chunked_request_naming_no_overlap_gets_half_of_this_small_window(client) -> None:
+    """32 tokens do not fit this model's window (20 less 2 special tokens, less the longest prompt): a request
+    that names no overlap gets half the window, as the served document's default says, and is never refused."""
+    field = (await client.get("/openapi.json")).json()["components"]["schemas"]["EmbedRequest"]["properties"][
+        "chunk_overlap"]
+    assert field["maximum"] < 32 and field["default"] == (field["maximum"] + 1) // 2
+    for path, key in (("/embed", "inputs"), ("/v1/embeddings", "input"), ("/", "inputs")):
+        body = {key: " ".join(TEXTS), "chunking": "windows"}
+        assert await post(client, path, body) == await post(client, path, {**body, "chunk_overlap": field["default"]})
+
+
 async def test_the_prompt_is_in_the_cache_key(client) -> None:
     """The answer cache keys on token ids, the prompt's included: another prompt misses, the same prompt (named, or
     the default one) hits and returns the same vector."""
