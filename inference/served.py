@@ -192,7 +192,7 @@ class ServedModel:
 
     async def maybe_off_loop(self, texts: Inputs, fn: Callable[..., T], *args: Any) -> T:
         """Small requests inline (a thread hand-off costs more than the work), large ones off the loop."""
-        if sum(len(text) for text in _texts(texts)) < INLINE_TOKENIZE_CHARS:
+        if _inline(texts):
             return fn(*args)
         return await self.off_loop(fn, *args)
 
@@ -234,12 +234,17 @@ class ServedModel:
         self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str, known: bool,
     ) -> list[Encoded]:
         tokenize = functools.partial(self._tokenize, cut=cut, direction=direction, prompt=prompt)
-        if not (known and self._shared.on):
+        if not (known and self._shared.on and _inline(texts)):  # a large request's keys would be hashed on the loop
             return await tokenize(texts)
         return await self._shared.encode(texts, self.bundle.tokenizer.max_length, cut, direction, prompt, tokenize)
 
     async def _tokenize(self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str) -> list[Encoded]:
         return await self.maybe_off_loop(texts, self.bundle.tokenizer.encode, texts, cut, direction, prompt)
+
+
+def _inline(inputs: Inputs) -> bool:
+    """Small enough to tokenise on the event loop."""
+    return sum(len(text) for text in _texts(inputs)) < INLINE_TOKENIZE_CHARS
 
 
 def _texts(inputs: Inputs) -> list[Any]:

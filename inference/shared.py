@@ -19,14 +19,14 @@ import numpy as np
 from inference import timing
 from inference.batcher import Ticket
 from inference.cache import CACHED_KINDS, IDS, AnswerCache, frozen, key, text_key
-from inference.errors import QueueTimeout
+from inference.errors import InputTooLong, QueueTimeout
 from inference.fairqueue import Caller, Priority
 from inference.graphs import Outputs
 from inference.observer import BatchObserver
 from inference.tokenize import Direction, Encoded
 
 RunGraph = Callable[[Ticket, str, list[np.ndarray]], Awaitable[list[Outputs]]]
-Tokenize = Callable[[list[str]], Awaitable[list[Encoded]]]
+Tokenize = Callable[[Sequence[str]], Awaitable[list[Encoded]]]
 
 
 @dataclass
@@ -58,7 +58,11 @@ class SharedAnswers:
         found = {k: Encoded(hit[IDS]) for k in set(keys) if (hit := self.cache.get(k)) is not None}
         new = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # each new text once
         if new:
-            fresh = await tokenize(list(new.values()))
+            try:
+                fresh = await tokenize(list(new.values()))
+            except InputTooLong:
+                await tokenize(texts)  # raises it again, naming the input by its place in the request
+                raise
             self._keep(list(new), [{IDS: e.ids} for e in fresh])
             found |= dict(zip(new, fresh, strict=True))
         return [found[k] for k in keys]

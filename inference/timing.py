@@ -8,7 +8,8 @@ the tasks it starts, see the same record).
 
 For a request of several inputs the queue time is the longest wait of any of its inputs (the wait
 before its last input started running), and the inference time runs from the start of the first graph
-run that carried one of its inputs to the end of the last one.
+run that carried one of its inputs to the end of the last one. Inputs that waited for another request's
+run of them add that whole wait to the queue time; runs of several graph kinds add up.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class Encoded:
     lists itself (`pieces`)."""
 
     ids: np.ndarray  # (T,) int64
-    encoding: Encoding | None = None  # None: token-id inputs, used as given, or a sequence put together
+    encoding: Encoding | None = None  # None: token-id inputs, a sequence put together, or ids from the cache
     pieces: Pieces | None = None
     types: np.ndarray | None = None  # (T,) token types set apart from the encoding's (a chunked pair's windows)
 

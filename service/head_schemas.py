@@ -41,7 +41,7 @@ class RerankOptions(BaseModel):
     chunk_overlap: Index = Field(32, description=(
         "Tokens shared by neighbouring windows of a document when chunking; below the document tokens a pair's "
         "window holds after the longest query it takes (half of the max length less the pair's special tokens), "
-        "else 422, whether or not the request chunks. Default: 32, or half that window when that is less."))
+        "else 422, whether or not the request chunks. Default: 32, or half that window when 32 does not fit in it."))
     explain: StrictBool = Field(False, description=EXPLAIN)
 
 

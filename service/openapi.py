@@ -38,6 +38,8 @@ class Bounds:
     vocabulary: int
     window: int
     pair_window: int  # document tokens a chunked pair's window surely holds (after a query of the most tokens)
+    overlap: int | None  # the chunk_overlap every model takes when a request names none (None: they differ)
+    pair_overlap: int | None  # the same for chunked pairs
     tasks: frozenset[str]
     outputs: tuple[str, ...]  # /v2 output names
     prompts: tuple[str, ...]  # the prompt names every model has
@@ -50,13 +52,20 @@ def bounds(models: ModelRegistry) -> Bounds:
     manifests = [m.bundle.manifest for m in listed]
     outputs = dict.fromkeys(name for m in listed for name in output_specs(m))
     common = [name for name in manifests[0].prompts if all(name in m.prompts for m in manifests)]
+    windows = [window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed]
+    pair_windows = [pair_window(m.bundle.tokenizer) for m in listed]
     return Bounds(
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
-        min(window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed),
-        min(pair_window(m.bundle.tokenizer) for m in listed), frozenset().union(*(m.tasks for m in listed)),
-        tuple(outputs), tuple(common),
+        min(windows), min(pair_windows), _agreed(windows), _agreed(pair_windows),
+        frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
     )
+
+
+def _agreed(windows: list[int]) -> int | None:
+    """The default chunk_overlap of every one of `windows`, or None when they differ."""
+    overlaps = {default_overlap(w) for w in windows}
+    return overlaps.pop() if len(overlaps) == 1 else None
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:
@@ -84,10 +93,10 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
         _cap(schemas[name]["properties"]["dimensions"], served.embedding)
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest", "ClassifyTokensRequest"):
         if name in schemas:
-            _overlap(schemas[name]["properties"]["chunk_overlap"], served.window)
+            _overlap(schemas[name]["properties"]["chunk_overlap"], served.window, served.overlap)
     for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
         if name in schemas:
-            _overlap(schemas[name]["properties"]["chunk_overlap"], served.pair_window)
+            _overlap(schemas[name]["properties"]["chunk_overlap"], served.pair_window, served.pair_overlap)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -120,10 +129,14 @@ def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
     node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
 
 
-def _overlap(node: dict[str, Any], window: int) -> None:
-    """A chunk_overlap field: below the window, and its default the one for that window."""
+def _overlap(node: dict[str, Any], window: int, default: int | None) -> None:
+    """A chunk_overlap field: below the tightest window, and its default the one every model takes (none stated
+    when they differ: the description says how each model's is chosen)."""
     _cap(node, window - 1)
-    node["default"] = default_overlap(window)
+    if default is None:
+        node.pop("default", None)
+    else:
+        node["default"] = default
 
 
 def _cap_lists(node: dict[str, Any], most: int) -> None:

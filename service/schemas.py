@@ -54,8 +54,8 @@ PROMPT_NAME = (
 RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
               "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
-                 "length less its special tokens), else 422. Default: 32, or half the window when that is "
-                 "less.")
+                 "length less its special tokens), else 422. Default: 32, or half the window when 32 does "
+                 "not fit in it.")
 
 
 class _Strict(BaseModel):

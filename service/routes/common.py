@@ -76,11 +76,11 @@ def chunking(body: Any, served: ServedModel) -> Chunking | None:
     """The request's chunking (mode and overlap), or None to truncate. An overlap the request gives is held to
     the model's window less its longest prompt (the served OpenAPI document's bound) whether or not it chunks;
     one it does not give is the default for that window (`default_overlap`)."""
-    bundle = served.bundle
-    prompt = longest_prompt(bundle.manifest, bundle.tokenizer)
-    if "chunk_overlap" not in body.model_fields_set:
-        overlap = default_overlap(window_size(bundle.tokenizer) - prompt)
-    else:
-        check_overlap(bundle.tokenizer, body.chunk_overlap, prompt=prompt)
-        overlap = body.chunk_overlap
+    tokenizer, given = served.bundle.tokenizer, "chunk_overlap" in body.model_fields_set
+    if not given and body.chunking is None:
+        return None
+    prompt = longest_prompt(served.bundle.manifest, tokenizer)
+    if given:
+        check_overlap(tokenizer, body.chunk_overlap, prompt=prompt)
+    overlap = body.chunk_overlap if given else default_overlap(window_size(tokenizer) - prompt)
     return Chunking(body.chunking, overlap) if body.chunking is not None else None

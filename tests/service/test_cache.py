@@ -239,11 +239,15 @@ async def test_a_text_seen_before_is_not_tokenised_again_and_its_cut_and_side_ar
 
         first, again = await usage(SENTENCES[0]), await usage(SENTENCES[0])
         assert encoded == [SENTENCES[0]] and again == (first[0], first[1], "1")  # the same vector and token count
-        right = await client.post("/embed", json={"inputs": [long, long]})
+        right = await client.post("/embed", json={"inputs": long})
         left = await client.post("/embed", json={"inputs": long, "truncation_direction": "Left"})
         refused = await client.post("/embed", json={"inputs": long, "truncate": False})
-        assert encoded == [SENTENCES[0], long, long, long] and left.json()[0] != right.json()[0]
+        # right, left, and the refused one twice (again with the whole request, to name the input's place in it)
+        assert encoded == [SENTENCES[0], long, long, long, long] and left.json()[0] != right.json()[0]
         assert refused.status_code == 422 and refused.json()["error"]["code"] == "input_too_long", refused.text
+        assert (await client.post("/embed", json={"inputs": SENTENCES[0], "truncate": False})).status_code == 200
+        third = await client.post("/embed", json={"inputs": [SENTENCES[0], SENTENCES[0], long], "truncate": False})
+        assert "input 2 " in third.json()["error"]["message"]  # its place in the request, the known text counted
         attention = await client.post("/attention", json={"inputs": SENTENCES[0], "layers": [0]})
         tokens = await client.post("/tokenize", json={"inputs": SENTENCES[0]})
         assert attention.json()["data"][0]["tokens"] == tokens.json()[0]  # the text's real tokens, not ids alone
@@ -252,7 +256,6 @@ async def test_a_text_seen_before_is_not_tokenised_again_and_its_cut_and_side_ar
         for _ in range(2):
             assert (await usage(SENTENCES[0]))[0] == first[0]
         assert encoded == [SENTENCES[0], SENTENCES[0]]  # the cache off: every text tokenised
-
 
 
 def tokenised(tokenizer: TextTokenizer) -> list[str]:
@@ -266,7 +269,6 @@ def tokenised(tokenizer: TextTokenizer) -> list[str]:
 
     tokenizer.encode = counting  # type: ignore[method-assign,assignment]
     return texts
-
 
 
 # -- the structure ------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, graph_runs, serving, until
 
 MAX_LENGTH = 64  # the tiny model's; windows hold 62 content tokens
-OVERLAP = 31  # a request's default overlap for them: 32 tokens, or half the window when that is less
+OVERLAP = 32  # a request's default overlap (chunking.default_overlap: 32 fits in the window)
 SHORT = "a warm and funny film"
 
 
@@ -83,8 +83,8 @@ def test_a_short_text_is_one_window_its_usual_encoding(tokenizer, text_tokenizer
     assert empty.tokens == 0 and empty.length == 2  # the special tokens only
 
 
-def test_the_default_overlap_is_32_or_half_a_smaller_window():
-    assert [chunking.default_overlap(size) for size in (510, 64, 63, 62, 18, 1)] == [32, 32, 31, 31, 9, 0]
+def test_the_default_overlap_is_32_or_half_a_window_too_small_for_it():
+    assert [chunking.default_overlap(size) for size in (510, 62, 33, 32, 18, 1)] == [32, 32, 32, 16, 9, 0]
 
 
 def test_pool_weights_windows_by_content_tokens_and_keeps_one_window_exact():

@@ -34,6 +34,7 @@ async def test_the_bounds_are_the_served_models(tiny_bundle: Path) -> None:
     assert maxima(prop(doc, "DecodeRequest", "ids")) == {vocabulary - 1}
     assert maxima(prop(doc, "OpenAIEmbeddingRequest", "input")) == {vocabulary - 1}
     assert maxima(prop(doc, "ClassifyRequest", "chunk_overlap")) == {61}  # 64 tokens less [CLS], [SEP], then 1
+    assert prop(doc, "ClassifyRequest", "chunk_overlap")["default"] == 32  # fits in the window
     lists = [b for b in prop(doc, "EmbedRequest", "inputs")["anyOf"] if b.get("type") == "array"]
     assert [b["maxItems"] for b in lists] == [8]
     assert {"/classify", "/predict", "/attention", "/embed_all"} <= set(doc["paths"])

@@ -9,6 +9,7 @@ model's prefixed embedding, no name gets the default prompt's, an unknown name i
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -125,6 +126,15 @@ async def test_a_chunked_request_naming_no_overlap_gets_half_of_this_small_windo
     for path, key in (("/embed", "inputs"), ("/v1/embeddings", "input"), ("/", "inputs")):
         body = {key: " ".join(TEXTS), "chunking": "windows"}
         assert await post(client, path, body) == await post(client, path, {**body, "chunk_overlap": field["default"]})
+
+
+async def test_with_a_model_of_another_default_overlap_the_document_states_none(
+    family_export: Callable[[str], Exported], tiny_bundle: Path,
+) -> None:
+    async with serving([family_export(CASE).bundle, f"tiny={tiny_bundle}"], intra_op_threads=1) as (_, two):
+        field = (await two.get("/openapi.json")).json()["components"]["schemas"]["EmbedRequest"]["properties"][
+            "chunk_overlap"]
+    assert field["maximum"] < 32 and "default" not in field  # this model takes half its window, tiny 32
 
 
 async def test_the_prompt_is_in_the_cache_key(client) -> None:
