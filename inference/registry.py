@@ -125,11 +125,12 @@ def start_models(
     the answer cache (must run on the event loop that will serve them); the executors, to shut down after the
     batchers stop."""
     slots = threading.Semaphore(options.graph_runs)  # all models' runs, of either class
+    bulk_priority = (options.bulk_nice, options.bulk_idle_policy)
     graphs = SharedSlots(ThreadPoolExecutor(options.graph_runs, thread_name_prefix="attnserve-graph"), slots)
-    bulk = SharedSlots(background_pool(options.graph_runs, "attnserve-bulk", options.bulk_nice), slots)
+    bulk = SharedSlots(background_pool(options.graph_runs, "attnserve-bulk", *bulk_priority), slots)
     lane = ThreadPoolExecutor(1, thread_name_prefix="attnserve-lane")  # interactive batches beside bulk ones
     cpu = ThreadPoolExecutor(2, thread_name_prefix="attnserve-cpu")  # tokenising and post-processing
-    bulk_cpu = background_pool(2, "attnserve-bulk-cpu", options.bulk_nice)  # ... of bulk requests
+    bulk_cpu = background_pool(2, "attnserve-bulk-cpu", *bulk_priority)  # ... of bulk requests
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
     answers, models = AnswerCache(options.cache_bytes), {}
     for name, bundle in zip(names, loaded, strict=True):

@@ -7,7 +7,12 @@ CPU spent meanwhile), and an interactive request passes through the loop several
 and the tokenising of bulk requests run in threads niced by `bulk_nice` (Linux keeps a nice value per
 thread): the kernel gives the event loop, the interactive lane and interactive tokenising a core first
 whenever they are runnable, and a niced thread still runs at full speed whenever nothing else wants the core.
-onnxruntime's own intra-op worker threads (intra_op_threads > 1) serve every run and keep the normal priority.
+
+A niced thread still keeps its core for the rest of its time slice when a normal thread wakes (Linux's
+EEVDF scheduler lets the running thread reach its slice's end first), and an interactive request wakes the
+loop and the lane several times. Under the SCHED_IDLE policy (`bulk_idle_policy`) a bulk thread gives the
+core up as soon as a normal thread wakes, and otherwise runs as before. onnxruntime's own intra-op worker
+threads (intra_op_threads > 1) serve every run and keep the normal priority and policy.
 
 The graph threads of the two priorities hold one of `graph_runs` shared slots while a graph runs
 (`SharedSlots`), so that with several models served no more runs overlap than the sessions' threads were
@@ -29,14 +34,15 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def background_pool(workers: int, prefix: str, nice: int) -> ThreadPoolExecutor:
-    """A pool whose threads each lower their own CPU priority by `nice` when they start (0: unchanged)."""
-    return ThreadPoolExecutor(workers, thread_name_prefix=prefix, initializer=lower_priority, initargs=(nice,))
+def background_pool(workers: int, prefix: str, nice: int, idle: bool = False) -> ThreadPoolExecutor:
+    """A pool whose threads each lower their own CPU priority by `nice` when they start (0: unchanged), and with
+    `idle` (and `nice` above 0) take the SCHED_IDLE policy too."""
+    return ThreadPoolExecutor(workers, thread_name_prefix=prefix, initializer=lower_priority, initargs=(nice, idle))
 
 
-def lower_priority(nice: int) -> None:
-    """Raise this thread's nice value by `nice` (at most to 19). Linux only: elsewhere a nice value is the whole
-    process's, so the thread is left as it is."""
+def lower_priority(nice: int, idle: bool = False) -> None:
+    """Raise this thread's nice value by `nice` (at most to 19), and with `idle` put it under SCHED_IDLE. Linux
+    only: elsewhere a nice value is the whole process's, so the thread is left as it is."""
     if not nice or sys.platform != "linux":
         return
     thread = threading.get_native_id()
@@ -44,6 +50,12 @@ def lower_priority(nice: int) -> None:
         os.setpriority(os.PRIO_PROCESS, thread, min(19, os.getpriority(os.PRIO_PROCESS, thread) + nice))
     except OSError as error:  # raising a nice value needs no privilege; a sandbox may refuse it all the same
         log.warning("bulk threads keep the normal CPU priority: %s", error)
+        return
+    if idle:
+        try:  # lowering the policy needs no privilege either
+            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+        except OSError as error:
+            log.warning("bulk threads keep the normal scheduling policy (niced only): %s", error)
 
 
 class SharedSlots(Executor):

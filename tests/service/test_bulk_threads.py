@@ -1,6 +1,7 @@
 """Bulk work on threads of a lower CPU priority (inference.threads): a bulk caller's graph runs and the
-tokenising of its large requests run on niced threads of their own, an interactive caller's on the normal
-ones, and `bulk_nice 0` leaves them all alike. Whether that keeps the interactive p99 down under a bulk load
+tokenising of its large requests run on niced threads of their own (under SCHED_IDLE unless
+`bulk_idle_policy` is off), an interactive caller's on the normal ones, and `bulk_nice 0` leaves them all
+alike. Whether that keeps the interactive p99 down under a bulk load
 is measured in tests/reliability/test_traffic.py."""
 
 from __future__ import annotations
@@ -30,11 +31,19 @@ def nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
+def policy() -> int:
+    return os.sched_getscheduler(threading.get_native_id())
+
+
+def priority() -> tuple[int, int]:
+    return nice(), policy()
+
+
 @dataclasses.dataclass
 class Recording(LoadedBundle):
     """The real bundle; every graph run and tokenising call records (thread name, its nice value)."""
 
-    where: list[tuple[str, str, int]] = dataclasses.field(default_factory=list)
+    where: list[tuple[str, str, tuple[int, int]]] = dataclasses.field(default_factory=list)
 
     @classmethod
     def around(cls, loaded: LoadedBundle) -> Recording:
@@ -42,46 +51,52 @@ class Recording(LoadedBundle):
         encode, where = fake.tokenizer.encode, fake.where
 
         def recorded(*args: Any, **kwargs: Any) -> Any:
-            where.append(("tokenise", threading.current_thread().name, nice()))
+            where.append(("tokenise", threading.current_thread().name, priority()))
             return encode(*args, **kwargs)
 
         fake.tokenizer.encode = recorded  # type: ignore[method-assign]
         return fake
 
     def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
-        self.where.append(("graph", threading.current_thread().name, nice()))
+        self.where.append(("graph", threading.current_thread().name, priority()))
         return super().run_batch(kind, sequences)
 
 
 def test_a_thread_lowers_its_own_priority_only() -> None:
-    before, seen = nice(), []
-    thread = threading.Thread(target=lambda: (lower_priority(5), seen.append(nice())))
+    before, seen = priority(), []
+    thread = threading.Thread(target=lambda: (lower_priority(5), seen.append(priority())))
     thread.start()
     thread.join()
-    assert seen == [min(19, before + 5)] and nice() == before
-    pool = background_pool(1, "low", 19)
-    assert pool.submit(nice).result() == 19
-    pool.shutdown()
+    assert seen == [(min(19, before[0] + 5), before[1])] and priority() == before
+    idle = background_pool(1, "idle", 19, idle=True)
+    assert idle.submit(priority).result() == (19, os.SCHED_IDLE)
+    niced = background_pool(1, "low", 19)
+    assert niced.submit(priority).result() == (19, os.SCHED_OTHER)
+    unchanged = background_pool(1, "same", 0, idle=True)  # nothing lowered: not idle either
+    assert unchanged.submit(priority).result() == before
+    for pool in (idle, niced, unchanged):
+        pool.shutdown()
 
 
-@pytest.mark.parametrize("bulk_nice", [19, 0])
-async def test_bulk_callers_work_on_niced_threads_interactive_ones_on_the_normal_ones(
-    tiny_bundle: Path, tmp_path: Path, bulk_nice: int,
+@pytest.mark.parametrize(("bulk_nice", "idle"), [(19, True), (19, False), (0, True)])
+async def test_bulk_callers_work_on_lowered_threads_interactive_ones_on_the_normal_ones(
+    tiny_bundle: Path, tmp_path: Path, bulk_nice: int, idle: bool,
 ) -> None:
     keys = write(tmp_path / "keys.toml", entry("search", "search-key"), entry("backfill", "bulk-key", "bulk"))
-    base = nice()
-    async with serving(tiny_bundle, Recording.around, api_keys_file=keys, bulk_nice=bulk_nice, cache_bytes=0,
-                       intra_op_threads=1) as (app, client):
+    base = priority()
+    lowered = (min(19, base[0] + bulk_nice), os.SCHED_IDLE if idle and bulk_nice else base[1])
+    async with serving(tiny_bundle, Recording.around, api_keys_file=keys, bulk_nice=bulk_nice,
+                       bulk_idle_policy=idle, cache_bytes=0, intra_op_threads=1) as (app, client):
         where = app.state.models.default.bundle.where
         for key, caller in (("bulk-key", "bulk"), ("search-key", "interactive")):
             where.clear()
             answer = await client.post("/embed", json={"inputs": [LONG, SENTENCES[0]]}, headers=bearer(key))
             assert answer.status_code == 200
             assert [w[0] for w in where] == ["tokenise", "graph"], where
-            (_, tokenised_on, tokenise_nice), (_, ran_on, graph_nice) = where
+            (_, tokenised_on, tokenise_priority), (_, ran_on, graph_priority) = where
             if caller == "bulk":
                 assert tokenised_on.startswith("attnserve-bulk-cpu") and ran_on.startswith("attnserve-bulk_")
-                assert tokenise_nice == graph_nice == min(19, base + bulk_nice)
+                assert tokenise_priority == graph_priority == lowered
             else:
                 assert tokenised_on.startswith("attnserve-cpu") and ran_on.startswith("attnserve-graph")
-                assert tokenise_nice == graph_nice == base
+                assert tokenise_priority == graph_priority == base
