@@ -51,10 +51,10 @@ class WorkItem:
     ran_at: float = 0.0  # its graph run started
     done_at: float = 0.0  # its graph run ended
     urgent: bool = False  # its batch runs without waiting batch_wait_s (warm-up, readiness probes)
+    length: int = field(init=False)  # tokens: read for every waiting input each time a batch is formed
 
-    @property
-    def length(self) -> int:
-        return int(self.ids.shape[0])
+    def __post_init__(self) -> None:
+        self.length = int(self.ids.shape[0])
 
 
 @dataclass

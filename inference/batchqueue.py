@@ -66,10 +66,13 @@ def nearest(head: Q, items: Iterable[Q]) -> list[Q]:
 
 def fill(head: Q, candidates: Iterable[Q], max_size: int, max_tokens: int) -> list[Q]:
     """`head`, then each candidate in turn that keeps the batch within `max_size` items and `max_tokens`
-    (items x longest, padding counted)."""
+    (items x longest, padding counted). Reads `candidates` no further than the batch fills, so a lazy
+    iterable is computed only as far as needed."""
     batch, longest = [head], head.length
-    for item in candidates:
-        if len(batch) >= max_size:
+    candidates = iter(candidates)
+    while len(batch) < max_size and longest * (len(batch) + 1) <= max_tokens:  # one more could still fit
+        item = next(candidates, None)
+        if item is None:
             break
         if max(longest, item.length) * (len(batch) + 1) <= max_tokens:
             batch.append(item)

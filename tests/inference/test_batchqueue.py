@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from inference.batchqueue import BatchQueue
+from inference.batchqueue import BatchQueue, fill
 
 
 @dataclass(eq=False)
@@ -38,3 +39,22 @@ def test_queue_remove_reports_whether_the_item_was_still_waiting() -> None:
     queue.push([a, b])
     assert queue.remove(a) and not queue.remove(a)
     assert queue.next_batch(4, 64) == [b] and not queue.remove(b)
+
+
+def test_fill_reads_candidates_no_further_than_the_batch_fills() -> None:
+    """The queue's candidates may be computed lazily (the fair queue sorts other callers' inputs only when
+    the chosen caller's leave room): a batch full by size, or by tokens, reads no more of them."""
+    read: list[int] = []
+
+    def candidates(lengths: list[int]) -> Iterator[Item]:
+        for n in lengths:
+            read.append(n)
+            yield Item("fast", n)
+
+    assert [i.length for i in fill(Item("fast", 4), candidates([4, 4, 4, 4]), 3, 1_000)] == [4, 4, 4]
+    assert read == [4, 4]
+    read.clear()  # by tokens: 4 x 8 = 32 is the budget; no input, however short, makes a fifth fit
+    assert [i.length for i in fill(Item("fast", 8), candidates([8, 50, 2, 8, 1]), 64, 32)] == [8, 8, 2, 8]
+    assert read == [8, 50, 2, 8]
+    read.clear()  # room left at the end: every candidate is read
+    assert len(fill(Item("fast", 8), candidates([8, 8]), 64, 1_000)) == 3 and read == [8, 8]
