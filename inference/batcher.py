@@ -283,9 +283,12 @@ class Batcher:
 
     async def _execute(self, live: list[WorkItem], executor: Executor | None) -> Sequence[Any]:
         now = time.monotonic()
+        waits: dict[str, list[float]] = {}
         for item in live:
             item.ran_at = now
-            self._observer.queue_wait(item.caller.name, now - item.enqueued_at)
+            waits.setdefault(item.caller.name, []).append(now - item.enqueued_at)
+        for name, seconds in waits.items():
+            self._observer.queue_waits(name, seconds)
         lengths = [item.length for item in live]
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()

@@ -109,8 +109,10 @@ class Metrics(BatchObserver):
     def in_flight(self, caller: str, inputs: int) -> None:
         self.inputs_in_flight.labels(self.model, caller).set(inputs)
 
-    def queue_wait(self, caller: str, seconds: float) -> None:
-        self.queue_seconds.labels(self.model, caller).observe(seconds)
+    def queue_waits(self, caller: str, seconds: list[float]) -> None:
+        histogram = self.queue_seconds.labels(self.model, caller)  # looked up once for a batch's inputs
+        for one in seconds:
+            histogram.observe(one)
 
     def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None:
         self.batch_size.labels(self.model, "").observe(size)

@@ -147,12 +147,14 @@ async def test_unknown_keys_get_401_known_ones_are_named_in_the_metrics(tiny_bun
     async with serving(tiny_bundle, api_keys_file=keys, api_key="env-key") as (_, client):
         assert_error(await client.post("/embed", json={"inputs": "x"}), 401, "invalid_api_key")
         assert_error(await client.post("/embed", json={"inputs": "x"}, headers=bearer("nope")), 401)
-        for key in ("search-key", "bulk-key", "env-key"):
-            assert (await client.post("/embed", json={"inputs": "x"}, headers=bearer(key))).status_code == 200
+        for key, texts in (("search-key", ["a"]), ("bulk-key", ["b", "c d"]), ("env-key", ["e", "f", "g h"])):
+            answer = await client.post("/embed", json={"inputs": texts}, headers=bearer(key))
+            assert answer.status_code == 200
         assert (await client.get("/health")).status_code == 200  # open paths need no key
         metrics = (await client.get("/metrics")).text
-    for name in ("search", "backfill", "default"):
+    for name, inputs in (("search", 1), ("backfill", 2), ("default", 3)):
         assert sample(metrics, "attnserve_requests_total", route="/embed", caller=name, status="200") == 1
+        assert sample(metrics, "attnserve_queue_duration_seconds_count", caller=name) == inputs  # one per input
     assert sample(metrics, "attnserve_requests_total", status="401", caller="") == 2
     assert "search-key" not in metrics and sha("search-key") not in metrics
     assert sample(metrics, "attnserve_api_keys") == 3
