@@ -234,9 +234,11 @@ class ServedModel:
         self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str, known: bool,
     ) -> list[Encoded]:
         tokenize = functools.partial(self._tokenize, cut=cut, direction=direction, prompt=prompt)
-        if not (known and self._shared.on and _inline(texts)):  # a large request's keys would be hashed on the loop
+        if not (known and self._shared.on):
             return await tokenize(texts)
-        return await self._shared.encode(texts, self.bundle.tokenizer.max_length, cut, direction, prompt, tokenize)
+        hash_keys = functools.partial(self.maybe_off_loop, texts)  # a large request's keys off the loop
+        return await self._shared.encode(texts, self.bundle.tokenizer.max_length, cut, direction, prompt, tokenize,
+                                         hash_keys)
 
     async def _tokenize(self, texts: Sequence[str], cut: bool, direction: Direction, prompt: str) -> list[Encoded]:
         return await self.maybe_off_loop(texts, self.bundle.tokenizer.encode, texts, cut, direction, prompt)

@@ -27,6 +27,7 @@ from inference.tokenize import Direction, Encoded
 
 RunGraph = Callable[[Ticket, str, list[np.ndarray]], Awaitable[list[Outputs]]]
 Tokenize = Callable[[Sequence[str]], Awaitable[list[Encoded]]]
+HashKeys = Callable[..., Awaitable[list[bytes]]]  # (fn, *args): fn(*args), on the event loop or off it
 
 
 @dataclass
@@ -51,10 +52,13 @@ class SharedAnswers:
 
     async def encode(
         self, texts: Sequence[str], max_length: int, cut: bool, direction: Direction, prompt: str, tokenize: Tokenize,
+        hash_keys: HashKeys,
     ) -> list[Encoded]:
         """`texts` encoded: those whose token ids the cache keeps (by the fingerprint, `max_length`, `cut`,
-        `direction`, `prompt` and the text) as those ids alone, the others by `tokenize` (each once), kept."""
-        keys = [text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
+        `direction`, `prompt` and the text) as those ids alone, the others by `tokenize` (each once), kept. The
+        keys are hashed by `hash_keys` (off the event loop for a large request: up to 256 texts of 20,000
+        characters)."""
+        keys = await hash_keys(self._text_keys, texts, max_length, cut, direction, prompt)
         found = {k: Encoded(hit[IDS]) for k in set(keys) if (hit := self.cache.get(k)) is not None}
         new = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # each new text once
         if new:
@@ -66,6 +70,10 @@ class SharedAnswers:
             self._keep(list(new), [{IDS: e.ids} for e in fresh])
             found |= dict(zip(new, fresh, strict=True))
         return [found[k] for k in keys]
+
+    def _text_keys(self, texts: Sequence[str], max_length: int, cut: bool, direction: Direction,
+                   prompt: str) -> list[bytes]:
+        return [text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
         """Every sequence's outputs, in order. Of the cached kinds, with the cache on: hits from the cache (their

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import shutil
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from inference.cache import ENTRY_BYTES, AnswerCache, frozen
 from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.served import INLINE_TOKENIZE_CHARS
 from inference.tokenize import Encoded, TextTokenizer
 from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
@@ -256,6 +258,27 @@ async def test_a_text_seen_before_is_not_tokenised_again_and_its_cut_and_side_ar
         for _ in range(2):
             assert (await usage(SENTENCES[0]))[0] == first[0]
         assert encoded == [SENTENCES[0], SENTENCES[0]]  # the cache off: every text tokenised
+
+
+async def test_a_large_requests_texts_are_kept_too_their_keys_hashed_off_the_event_loop(tiny_bundle: Path) -> None:
+    """A corpus sent in large requests, then a text of it alone: the text is not tokenised again. A large
+    request's keys (up to 256 texts of 20,000 characters) are hashed off the event loop, a small one's on it."""
+    texts = [f"{i}: {SENTENCES[i % len(SENTENCES)]}" for i in range(80)]
+    assert sum(len(t) for t in texts) >= INLINE_TOKENIZE_CHARS  # tokenised off the event loop
+    async with serving(tiny_bundle) as (app, client):
+        shared = app.state.models.default._shared
+        encoded, hashed_on_the_loop, keys = tokenised(app.state.models.default.bundle.tokenizer), [], shared._text_keys
+
+        def recorded(*args: Any) -> list[bytes]:
+            hashed_on_the_loop.append(threading.current_thread() is threading.main_thread())
+            return keys(*args)
+
+        shared._text_keys = recorded
+        assert (await client.post("/embed", json={"inputs": texts})).status_code == 200
+        assert encoded == texts and hashed_on_the_loop == [False]
+        alone = await client.post("/embed", json={"inputs": texts[3]})
+        assert alone.status_code == 200 and alone.headers["x-cached-inputs"] == "1"
+        assert encoded == texts and hashed_on_the_loop == [False, True]  # not tokenised again
 
 
 def tokenised(tokenizer: TextTokenizer) -> list[str]:
