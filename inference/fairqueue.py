@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
@@ -62,9 +62,9 @@ F = TypeVar("F", bound=FairItem)
 K = TypeVar("K", bound=Hashable)
 
 
-def _later(sort: Callable[[F, Iterable[F]], list[F]], head: F, items: Iterable[F]) -> Iterator[F]:
-    """`sort(head, items)`, computed when first read."""
-    yield from sort(head, items)
+def _later(compute: Callable[[], list[F]]) -> Iterator[F]:
+    """`compute()`'s items, computed when first read."""
+    yield from compute()
 
 
 class Shares(Generic[K]):
@@ -149,9 +149,11 @@ class FairQueue(Generic[F]):
         callers = sorted((c for c in self._callers if c.priority == priority), key=self._first_arrival)
         caller = self._caller_shares[priority].choose(callers)
         own = list(self._callers[caller].values())
-        others = (item for item in self._classes[priority].items() if item.caller != caller)
-        batch = fill(own[0], itertools.chain(nearest(own[0], own), _later(nearest, own[0], others)), max_size,
-                     max_tokens)  # the other callers' inputs sorted only when the caller's own leave room
+
+        def others() -> list[F]:  # read and sorted only when the caller's own inputs leave room in the batch
+            return nearest(own[0], [item for item in self._classes[priority].items() if item.caller != caller])
+
+        batch = fill(own[0], itertools.chain(nearest(own[0], own), _later(others)), max_size, max_tokens)
         for item in batch:
             self._classes[priority].remove(item)
             self._forget(item)

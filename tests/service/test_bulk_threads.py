@@ -71,11 +71,24 @@ def test_a_thread_lowers_its_own_priority_only() -> None:
     idle = background_pool(1, "idle", 19, idle=True)
     assert idle.submit(priority).result() == (19, os.SCHED_IDLE)
     niced = background_pool(1, "low", 19)
-    assert niced.submit(priority).result() == (19, os.SCHED_OTHER)
+    assert niced.submit(priority).result() == (19, before[1])
     unchanged = background_pool(1, "same", 0, idle=True)  # nothing lowered: not idle either
     assert unchanged.submit(priority).result() == before
     for pool in (idle, niced, unchanged):
         pool.shutdown()
+
+
+def test_a_refused_idle_policy_leaves_the_thread_niced_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    def refused(*args: Any) -> None:
+        raise PermissionError("not here")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+    before, pool = priority(), background_pool(1, "refused", 19, idle=True)
+    assert pool.submit(priority).result() == (19, before[1])
+    pool.shutdown()
+    assert "bulk threads keep the normal scheduling policy (niced only): not here" in caplog.text
 
 
 @pytest.mark.parametrize(("bulk_nice", "idle"), [(19, True), (19, False), (0, True)])
