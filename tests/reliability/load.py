@@ -91,25 +91,31 @@ async def open_loop(
     """Send request i at start + i / rate for `duration_s`, whatever the answers; wait for every answer."""
     ledger, count = Ledger(duration_s=duration_s), int(rate * duration_s)
     http = Client(url, timeout_s)
-    tasks: list[asyncio.Task[None]] = []
     with quiet_heap(ledger.gc_pauses):
-        await _schedule(http, rate, count, make, ledger, tasks, timeout_s)
+        await _schedule(http, rate, count, make, ledger, timeout_s)
     return ledger
 
 
 async def _schedule(http: Client, rate: float, count: int, make: Callable[[int], Request], ledger: Ledger,
-                    tasks: list[asyncio.Task[None]], timeout_s: float) -> None:
+                    timeout_s: float) -> None:
+    """Only the requests in flight are held: a list of every task sent grew the client's heap through a run
+    (34,000 tasks in a 600 s soak at 57 req/s), and a full collection of it paused the client for 86 ms, so the
+    requests due meanwhile reached the server at once, on new connections (a soak that missed its fds limit)."""
+    in_flight: set[asyncio.Task[None]] = set()
     try:
         ledger.started = start = time.perf_counter()
         for i in range(count):
             delay = start + i / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(http, make(i), ledger, time.perf_counter() - start)))
+            task = asyncio.create_task(_one(http, make(i), ledger, time.perf_counter() - start))
+            in_flight.add(task)
+            task.add_done_callback(in_flight.discard)
             ledger.sent += 1
-        await asyncio.wait(tasks, timeout=timeout_s + 5)
+        if in_flight:
+            await asyncio.wait(in_flight, timeout=timeout_s + 5)
     finally:
-        for task in tasks:
+        for task in list(in_flight):
             task.cancel()
         await http.aclose()
 
