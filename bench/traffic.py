@@ -162,6 +162,7 @@ class Priorities:
     interactive_alone: Served
     bulk_alone: dict[str, Served]
     together: dict[str, Served]
+    rounds_p99_ms: tuple[tuple[float, float], ...] = ()  # each round's interactive p99, alone and together
 
     def bulk_texts_per_s(self, served: dict[str, Served]) -> float:
         return sum(s.texts_per_s() for name, s in served.items() if name != SEARCH.name)
@@ -198,7 +199,8 @@ async def priorities(url: str, tokenizer: Tokenizer, duration_s: float, rounds: 
                 bulk_load = await bulk_run  # the bulk callers' process ends its run before this one goes on
             phases[2].append({**interactive, **bulk_load})
     alone, bulk_alone, together = (merged(phase) for phase in phases)
-    return Priorities(alone[SEARCH.name], bulk_alone, together)
+    rounds_p99 = tuple((a[SEARCH.name].p99_ms(), t[SEARCH.name].p99_ms()) for a, t in zip(*phases[::2], strict=True))
+    return Priorities(alone[SEARCH.name], bulk_alone, together, rounds_p99)
 
 
 SETTLE_S = 0.25  # the bulk load fills the queue in less
