@@ -3,6 +3,8 @@ of the run, whether each check passed or failed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.reliability.figures import Figures
@@ -11,11 +13,12 @@ _RECORDED = pytest.StashKey[list[Figures]]()
 
 
 @pytest.fixture
-def figures(request: pytest.FixtureRequest) -> Figures:
+def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
     """This check's figures; printed in the "reliability figures" section at the end of the run."""
     recorded = Figures(request.node.nodeid)
     request.config.stash.setdefault(_RECORDED, []).append(recorded)
-    return recorded
+    yield recorded
+    recorded.note_steal()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -9,6 +9,9 @@ These checks measure wall-clock latency and throughput, which on a shared machin
 as much as on the code; `make test` (CI) deselects them (`-m "not reliability"` in pyproject's addopts) and
 asserts only what the code decides. Deselected is not passed: pytest reports them as "deselected".
 
+Each table ends with the host's steal during the check: the share of CPU time the hypervisor gave to other
+machines (/proc/stat), so that a slow run on a busy host is told apart from a slow change.
+
 ATTNSERVE_RELIABILITY_SCALE (default 1) multiplies every duration, for a quick look while developing; a
 table run at another scale says so in its title, and its figures are not the documented ones.
 """
@@ -24,6 +27,16 @@ SCALE = float(os.environ.get("ATTNSERVE_RELIABILITY_SCALE", "1"))
 _OPS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq,
 }
+
+
+def cpu_times() -> tuple[int, int]:
+    """All CPUs' (steal, total) time since boot in clock ticks, from /proc/stat's first line; (0, 0) without one."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return 0, 0
+    return (ticks[7], sum(ticks)) if len(ticks) == 8 else (0, 0)
 
 
 def scaled(seconds: float, floor_s: float = 1.0) -> float:
@@ -58,12 +71,20 @@ class Figures:
     check: str
     rows: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    started: tuple[int, int] = field(default_factory=cpu_times)
 
     def limit(self, name: str, value: float, op: str, limit: float, unit: str = "") -> None:
         self.rows.append(Figure(name, float(value), op, float(limit), unit))
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+
+    def note_steal(self) -> None:
+        """The host's steal during the check, and since boot for comparison (no note where /proc/stat is absent)."""
+        (steal, total), (steal_0, total_0) = cpu_times(), self.started
+        if total > total_0 and total_0:
+            self.note(f"host steal during the check: {(steal - steal_0) / (total - total_0):.1%} of CPU time "
+                      f"(since boot: {steal / total:.1%})")
 
     def missed(self) -> list[Figure]:
         return [f for f in self.rows if not f.met]
