@@ -3,7 +3,14 @@
     Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) · V
 
 Shape letters used in comments:
-    B batch, T sequence length, D model width (d_model), H heads, d_k = D / H head width.
+    B batch, T sequence length, D model width (d_model), H heads, d_k = D / H head width (or the model's own
+    head width), H_kv key/value heads, G = H / H_kv query heads per key/value head.
+
+Grouped-query attention (Llama, Qwen, Gemma) projects fewer key/value heads than query heads: each key/value
+head is shared by G consecutive query heads (repeated before the dot product, as transformers' repeat_kv does),
+so the equation, the weights and the maps stay per query head. Qwen3 and Gemma3 also normalise each head's
+query and key (an RMS norm over d_k) before the rotary turn, and Gemma scales the scores by
+1 / sqrt(query_pre_attn_scalar) instead of 1 / sqrt(d_k).
 
 Positions enter here in two of the encoder's schemes (model/positions.py): MPNet's relative bias is
 added to the scores, and rotary angles turn q and k before their dot product. Both are optional, so
@@ -28,6 +35,7 @@ Extra letters: W = w block size, N = ceil(T / W) blocks.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,11 +46,11 @@ from model.positions import rotate
 
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-    dropout: nn.Module | None = None, bias: Tensor | None = None,
+    dropout: nn.Module | None = None, bias: Tensor | None = None, scale_dim: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Return (weights · V, weights) for q, k, v of shape (B, H, T, d_k); `bias` (1|B, H, T, T) is added to
-    the scaled scores before the mask."""
-    d_k = q.size(-1)
+    the scaled scores before the mask; scale_dim: the scores are divided by its square root (0: by √d_k)."""
+    d_k = scale_dim or q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
     if bias is not None:
         scores = scores + bias  # (B, H, T, T)
@@ -56,6 +64,7 @@ def scaled_dot_product_attention(
 
 def sliding_window_attention(
     q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, window: int, dropout: nn.Module | None = None,
+    scale_dim: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q Kᵀ / √d_k) · V with query i seeing keys j, |i - j| <= window, over bands: q, k, v (B, H, T, d_k),
     key_padding_mask (B, 1, 1, T) -> (weights · V (B, H, T, d_k), banded weights (B, H, N, W, 3W))."""
@@ -64,7 +73,8 @@ def sliding_window_attention(
     k_near = with_neighbours(to_blocks(k, window))  # (B, H, N, 3W, d_k)
     v_near = with_neighbours(to_blocks(v, window))  # (B, H, N, 3W, d_k)
     mask = band_mask(key_padding_mask, window)  # (B, 1, N, W, 3W)
-    context, weights = scaled_dot_product_attention(q_blocks, k_near, v_near, mask, dropout)  # (B, H, N, W, d_k)
+    context, weights = scaled_dot_product_attention(
+        q_blocks, k_near, v_near, mask, dropout, scale_dim=scale_dim)  # (B, H, N, W, d_k)
     return context.flatten(2, 3)[:, :, :T], weights  # (B, H, T, d_k): blocks joined, the padding cut
 
 
@@ -94,24 +104,39 @@ def band_mask(key_padding_mask: Tensor, window: int) -> Tensor:
 
 
 class MultiHeadSelfAttention(nn.Module):
-    """Q, K, V from three projections of one input; heads split, attended, merged, then W_o."""
+    """Q, K, V from three projections of one input; heads split, attended, merged, then W_o. num_kv_heads below
+    num_heads shares each key/value head among G query heads; qk_norm builds the per-head query and key norms."""
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True, *, num_kv_heads: int = 0,
+        head_dim: int = 0, scale_dim: float = 0.0, out_bias: bool | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
-        if d_model % num_heads:
+        if d_model % num_heads and not head_dim:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
-        self.num_heads = num_heads
-        self.d_k = d_model // num_heads
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads or num_heads
+        self.d_k, self.scale_dim = head_dim or d_model // num_heads, scale_dim
+        self.q_proj = nn.Linear(d_model, num_heads * self.d_k, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
+        self.out_proj = nn.Linear(num_heads * self.d_k, d_model, bias=bias if out_bias is None else out_bias)
+        self.q_norm = qk_norm(self.d_k) if qk_norm is not None else None
+        self.k_norm = qk_norm(self.d_k) if qk_norm is not None else None
         self.dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: Tensor) -> Tensor:
+    def split_heads(self, x: Tensor, heads: int) -> Tensor:
         B, T, _ = x.shape
-        x = x.view(B, T, self.num_heads, self.d_k)  # (B, T, H, d_k)
-        return x.transpose(1, 2)  # (B, H, T, d_k)
+        x = x.view(B, T, heads, self.d_k)  # (B, T, heads, d_k)
+        return x.transpose(1, 2)  # (B, heads, T, d_k)
+
+    def share(self, x: Tensor) -> Tensor:
+        """(B, H_kv, T, d_k) -> (B, H, T, d_k): each key/value head repeated for its G query heads."""
+        B, H_kv, T, d_k = x.shape
+        G = self.num_heads // H_kv
+        if G == 1:
+            return x
+        return x[:, :, None].expand(B, H_kv, G, T, d_k).reshape(B, H_kv * G, T, d_k)  # (B, H, T, d_k)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
@@ -120,20 +145,23 @@ class MultiHeadSelfAttention(nn.Module):
         """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
         the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k. window > 0: attend within `window`
         over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring)."""
-        B, T, D = x.shape
-        q = self.split_heads(self.q_proj(x))  # (B, H, T, d_k)
-        k = self.split_heads(self.k_proj(x))  # (B, H, T, d_k)
-        v = self.split_heads(self.v_proj(x))  # (B, H, T, d_k)
+        B, T, _ = x.shape
+        q = self.split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, d_k)
+        k = self.split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, T, d_k)
+        v = self.split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, T, d_k)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vector normalised over d_k
         if rotary is not None:
-            q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k) each
+            q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k), (B, H_kv, T, d_k)
+        k, v = self.share(k), self.share(v)  # (B, H, T, d_k) each
         if window:
             if mask is None or bias is not None:
                 raise ValueError("banded attention takes a padding mask and no score bias")
-            context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout)
+            context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout, self.scale_dim)
         else:
-            context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias)
+            context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias, self.scale_dim)
         context = context.transpose(1, 2).contiguous()  # (B, T, H, d_k)
-        context = context.view(B, T, D)  # (B, T, D): heads merged back
+        context = context.view(B, T, self.num_heads * self.d_k)  # (B, T, H · d_k): heads merged back
         return self.out_proj(context), weights
 
 
@@ -155,13 +183,14 @@ def window_mask(T: int, window: int, device: torch.device | None = None) -> Tens
 
 
 def build_mask(attention_mask: Tensor, kind: str = "full", window: int = 0) -> Tensor:
-    """Combine the padding mask with the configured structural mask -> (B, 1, T|1, T)."""
+    """Combine the padding mask with the structural mask `kind` -> (B, 1, T|1, T): full, causal, window (|i - j|
+    <= window) or causal_window (both: a decoder's sliding window, j in [i - window, i])."""
     mask = padding_mask(attention_mask)
     T = attention_mask.size(1)
-    if kind == "causal":
+    if kind not in ("full", "causal", "window", "causal_window"):
+        raise ValueError(f"unknown mask kind {kind!r}; expected full, causal, window or causal_window")
+    if kind in ("causal", "causal_window"):
         mask = mask & causal_mask(T, attention_mask.device)
-    elif kind == "window":
+    if kind in ("window", "causal_window"):
         mask = mask & window_mask(T, window, attention_mask.device)
-    elif kind != "full":
-        raise ValueError(f"unknown mask kind {kind!r}; expected full, causal or window")
     return mask

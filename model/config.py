@@ -10,11 +10,21 @@ before an axis existed load as they did.
                    bucketed relative bias, one table shared by all layers; rotary_theta > 0: rotary q/k
                    (ModernBERT; rotary_local_theta for the local layers)
     token types    type_vocab_size 0 (no table), 1 (one row, always 0), 2 (segment A / B)
-    norms          norm_position post/pre; norm_bias; embedding_norm; pre-norm ends with a final norm, and
-                   first_attn_norm=False skips the first block's attention norm (its input is normalised)
-    feed-forward   activation; gated_ffn: up projects to 2 x d_ff, act(first half) * second half (GeGLU)
-    biases         attention_bias (q, k, v, out), ffn_bias
-    layer pattern  global_attn_every n: layers i % n != 0 attend only within window_size of each token
+    norms          norm_kind layer (LayerNorm), rms (RMSNorm: Llama, Qwen) or rms_one_plus (Gemma's x · (1 + w));
+                   norm_position post (BERT), pre (ModernBERT, decoders) or sandwich (Gemma: pre, and a norm on
+                   each sub-block's output before the residual); norm_bias; embedding_norm; pre-norm ends with a
+                   final norm, and first_attn_norm=False skips the first block's attention norm (its input is
+                   normalised); qk_norm: an RMS norm over each head's query and key (Qwen3, Gemma3)
+    feed-forward   activation; gated_ffn: up projects to 2 x d_ff, act(first half) * second half (GeGLU, SwiGLU)
+    biases         attention_bias (q, k, v), attention_out_bias (out; None: as attention_bias), ffn_bias
+    heads          num_kv_heads < num_heads: each key/value head serves num_heads / num_kv_heads query heads
+                   (grouped-query attention); head_size: a head width other than d_model / num_heads;
+                   query_pre_attn_scalar: scores scaled by 1 / sqrt(it) instead of 1 / sqrt(head width)
+    embeddings     embedding_scale multiplies the token embeddings (Gemma: sqrt(d_model))
+    masks          mask_kind full (bidirectional), causal (the seed's tril: decoders) or window (every layer local)
+    layer pattern  layer_types ("full" / "sliding" per layer) or, when empty, global_attn_every n: layers
+                   i % n != 0 are local. A local layer attends within window_size of each token (|i - j| <=
+                   window_size, and j <= i too under a causal mask, as decoders' sliding windows do)
     pooling        pooling mode, then an optional projection (sentence-transformers' Dense), then normalize
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
 """
@@ -31,8 +41,10 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len")
-NORM_POSITIONS = ("post", "pre")
 MASK_KINDS = ("full", "causal", "window")
+NORM_KINDS = ("layer", "rms", "rms_one_plus")
+NORM_POSITIONS = ("post", "pre", "sandwich")
+LAYER_TYPES = ("full", "sliding")
 HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
 SEQUENCE_HEADS = ("linear", "pooler", "attention")
 POSITION_EMBEDDINGS = ("absolute", "fairseq", "none")
@@ -80,6 +92,14 @@ class EncoderConfig:
     norm_bias: bool = True
     embedding_norm: bool = True
     first_attn_norm: bool = True
+    norm_kind: str = "layer"
+    qk_norm: bool = False
+    attention_out_bias: bool | None = None
+    num_kv_heads: int = 0  # 0: num_heads (every query head has its own key/value head)
+    head_size: int = 0  # 0: d_model / num_heads
+    query_pre_attn_scalar: float = 0.0  # 0: the head width
+    embedding_scale: float = 1.0
+    layer_types: tuple[str, ...] = field(default_factory=tuple)  # "full" / "sliding" per layer; (): global_attn_every
     # sentence-transformers' Dense after pooling: 0 = none
     projection_size: int = 0
     projection_activation: str = "identity"
@@ -94,6 +114,7 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))
         for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels):
             check(self)
         if self.head_dim < 32:
@@ -122,7 +143,15 @@ class EncoderConfig:
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.num_heads
+        return self.head_size or self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def causal(self) -> bool:
+        return self.mask_kind == "causal"
 
     @property
     def embedding_size(self) -> int:
@@ -130,7 +159,10 @@ class EncoderConfig:
         return self.projection_size or self.d_model
 
     def is_local(self, layer: int) -> bool:
-        """Layer `layer` attends within window_size (ModernBERT's pattern: every n-th layer is global)."""
+        """Layer `layer` attends within window_size: layer_types says so, else ModernBERT's pattern (every n-th
+        layer is global)."""
+        if self.layer_types:
+            return self.layer_types[layer] == "sliding"
         return self.global_attn_every > 1 and layer % self.global_attn_every != 0
 
     def replace(self, **changes: Any) -> EncoderConfig:
@@ -139,6 +171,7 @@ class EncoderConfig:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["label_names"] = list(self.label_names)
+        data["layer_types"] = list(self.layer_types)
         return data
 
     @classmethod
@@ -162,11 +195,17 @@ def _check_sizes(c: EncoderConfig) -> None:
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(c, name)}")
-    if c.d_model % c.num_heads:
+    if c.d_model % c.num_heads and not c.head_size:
         raise ValueError(
             f"d_model ({c.d_model}) must be divisible by num_heads ({c.num_heads}) "
-            "so every head gets the same dimension"
+            "so every head gets the same dimension (or set head_size)"
         )
+    if c.num_kv_heads < 0 or c.head_size < 0 or c.query_pre_attn_scalar < 0 or c.embedding_scale <= 0:
+        raise ValueError("num_kv_heads, head_size and query_pre_attn_scalar must be 0 or more, "
+                         "embedding_scale positive")
+    if c.num_heads % c.kv_heads:
+        raise ValueError(f"num_heads ({c.num_heads}) must be a multiple of num_kv_heads ({c.kv_heads}): "
+                         "each key/value head serves the same number of query heads")
     for name in ("dropout", "attention_dropout", "head_dropout"):
         if not 0.0 <= getattr(c, name) < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {getattr(c, name)}")
@@ -183,6 +222,7 @@ def _check_sizes(c: EncoderConfig) -> None:
 def _check_choices(c: EncoderConfig) -> None:
     for name, allowed in (
         ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS), ("mask_kind", MASK_KINDS), ("head", HEADS),
+        ("norm_kind", NORM_KINDS),
         ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS),
         ("projection_activation", ACTIVATIONS), ("head_activation", ACTIVATIONS), ("head_pooling", HEAD_POOLINGS),
     ):
@@ -193,8 +233,11 @@ def _check_choices(c: EncoderConfig) -> None:
 def _check_mask(c: EncoderConfig) -> None:
     if c.mask_kind == "window" and c.window_size <= 0:
         raise ValueError("mask_kind 'window' needs a positive window_size")
-    if c.global_attn_every > 1 and c.window_size <= 0:
-        raise ValueError("local layers (global_attn_every > 1) need a positive window_size")
+    if any(c.is_local(i) for i in range(c.num_layers)) and c.window_size <= 0:
+        raise ValueError("local layers (layer_types 'sliding' or global_attn_every > 1) need a positive window_size")
+    if c.layer_types and (len(c.layer_types) != c.num_layers or set(c.layer_types) - set(LAYER_TYPES)):
+        raise ValueError(f"layer_types must name one of {', '.join(LAYER_TYPES)} for each of the {c.num_layers} "
+                         f"layers; got {list(c.layer_types)}")
 
 
 def _check_positions(c: EncoderConfig) -> None:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from model.attention import MultiHeadSelfAttention, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
-from model.layers import FeedForward, layer_norm
+from model.layers import FeedForward, norm
 from model.pooling import Projection, mean_pool, pool
 from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
 
@@ -46,7 +46,8 @@ class LayerInputs:
 
 
 class Embeddings(nn.Module):
-    """Token + position + token-type embeddings (each where the config has it), then a norm."""
+    """Token embeddings (times embedding_scale) + position + token-type embeddings (each where the config has it),
+    then a norm (where the config has it)."""
 
     def __init__(self, c: EncoderConfig) -> None:
         super().__init__()
@@ -54,11 +55,14 @@ class Embeddings(nn.Module):
         self.position = None if c.position_embedding == "none" else AbsolutePositions(
             c.max_length, c.d_model, c.pad_token_id if c.position_embedding == "fairseq" else None)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
-        self.norm = layer_norm(c) if c.embedding_norm else nn.Identity()
+        self.norm = norm(c) if c.embedding_norm else nn.Identity()
+        self.scale = c.embedding_scale
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         x = self.token(input_ids)  # (B, T, D)
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.position is not None:
             x = x + self.position(attention_mask)  # (B|1, T, D)
         if self.token_type is not None:
@@ -67,16 +71,24 @@ class Embeddings(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Attention and feed-forward, each with a residual and a layer norm (post- or pre-norm)."""
+    """Attention and feed-forward, each with a residual and a norm: post-norm (BERT), pre-norm (ModernBERT, the
+    decoders) or sandwich (Gemma: pre-norm, and each sub-block's output normalised before the residual)."""
 
     def __init__(self, c: EncoderConfig, local: bool = False, first: bool = False) -> None:
         super().__init__()
-        self.pre_norm, self.local = c.norm_position == "pre", local
-        self.attention = MultiHeadSelfAttention(c.d_model, c.num_heads, c.attention_dropout, c.attention_bias)
+        self.pre_norm, self.local = c.norm_position in ("pre", "sandwich"), local
+        self.attention = MultiHeadSelfAttention(
+            c.d_model, c.num_heads, c.attention_dropout, c.attention_bias, num_kv_heads=c.kv_heads,
+            head_dim=c.head_dim, scale_dim=c.query_pre_attn_scalar, out_bias=c.attention_out_bias,
+            qk_norm=(lambda width: norm(c, width)) if c.qk_norm else None,
+        )
         skip = self.pre_norm and first and not c.first_attn_norm  # the embedding norm already normalised it
-        self.attn_norm = nn.Identity() if skip else layer_norm(c)
+        self.attn_norm = nn.Identity() if skip else norm(c)
         self.ffn = FeedForward(c)
-        self.ffn_norm = layer_norm(c)
+        self.ffn_norm = norm(c)
+        sandwich = c.norm_position == "sandwich"
+        self.attn_post_norm = norm(c) if sandwich else nn.Identity()
+        self.ffn_post_norm = norm(c) if sandwich else nn.Identity()
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(
@@ -85,8 +97,8 @@ class EncoderBlock(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         if self.pre_norm:
             attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window)
-            x = x + self.dropout(attended)
-            return x + self.dropout(self.ffn(self.ffn_norm(x))), weights
+            x = x + self.dropout(self.attn_post_norm(attended))
+            return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x)))), weights
         attended, weights = self.attention(x, mask, bias, rotary, window)
         x = self.attn_norm(x + self.dropout(attended))
         return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
@@ -105,7 +117,7 @@ class Encoder(nn.Module):
             "full": RotaryAngles(c.head_dim, c.rotary_theta),
             "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta),
         }) if c.rotary_theta else None
-        self.final_norm = layer_norm(c) if c.norm_position == "pre" else nn.Identity()
+        self.final_norm = norm(c) if c.norm_position in ("pre", "sandwich") else nn.Identity()
         self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias) \
             if c.projection_size else None
         self.head = _head(c)
@@ -145,14 +157,15 @@ class Encoder(nn.Module):
     def layer_inputs(self, attention_mask: Tensor, banded: bool = False) -> dict[str, LayerInputs]:
         """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones.
         banded: the local layers attend over bands, O(T x window), and give no (T, T) maps (not with a relative
-        bias, which is (T, T) anyway); else through the full window mask, as the attention maps need."""
+        bias, which is (T, T) anyway, nor under a causal mask, whose window is one-sided); else through the full
+        window mask, as the attention maps need."""
         c, T, device = self.config, attention_mask.size(1), attention_mask.device
         bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
         kinds = {"full": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
-        window = c.window_size if banded and bias is None else 0
+        window = c.window_size if banded and bias is None and not c.causal else 0
         if any(block.local for block in self.blocks):
             kinds["local"] = padding_mask(attention_mask) if window else build_mask(
-                attention_mask, "window", c.window_size)  # (B, 1, 1, T) or (B, 1, T, T)
+                attention_mask, "causal_window" if c.causal else "window", c.window_size)  # (B, 1, 1|T, T)
         return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None,
                                   window if kind == "local" else 0) for kind, mask in kinds.items()}
 

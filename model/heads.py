@@ -6,9 +6,10 @@ Each family's head is the same few steps with its own choices (config.head_*):
     Transform   dense -> activation -> optional LayerNorm. BERT's and MPNet's pooler and RoBERTa's
                 classification dense (tanh), DistilBERT's pre_classifier (relu), ModernBERT's prediction
                 head (gelu + norm), every MLM transform (gelu + norm).
-    sequence    linear: a classifier on the pooled embedding; pooler: the first token (or, ModernBERT's
-                classifier_pooling "mean", the mean) through a Transform, then a classifier; attention: one
-                extra attention block of our own over the token states, mean-pooled, then a classifier.
+    sequence    linear: a classifier on the pooled embedding (the decoders' bias-free `score` on the last token);
+                pooler: the first token (or, ModernBERT's classifier_pooling "mean", the mean) through a
+                Transform, then a classifier; attention: one extra attention block of our own over the token
+                states, mean-pooled, then a classifier.
     tokens      a classifier on every token state, after a Transform when head_transform (ModernBERT).
     mlm         a Transform, then a decoder to the vocabulary (its weight tied to the token embedding when
                 the checkpoint ties it).
@@ -51,7 +52,9 @@ class ClassificationHead(nn.Module):
         if c.head == "attention":
             self.block = block
         self.dropout = nn.Dropout(c.head_dropout)
-        self.classifier = nn.Linear(c.embedding_size if c.head == "linear" else c.d_model, c.num_labels)
+        linear = c.head == "linear"  # the decoders' score layer has no bias (head_bias False)
+        self.classifier = nn.Linear(c.embedding_size if linear else c.d_model, c.num_labels,
+                                    bias=c.head_bias or not linear)
 
     def forward(self, token_states: Tensor, pooled: Tensor, mask: Tensor, attention_mask: Tensor) -> Tensor:
         if self.kind == "pooler":

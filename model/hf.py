@@ -1,9 +1,11 @@
 """Load Hugging Face checkpoint directories into our Encoder: config.json, weights, tokenizer.json.
 
 Supported: the base model and the ...ForSequenceClassification, ...ForTokenClassification and
-...ForMaskedLM heads of the families in model/families.py (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-DistilBERT, MPNet, ModernBERT); config.json's architectures says which, and anything else is refused with
-the list of what loads. A sentence-transformers directory (modules.json) loads as its embedding
+...ForMaskedLM heads of the encoder families in model/families/ (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
+DistilBERT, MPNet, ModernBERT), and the base model, ...ForSequenceClassification and ...ForCausalLM (its body:
+the embedders built on decoders ship as causal LMs) of the decoder families (Llama, Mistral, Qwen2, Qwen3,
+Gemma3); config.json's architectures says which, and anything else is refused with the list of what loads.
+A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. Weights come from model.safetensors, or from pytorch_model.bin through
 torch.load(weights_only=True); never from an unrestricted pickle.
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from model.checkpoint import LoadedModel
@@ -34,7 +37,7 @@ def load_hf(path: Path) -> LoadedModel:
     family, kind = family_of(hf)
     _require(path, "tokenizer.json")
     sentence = read_sentence_modules(path)
-    if sentence is not None:
+    if sentence is not None or kind == "lm":
         kind = "none"  # sentence-transformers embeds with the bare encoder, whatever head the checkpoint has
     state = rename(load_weights(path), family, kind, hf)
     config = encoder_config(hf, family, kind, state, sentence)
@@ -72,8 +75,9 @@ def encoder_config(hf: dict[str, Any], family: Family, kind: str, state: dict[st
         labels = _labels(hf, state["head.classifier.weight"].shape[0])
         fields.update(num_labels=len(labels), label_names=labels)
     if sentence is None:
-        return EncoderConfig(pooling="cls", **fields)
-    config = EncoderConfig(pooling=sentence.pooling, normalize=sentence.normalize, **sentence.projection, **fields)
+        return EncoderConfig(**{"pooling": "cls", **fields})
+    config = EncoderConfig(**{**fields, "pooling": sentence.pooling, "normalize": sentence.normalize,
+                              **sentence.projection})
     return config.replace(max_seq_length=min(sentence.max_seq_length, config.position_limit))
 
 
@@ -100,7 +104,7 @@ def rename(weights: dict[str, Tensor], family: Family, kind: str, hf: dict[str, 
             unknown.append(key)
     if unknown:
         raise ValueError(f"checkpoint tensors the {family.name} weight table does not map: {', '.join(unknown)}")
-    return out
+    return _join_parts(out)
 
 
 def hf_layers(hf: dict[str, Any]) -> int:
@@ -122,6 +126,22 @@ def _place(target: str | tuple[str, ...], param: str, value: Tensor) -> dict[str
     if isinstance(target, str):
         return {f"{target}.{param}": value}
     return {f"{name}.{param}": part for name, part in zip(target, value.chunk(len(target)), strict=True)}
+
+
+def _join_parts(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Tensors placed as parts ("ffn.up#0.weight", "ffn.up#1.weight") joined along the first axis in part order."""
+    parts: dict[str, dict[int, Tensor]] = {}
+    out = {}
+    for name, value in state.items():
+        module, hash_, rest = name.partition("#")
+        if not hash_:
+            out[name] = value
+            continue
+        index, _, param = rest.partition(".")
+        parts.setdefault(f"{module}.{param}", {})[int(index)] = value
+    for name, by_index in parts.items():
+        out[name] = torch.cat([by_index[i] for i in sorted(by_index)], dim=0)
+    return out
 
 
 def tie_decoder(state: dict[str, Tensor], config: EncoderConfig) -> dict[str, Tensor]:

@@ -3,9 +3,11 @@
 Shape letters: B batch, T sequence length, D d_model, F d_ff.
 
     activation    gelu (exact, erf), gelu_tanh (tanh approximation), relu, silu, tanh, identity
-    layer_norm    LayerNorm with or without its bias (ModernBERT's norms have none)
+    norm          the config's norm over the last axis: LayerNorm with or without its bias (ModernBERT's
+                  norms have none), or RMSNorm, x / sqrt(mean(x²) + eps) · w (Llama, Qwen), or Gemma's
+                  x / sqrt(mean(x²) + eps) · (1 + w), whose weights are stored as offsets from 1
     FeedForward   up -> activation -> down (BERT); gated: up projects to 2F, act(first half) * second half
-                  (GeGLU, ModernBERT's Wi/Wo)
+                  (GeGLU, ModernBERT's Wi/Wo; SwiGLU, the decoders' gate_proj and up_proj side by side)
 """
 
 from __future__ import annotations
@@ -33,7 +35,29 @@ def activate(x: Tensor, name: str) -> Tensor:
     raise ValueError(f"unknown activation {name!r}")
 
 
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + eps) · w over the last axis; one_plus: · (1 + w) (Gemma), its weight starting at 0."""
+
+    def __init__(self, width: int, eps: float, one_plus: bool = False) -> None:
+        super().__init__()
+        self.eps, self.one_plus = eps, one_plus
+        self.weight = nn.Parameter(torch.zeros(width) if one_plus else torch.ones(width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., width)
+        return normed * (1.0 + self.weight if self.one_plus else self.weight)
+
+
+def norm(c: EncoderConfig, width: int | None = None) -> nn.Module:
+    """The config's norm (norm_kind) over `width` features (default d_model)."""
+    width = width or c.d_model
+    if c.norm_kind == "layer":
+        return nn.LayerNorm(width, eps=c.layer_norm_eps, bias=c.norm_bias)
+    return RMSNorm(width, c.layer_norm_eps, one_plus=c.norm_kind == "rms_one_plus")
+
+
 def layer_norm(c: EncoderConfig) -> nn.LayerNorm:
+    """A LayerNorm whatever norm_kind says: the heads' transforms are LayerNorms in every family that has them."""
     return nn.LayerNorm(c.d_model, eps=c.layer_norm_eps, bias=c.norm_bias)
 
 

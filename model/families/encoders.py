@@ -1,10 +1,5 @@
-"""The checkpoint families the loader knows: each one's config.json reading and its weight-name table.
-
-A family is the encoder's axes set one way (model/config.py) and one table that maps the checkpoint's
-parameter names onto ours. Table keys are module names (a parameter's name without .weight/.bias) or,
-where a checkpoint keeps a lone parameter, full parameter names; "{i}" stands for the layer index. A
-tuple value splits the checkpoint's tensor along its first axis into equal parts (ModernBERT's fused
-Wqkv). Each head kind of a family adds its own small table.
+"""The encoder families: BERT, RoBERTa (XLM-R, CamemBERT), DistilBERT, MPNet and ModernBERT, each its
+config.json reading and its weight-name table (model/families/base.py says how tables read).
 
     family      model_type (config.json)             classes: {prefix}Model, ...ForSequenceClassification,
                                                       ...ForTokenClassification, ...ForMaskedLM
@@ -17,35 +12,9 @@ Wqkv). Each head kind of a family adds its own small table.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-Table = dict[str, str | tuple[str, ...]]
-HEAD_KINDS = {"Model": "none", "ForSequenceClassification": "sequence", "ForTokenClassification": "tokens",
-              "ForMaskedLM": "mlm"}
-# transformers' activation names -> ours (model.layers.activate); gelu_new and gelu_fast are the tanh formula
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-               "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    model_types: tuple[str, ...]
-    classes: tuple[str, ...]  # class-name prefixes, e.g. "XLMRoberta"
-    prefix: str  # the body's prefix inside a head class's weights, e.g. "roberta."
-    config: Callable[[dict[str, Any]], dict[str, Any]]  # config.json -> EncoderConfig fields of the body
-    table: Table
-    heads: dict[str, Table]  # head kind -> table
-    head_config: Callable[[dict[str, Any], str], dict[str, Any]]  # (config.json, head kind) -> head fields
-    ignored: tuple[str, ...] = field(default=())  # checkpoint names we do not use (e.g. BERT's pooler)
-
-
-def activation(name: str) -> str:
-    if name not in ACTIVATIONS:
-        raise ValueError(f"activation {name!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name]
+from model.families.base import Family, Table, activation, layers, rope_thetas
 
 
 def _bert_body(hf: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +72,8 @@ def _distilbert_head(hf: dict[str, Any], kind: str) -> dict[str, Any]:
 def _modernbert_body(hf: dict[str, Any]) -> dict[str, Any]:
     every = hf.get("global_attn_every_n_layers", 3)
     _check_layer_types(hf, every)
-    global_theta, local_theta = _rope_thetas(hf)
+    global_theta, local_theta = rope_thetas(hf, 160_000.0, 10_000.0, local_key="local_rope_theta",
+                                             global_key="global_rope_theta")
     return dict(
         architecture="modernbert", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
         num_heads=hf["num_attention_heads"], num_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"],
@@ -125,17 +95,6 @@ def _check_layer_types(hf: dict[str, Any], every: int) -> None:
         raise ValueError(f"layer_types {hf['layer_types']} is not ModernBERT's every-{every}-th-global pattern")
 
 
-def _rope_thetas(hf: dict[str, Any]) -> tuple[float, float]:
-    """(global, local) rotary theta: transformers 5's rope_parameters, or the original checkpoints' keys."""
-    rope = hf.get("rope_parameters") or {}
-    for kind in rope.values():
-        if (kind or {}).get("rope_type", "default") != "default":
-            raise ValueError(f"rope_type {kind['rope_type']!r} is not supported (default rotary only)")
-    global_theta = (rope.get("full_attention") or {}).get("rope_theta", hf.get("global_rope_theta", 160_000.0))
-    local_theta = (rope.get("sliding_attention") or {}).get("rope_theta", hf.get("local_rope_theta", 10_000.0))
-    return float(global_theta), float(local_theta)
-
-
 def _modernbert_head(hf: dict[str, Any], kind: str) -> dict[str, Any]:
     """ModernBERT's prediction head (dense, classifier_activation, norm) before every head's last layer."""
     if kind == "mlm" and not hf.get("decoder_bias", True):
@@ -145,12 +104,6 @@ def _modernbert_head(hf: dict[str, Any], kind: str) -> dict[str, Any]:
     return {"sequence": dict(head="pooler", head_pooling=hf.get("classifier_pooling", "cls"), **transform),
             "tokens": dict(head="tokens", head_transform=True, **transform),
             "mlm": dict(head="mlm", tie_decoder=hf.get("tie_word_embeddings", True), **transform)}.get(kind, {})
-
-
-def layers(source: str, table: Table) -> Table:
-    """Per-layer names under `source` (e.g. "encoder.layer.{i}.") mapped under ours ("blocks.{i}.")."""
-    return {f"{source}{k}": f"blocks.{{i}}.{v}" if isinstance(v, str) else tuple(f"blocks.{{i}}.{p}" for p in v)
-            for k, v in table.items()}
 
 
 _BERT_LAYERS = layers("encoder.layer.{i}.", {
@@ -222,23 +175,4 @@ MODERNBERT = Family(
            "mlm": {"head.dense": "head.transform", "head.norm": "head.transform.norm", "decoder": "head.decoder"}},
     head_config=_modernbert_head,
 )
-FAMILIES = (BERT, ROBERTA, DISTILBERT, MPNET, MODERNBERT)
-
-
-def supported_classes() -> list[str]:
-    return [f"{prefix}{suffix}" for f in FAMILIES for prefix in f.classes for suffix in HEAD_KINDS]
-
-
-def family_of(hf: dict[str, Any]) -> tuple[Family, str]:
-    """(family, head kind) of a config.json, from its model_type and architectures; a clear error otherwise."""
-    model_type = hf.get("model_type")
-    family = next((f for f in FAMILIES if model_type in f.model_types), None)
-    if family is None:
-        known = ", ".join(t for f in FAMILIES for t in f.model_types)
-        raise ValueError(f"model_type {model_type!r} is not supported; supported model types: {known}")
-    architecture = (hf.get("architectures") or [f"{family.classes[0]}Model"])[0]
-    for prefix in family.classes:
-        for suffix, kind in HEAD_KINDS.items():
-            if architecture == f"{prefix}{suffix}":
-                return family, kind
-    raise ValueError(f"architecture {architecture!r} is not supported; supported: {', '.join(supported_classes())}")
+ENCODERS = (BERT, ROBERTA, DISTILBERT, MPNET, MODERNBERT)

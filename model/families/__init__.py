@@ -1,0 +1,35 @@
+"""The checkpoint families the loader knows: the registry (one list) and the look-up of a config.json's family.
+
+Encoders (model/families/encoders.py): BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, MPNet, ModernBERT.
+Decoders used as encoders (model/families/decoders.py): Llama, Mistral, Qwen2, Qwen3, Gemma3 (text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.families.base import HEAD_KINDS, Family, Table, activation
+from model.families.decoders import DECODERS
+from model.families.encoders import ENCODERS
+
+__all__ = ["FAMILIES", "HEAD_KINDS", "Family", "Table", "activation", "family_of", "supported_classes"]
+
+FAMILIES: tuple[Family, ...] = (*ENCODERS, *DECODERS)
+
+
+def supported_classes() -> list[str]:
+    return [name for f in FAMILIES for name in f.class_names()]
+
+
+def family_of(hf: dict[str, Any]) -> tuple[Family, str]:
+    """(family, head kind) of a config.json, from its model_type and architectures; a clear error otherwise."""
+    model_type = hf.get("model_type")
+    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    if family is None:
+        known = ", ".join(t for f in FAMILIES for t in f.model_types)
+        raise ValueError(f"model_type {model_type!r} is not supported; supported model types: {known}")
+    architecture = (hf.get("architectures") or [f"{family.classes[0]}Model"])[0]
+    kinds = family.class_names()
+    if architecture in kinds:
+        return family, kinds[architecture]
+    raise ValueError(f"architecture {architecture!r} is not supported; supported: {', '.join(supported_classes())}")

@@ -1,0 +1,77 @@
+"""What every family is made of: a Family record, its weight-name table, and the config readers they share.
+
+A family is the encoder's axes set one way (model/config.py) and one table that maps the checkpoint's
+parameter names onto ours. Table keys are module names (a parameter's name without .weight/.bias) or,
+where a checkpoint keeps a lone parameter, full parameter names; "{i}" stands for the layer index. A
+tuple value splits the checkpoint's tensor along its first axis into equal parts (ModernBERT's fused
+Wqkv); a value ending in "#k" is part k of one of our tensors that several checkpoint tensors make,
+joined along the first axis in the order of k (the decoders' gate_proj and up_proj, one gated `up`).
+Each head kind of a family adds its own small table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Table = dict[str, str | tuple[str, ...]]
+# class-name suffix -> head kind; "lm" (a causal LM) loads its body only: the language-model head is not served
+HEAD_KINDS = {"Model": "none", "ForSequenceClassification": "sequence", "ForTokenClassification": "tokens",
+              "ForMaskedLM": "mlm", "ForCausalLM": "lm"}
+# transformers' activation names -> ours (model.layers.activate); gelu_new and gelu_fast are the tanh formula
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+               "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]
+    classes: tuple[str, ...]  # class-name prefixes, e.g. "XLMRoberta"
+    prefix: str  # the body's prefix inside a head class's weights, e.g. "roberta."
+    config: Callable[[dict[str, Any]], dict[str, Any]]  # config.json -> EncoderConfig fields of the body
+    table: Table
+    heads: dict[str, Table]  # head kind -> table; the kinds the family loads, besides the bare model
+    head_config: Callable[[dict[str, Any], str], dict[str, Any]]  # (config.json, head kind) -> head fields
+    ignored: tuple[str, ...] = field(default=())  # checkpoint names we do not use (e.g. BERT's pooler)
+    aliases: dict[str, str] = field(default_factory=dict)  # other class names -> head kind (Gemma3ForCausalLM)
+
+    def class_names(self) -> dict[str, str]:
+        """The transformers classes this family loads, each with its head kind: BertModel -> none, ..."""
+        kinds = {"none", *self.heads}
+        named = {f"{prefix}{suffix}": kind for prefix in self.classes for suffix, kind in HEAD_KINDS.items()
+                 if kind in kinds}
+        return {**named, **self.aliases}
+
+
+def activation(name: str) -> str:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"activation {name!r} is not supported; supported: {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def layers(source: str, table: Table) -> Table:
+    """Per-layer names under `source` (e.g. "encoder.layer.{i}.") mapped under ours ("blocks.{i}.")."""
+    return {f"{source}{k}": f"blocks.{{i}}.{v}" if isinstance(v, str) else tuple(f"blocks.{{i}}.{p}" for p in v)
+            for k, v in table.items()}
+
+
+def rope_thetas(hf: dict[str, Any], global_default: float, local_default: float | None = None,
+                global_key: str = "rope_theta", local_key: str = "rope_local_base_freq") -> tuple[float, float]:
+    """(global, local) rotary theta from transformers 5's rope_parameters (flat, or one entry per layer type) or
+    the original checkpoints' keys; only the default rotary (no scaling) is supported, any other is refused."""
+    rope = hf.get("rope_parameters") or {}
+    kinds = [rope] if "rope_theta" in rope or "rope_type" in rope else [v or {} for v in rope.values()]
+    legacy = hf.get("rope_scaling") or {}
+    for kind in [*kinds, legacy]:
+        rope_type = kind.get("rope_type", kind.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope_type {rope_type!r} is not supported (default rotary only)")
+    if float(hf.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ValueError(f"partial_rotary_factor {hf['partial_rotary_factor']} is not supported (full rotary only)")
+    flat = rope if "rope_theta" in rope else {}
+    global_theta = (rope.get("full_attention") or flat).get("rope_theta", hf.get(global_key, global_default))
+    local_fallback = hf.get(local_key, global_theta if local_default is None else local_default)
+    local_theta = (rope.get("sliding_attention") or flat).get("rope_theta", local_fallback)
+    return float(global_theta), float(local_theta)
