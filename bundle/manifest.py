@@ -154,7 +154,14 @@ class Manifest(_Strict):
         window, every = int(config.get("window_size", 0)), int(config.get("global_attn_every", 1))
         if config.get("mask_kind") == "window":
             return [window] * self.num_layers
+        if config.get("layer_types"):  # the decoders' full / sliding per layer
+            return [window if kind == "sliding" else None for kind in config["layer_types"]]
         return [window if every > 1 and layer % every else None for layer in range(self.num_layers)]
+
+    @property
+    def causal(self) -> bool:
+        """Whether a token attends only to itself and the tokens before it (a decoder's causal mask)."""
+        return self.model_config_.get("mask_kind") == "causal"
 
     def graph(self, kind: str, variant: str) -> GraphEntry | None:
         return next((g for g in self.graphs if g.kind == kind and g.variant == variant), None)

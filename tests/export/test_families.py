@@ -26,7 +26,7 @@ from export.graphs import export_graph
 from model.heads import sparse_vector
 from model.load import load_model
 from model.tokenizer import encode, pad_id, pair_ids
-from tests.helpers.exports import CASES, Exported
+from tests.helpers.exports import CASES, Exported, pooled
 from tests.helpers.families import padded_batches, save_hf
 from tests.helpers.sentence import PROMPTS, load_reference
 from tests.helpers.tokenizers import MULTILINGUAL
@@ -47,13 +47,13 @@ def run(bundle: Path, kind: str, ids: torch.Tensor, mask: torch.Tensor) -> dict[
 
 
 def expected(case: Exported, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """transformers' outputs under the graph's output names (embeddings: the first real token's state, the
-    loader's pooling for a checkpoint without sentence-transformers modules)."""
+    """transformers' outputs under the graph's output names (embeddings: the first real token's state, or a
+    decoder's last, the loader's pooling for a checkpoint without sentence-transformers modules)."""
     with torch.no_grad():
         body = case.reference.base_model(input_ids=ids, attention_mask=mask, output_attentions=True)
         states = body.last_hidden_state  # (B, T, D)
         out = {"token_embeddings": states, "attentions": torch.stack(body.attentions, dim=1),  # (B, L, H, T, T)
-               "embeddings": states[torch.arange(len(ids)), mask.argmax(1)]}  # (B, D)
+               "embeddings": pooled(states, mask, case.arch)}  # (B, D)
         if case.head != "sentence" and case.head != "Model":
             logits = case.reference(input_ids=ids, attention_mask=mask).logits
             name = {"sparse": "sparse", "classify": "logits", "tokens": "token_logits"}[TASKS[case.head]]
@@ -90,7 +90,8 @@ def test_graphs_match_transformers(family_export: ExportOf, case: str) -> None:
 def test_manifest_says_what_the_bundle_is(family_export: ExportOf, case: str) -> None:
     exported = family_export(case)
     manifest = Manifest.read(exported.bundle)
-    assert manifest.architecture == ("roberta" if exported.arch == "xlm-roberta" else exported.arch)
+    family = {"xlm-roberta": "roberta", "embeddinggemma": "gemma3"}
+    assert manifest.architecture == family.get(exported.arch, exported.arch)
     assert manifest.name == case
     assert manifest.task == TASKS[exported.head]
     fast = manifest.graph("fast", "fp32")

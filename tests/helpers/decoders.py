@@ -35,6 +35,7 @@ WINDOW = 4
 def decoder_config(arch: str, shape: str, vocab_size: int, pad_id: int, names: dict[int, str] = LABELS,
                    **extra: Any) -> transformers.PretrainedConfig:
     wide = shape == "wide"
+    names = extra.pop("id2label", names)  # {0: "relevant"}: a one-label scorer
     common = dict(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, pad_token_id=pad_id,
                   id2label=names, label2id={v: k for k, v in names.items()}, rms_norm_eps=1e-6, **SHAPES[shape])
     rope = {"rope_type": "default", "rope_theta": 500.0}

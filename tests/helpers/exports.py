@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tests.helpers.decoders import DECODERS, save_decoder
 from tests.helpers.families import save_hf
 from tests.helpers.sentence import load_reference, save_sentence_transformer
 
@@ -31,6 +32,10 @@ CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-t
     "mpnet-classifier": ("mpnet", "ForSequenceClassification", "small"),
     "mpnet-sentence": ("mpnet", "sentence", "small"),
     "modernbert-classifier": ("modernbert", "ForSequenceClassification", "wide"),
+    # decoders (tests/helpers/decoders.py): causal Qwen3 with grouped heads, q/k norms and sliding layers; a
+    # bidirectional Gemma3 scorer with EmbeddingGemma's switches (sandwich norms, two rotary bases, windows)
+    "qwen3-classifier": ("qwen3", "ForSequenceClassification", "wide"),
+    "embeddinggemma-scorer": ("embeddinggemma", "ForSequenceClassification", "wide"),
 }
 SCORER_LABELS = {0: "relevant"}
 CLASSIFIERS = tuple(name for name, (_, head, _) in CASES.items() if head == "ForSequenceClassification")
@@ -45,6 +50,15 @@ class Exported:
     reference: torch.nn.Module  # transformers' model (for "sentence", the one under the ST directory)
 
 
+def pooled(states: torch.Tensor, mask: torch.Tensor, arch: str) -> torch.Tensor:
+    """(B, T, D) states -> (B, D): the loader's pooling of a checkpoint without sentence-transformers modules, the
+    first real token's state for an encoder, the last real token's for a decoder (either padding side)."""
+    real = mask.bool()
+    pos = torch.arange(mask.size(1))
+    index = torch.where(real, pos, -1).amax(1) if arch in DECODERS else torch.where(real, pos, mask.size(1)).amin(1)
+    return states[torch.arange(len(states)), index]
+
+
 def export_case(name: str, root: Path) -> Exported:
     """Case `name` saved under root/"source" and exported (fp32 only) to root/"bundle"."""
     from export.bundle import export_bundle
@@ -56,6 +70,7 @@ def export_case(name: str, root: Path) -> Exported:
     else:
         source = root / "source"
         extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
-        reference = save_hf(source, arch, head, shape, **extra)
+        save = save_decoder if arch in DECODERS else save_hf
+        reference = save(source, arch, head, shape, **extra)
     export_bundle(source, root / "bundle", variants=("fp32",), name=name)
     return Exported(arch, head, source, root / "bundle", reference)

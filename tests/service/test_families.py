@@ -25,7 +25,7 @@ import torch
 
 from bundle.manifest import Manifest
 from model.tokenizer import encode, load_tokenizer
-from tests.helpers.exports import CLASSIFIERS, Exported
+from tests.helpers.exports import CLASSIFIERS, Exported, pooled
 from tests.helpers.process import running
 from tests.helpers.tokenizers import MULTILINGUAL
 
@@ -39,7 +39,7 @@ class Reference:
 
     states: list[np.ndarray]  # (n, D) each
     attentions: list[np.ndarray]  # (L, H, n, n) each
-    pooled: np.ndarray  # (N, D): the first token's state, the pooling of a checkpoint without sentence modules
+    pooled: np.ndarray  # (N, D): the first (a decoder's last) token's state, a checkpoint's pooling without modules
     logits: np.ndarray  # (N, C)
 
 
@@ -64,7 +64,7 @@ def reference(exported: Exported, texts: list[str]) -> Reference:
     lengths = mask.sum(1).tolist()
     return Reference([states[i, :n].numpy() for i, n in enumerate(lengths)],
                      [attentions[i, :, :, :n, :n].numpy() for i, n in enumerate(lengths)],
-                     states[:, 0].numpy(), logits.numpy())
+                     pooled(states, mask, exported.arch).numpy(), logits.numpy())
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> Any:
@@ -158,9 +158,12 @@ def test_info_and_models_name_each_family(server: str) -> None:
     families = {m["name"]: m["architecture"] for m in info["models"]}
     assert families == {"bert-classifier": "bert", "roberta-classifier": "roberta",
                         "xlm-roberta-scorer": "roberta", "distilbert-classifier": "distilbert",
-                        "mpnet-classifier": "mpnet", "modernbert-classifier": "modernbert"}
+                        "mpnet-classifier": "mpnet", "modernbert-classifier": "modernbert",
+                        "qwen3-classifier": "qwen3", "embeddinggemma-scorer": "gemma3"}
     windows = {m["name"]: m["attention_windows"] for m in info["models"]}
     assert windows["modernbert-classifier"] == [None, 2, None]  # local_attention 4: two tokens each side
     assert windows["bert-classifier"] == [None, None]
+    assert windows["qwen3-classifier"] == [None, 3, 3]  # sliding from layer 1 on, keys i - 3 .. i
+    assert windows["embeddinggemma-scorer"] == [4, None, 4]  # bidirectional: a width of 8 is 4 each side
     listed = httpx.get(server + "/v1/models").json()["data"]
     assert [m["id"] for m in listed] == list(CLASSIFIERS)
