@@ -25,7 +25,8 @@ before an axis existed load as they did.
     layer pattern  layer_types ("full" / "sliding" per layer) or, when empty, global_attn_every n: layers
                    i % n != 0 are local. A local layer attends within window_size of each token (|i - j| <=
                    window_size, and j <= i too under a causal mask, as decoders' sliding windows do)
-    pooling        pooling mode, then an optional projection (sentence-transformers' Dense), then normalize
+    pooling        pooling mode, then an optional projection (sentence-transformers' Dense; projection_chain: the
+                   Dense modules after the first, EmbeddingGemma has two), then normalize
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
 """
 
@@ -104,6 +105,7 @@ class EncoderConfig:
     projection_size: int = 0
     projection_activation: str = "identity"
     projection_bias: bool = True
+    projection_chain: tuple[tuple[int, str, bool], ...] = field(default_factory=tuple)  # later Denses: (out, act, bias)
     # heads: pooler/tokens/mlm transform = dense -> head_activation -> norm (when head_norm)
     head_pooling: str = "cls"
     head_activation: str = "tanh"
@@ -115,6 +117,8 @@ class EncoderConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        object.__setattr__(self, "projection_chain", tuple(
+            (int(size), str(act), bool(bias)) for size, act, bias in self.projection_chain))
         for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels):
             check(self)
         if self.head_dim < 32:
@@ -155,7 +159,9 @@ class EncoderConfig:
 
     @property
     def embedding_size(self) -> int:
-        """Width of the pooled embedding: the projection's output, else d_model."""
+        """Width of the pooled embedding: the last projection's output, else d_model."""
+        if self.projection_chain:
+            return self.projection_chain[-1][0]
         return self.projection_size or self.d_model
 
     def is_local(self, layer: int) -> bool:
@@ -172,6 +178,7 @@ class EncoderConfig:
         data = dataclasses.asdict(self)
         data["label_names"] = list(self.label_names)
         data["layer_types"] = list(self.layer_types)
+        data["projection_chain"] = [list(dense) for dense in self.projection_chain]
         return data
 
     @classmethod
@@ -228,6 +235,10 @@ def _check_choices(c: EncoderConfig) -> None:
     ):
         if getattr(c, name) not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(c, name)!r}")
+    for size, act, _ in c.projection_chain:
+        if size <= 0 or act not in ACTIVATIONS or not c.projection_size:
+            raise ValueError(f"projection_chain entries follow a projection and need a positive width and one of "
+                             f"{', '.join(ACTIVATIONS)}; got {(size, act)}")
 
 
 def _check_mask(c: EncoderConfig) -> None:

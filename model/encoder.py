@@ -118,8 +118,8 @@ class Encoder(nn.Module):
             "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta),
         }) if c.rotary_theta else None
         self.final_norm = norm(c) if c.norm_position in ("pre", "sandwich") else nn.Identity()
-        self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias) \
-            if c.projection_size else None
+        self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias,
+                                     c.projection_chain) if c.projection_size else None
         self.head = _head(c)
         self.apply(self._init_weights)
         if c.head == "mlm" and c.tie_decoder:

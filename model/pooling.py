@@ -76,12 +76,20 @@ def pool(mode: str, token_states: Tensor, attention_mask: Tensor) -> Tensor:
 
 
 class Projection(nn.Module):
-    """sentence-transformers' Dense: activation(linear(pooled)), (B, D) -> (B, E)."""
+    """sentence-transformers' Dense: activation(linear(pooled)), (B, D) -> (B, E); `then`: the Dense modules that
+    follow it, each (width, activation, bias), applied in order (their weights under then.{i})."""
 
-    def __init__(self, d_in: int, d_out: int, activation: str, bias: bool) -> None:
+    def __init__(self, d_in: int, d_out: int, activation: str, bias: bool,
+                 then: tuple[tuple[int, str, bool], ...] = ()) -> None:
         super().__init__()
         self.linear = nn.Linear(d_in, d_out, bias=bias)
         self.activation = activation
+        widths = [d_out, *(size for size, _, _ in then)]
+        self.then = nn.ModuleList(Projection(w_in, w_out, act, b)
+                                  for w_in, (w_out, act, b) in zip(widths, then, strict=False))
 
     def forward(self, pooled: Tensor) -> Tensor:
-        return activate(self.linear(pooled), self.activation)  # (B, E)
+        x = activate(self.linear(pooled), self.activation)  # (B, E)
+        for dense in self.then:
+            x = dense(x)  # (B, E')
+        return x

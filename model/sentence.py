@@ -2,7 +2,7 @@
 
 modules.json lists the pipeline: Transformer (the encoder; its sentence_bert_config.json gives
 max_seq_length, or sentence-transformers 6's tokenizer_config.json), Pooling (one mode, model.pooling),
-at most one Dense (a projection with its activation, weights under linear.*) and Normalize.
+Dense modules (a projection with its activation, weights under linear.*; EmbeddingGemma chains two) and Normalize.
 config_sentence_transformers.json carries the model's prompts ("query: ", an instruction, ...) and its
 default prompt name. Anything else in modules.json, several pooling modes at once, or a Pooling that
 leaves the prompt out (include_prompt false) is refused with the reason, rather than embedded
@@ -39,7 +39,7 @@ class SentenceModules:
     normalize: bool = False
     max_seq_length: int = 0
     projection: dict[str, Any] = field(default_factory=dict)  # EncoderConfig projection_* fields
-    projection_weights: dict[str, Tensor] = field(default_factory=dict)  # ours: projection.linear.*
+    projection_weights: dict[str, Tensor] = field(default_factory=dict)  # ours: projection.linear.*, then.{i}.*
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
 
@@ -69,9 +69,7 @@ def _read_module(found: SentenceModules, kind: str, where: Path) -> None:
     elif kind == "Pooling":
         found.pooling = pooling_mode(read_json(where / "config.json"), where)
     elif kind == "Dense":
-        if found.projection:
-            raise ValueError(f"{where}: more than one Dense module is not supported")
-        found.projection, found.projection_weights = _dense(where)
+        _add_dense(found, where)
     elif kind == "Normalize":
         found.normalize = True
 
@@ -98,6 +96,19 @@ def pooling_mode(config: dict[str, Any], where: Path) -> str:
     return _MODES.get(modes[0], modes[0])
 
 
+def _add_dense(found: SentenceModules, where: Path) -> None:
+    """The first Dense is the projection; each later one joins its chain (projection_chain, weights then.{i})."""
+    fields, weights = _dense(where)
+    if not found.projection:
+        found.projection = fields
+        found.projection_weights = {f"projection.{k}": v for k, v in weights.items()}
+        return
+    chain = found.projection.setdefault("projection_chain", [])
+    prefix = f"projection.then.{len(chain)}."
+    chain.append((fields["projection_size"], fields["projection_activation"], fields["projection_bias"]))
+    found.projection_weights |= {prefix + k: v for k, v in weights.items()}
+
+
 def _dense(where: Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     config = read_json(where / "config.json")
     if config.get("use_residual"):
@@ -106,7 +117,7 @@ def _dense(where: Path) -> tuple[dict[str, Any], dict[str, Tensor]]:
     if name not in _DENSE_ACTIVATIONS:
         raise ValueError(f"{where}: Dense activation {name!r} is not supported; "
                          f"supported: {', '.join(_DENSE_ACTIVATIONS)}")
-    weights = {f"projection.{k}": v for k, v in load_weights(where).items()}
+    weights = load_weights(where)
     fields = dict(projection_size=int(config["out_features"]), projection_activation=_DENSE_ACTIVATIONS[name],
                   projection_bias=bool(config.get("bias", True)))
     return fields, weights

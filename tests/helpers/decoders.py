@@ -12,6 +12,7 @@ defaults and differ per layer type, so a swapped norm, bias or base shows.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ SHAPES = {"small": dict(hidden_size=32, num_attention_heads=4, num_key_value_hea
           "wide": dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=12,
                        num_hidden_layers=3, intermediate_size=80)}
 MAX_POSITIONS = 64
+# what transformers (and sentence-transformers, which pads) read besides tokenizer.json
+TOKENIZER_CONFIG = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>", "eos_token": "</s>",
+                    "bos_token": "<s>", "unk_token": "<unk>", "padding_side": "right"}
 WINDOW = 4
 
 
@@ -85,4 +89,5 @@ def save_decoder(directory: Path, arch: str, head: str = "Model", shape: str = "
         randomise_vectors(model)
     model.save_pretrained(directory)
     tokenizer.save(str(Path(directory) / "tokenizer.json"))
+    (Path(directory) / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
     return model_class(arch, head).from_pretrained(directory, attn_implementation="eager").eval()

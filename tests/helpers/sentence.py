@@ -1,5 +1,6 @@
 """Random-weight sentence-transformers directories, written by sentence-transformers itself: a
-tests/helpers/families.py model under a Pooling, an optional Dense and an optional Normalize, with prompts."""
+tests/helpers/families.py (or tests/helpers/decoders.py) model under a Pooling, optional Dense modules (one, or a
+chain of them as EmbeddingGemma has) and an optional Normalize, with prompts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from tests.helpers.decoders import DECODERS, save_decoder
 from tests.helpers.families import save_hf
 
 PROMPTS = {"query": "query: ", "document": "passage: "}
@@ -16,26 +18,33 @@ DENSE_ACTIVATIONS = {"tanh": torch.nn.Tanh, "identity": torch.nn.Identity, "relu
 
 def save_sentence_transformer(
     directory: Path, arch: str, pooling: str, dense: str | None = None, normalize: bool = True,
-    max_seq_length: int = 20, default_prompt_name: str | None = None, seed: int = 0,
+    max_seq_length: int = 20, default_prompt_name: str | None = None, seed: int = 0, denses: int = 1,
+    prompts: dict[str, str] = PROMPTS, shape: str = "small",
 ) -> Path:
-    """An ST directory at `directory` (its transformer saved first under directory/"hf"); returns `directory`."""
+    """An ST directory at `directory` (its transformer saved first under directory/"hf"); returns `directory`.
+    `denses` Dense modules of activation `dense` (none when it is None), widths halving then doubling back."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     source = Path(directory) / "hf"
-    save_hf(source, arch, "Model", seed=seed)
+    if arch in DECODERS:
+        save_decoder(source, arch, "Model", shape, seed=seed)
+    else:
+        save_hf(source, arch, "Model", shape, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         transformer = Transformer(str(source), max_seq_length=max_seq_length)
         width = transformer.get_embedding_dimension()
         modules = [transformer, Pooling(width, pooling_mode=pooling)]
         if dense is not None:
+            widths = [width, *([width // 2, width] * denses)][:denses + 1]
             with torch.random.fork_rng():
                 torch.manual_seed(seed + 1)
-                modules.append(Dense(width, width // 2, activation_function=DENSE_ACTIVATIONS[dense]()))
+                modules += [Dense(w_in, w_out, bias=dense != "identity", activation_function=DENSE_ACTIVATIONS[dense]())
+                            for w_in, w_out in zip(widths, widths[1:], strict=False)]
         if normalize:
             modules.append(Normalize())
-        model = SentenceTransformer(modules=modules, prompts=PROMPTS, default_prompt_name=default_prompt_name)
+        model = SentenceTransformer(modules=modules, prompts=prompts, default_prompt_name=default_prompt_name)
         model.save(str(directory))
     return Path(directory)
 
