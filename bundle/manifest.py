@@ -107,6 +107,9 @@ class Manifest(_Strict):
     embedding_size: int  # width of `embeddings`; before schema 3: hidden_size
     prompts: dict[str, str] = Field(default_factory=dict)  # name -> prefix, as sentence-transformers prepends it
     default_prompt_name: str | None = None
+    # An LLM reranker's (query, document) pair written as one text, "...{query}...{document}...", tokenised as one
+    # sequence (its template's prefix and suffix come from the tokenizer's post-processor); None: the pair template
+    pair_format: str | None = None
     max_length: int
     hidden_size: int
     num_layers: int
@@ -125,6 +128,13 @@ class Manifest(_Strict):
             data = {"task": "classify" if data.get("labels") else "embed",
                     "embedding_size": data.get("hidden_size"), **data}
         return data
+
+    @field_validator("pair_format")
+    @classmethod
+    def _pair_fields(cls, value: str | None) -> str | None:
+        if value is not None and ("{query}" not in value or "{document}" not in value):
+            raise ValueError(f"pair_format must hold {{query}} and {{document}}; got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _known_default_prompt(self) -> Manifest:

@@ -30,6 +30,7 @@ from export.measure import measure_entries
 from export.parity import Batch, ParityError, check_graph, check_sets, pair_batches, parity_batches, reference
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
+from model.lm_scorer import load_lm_scorer
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids
 
@@ -44,11 +45,12 @@ class ExportError(RuntimeError):
 
 def export_bundle(
     source: Path, out_dir: Path, variants: Sequence[str] = variants_mod.DEFAULT_VARIANTS,
-    name: str | None = None, version: str = "1", calibration_data: Path | None = None,
+    name: str | None = None, version: str = "1", calibration_data: Path | None = None, reranker: str | None = None,
 ) -> Manifest:
     """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`: by default its exact
     variants (variants.DEFAULT_VARIANTS). The int8 variants calibrate on `calibration_data`
     (export.calibration; without it only a model trained on the Rotten Tomatoes snippets can have them).
+    `reranker` names a recipe of model.lm_scorer: `source` is a causal LM exported as a one-label cross-encoder.
 
     Raises ParityError when a graph misses its gate; no bundle is written then.
     """
@@ -56,7 +58,7 @@ def export_bundle(
     chosen = normalise_variants(variants)
     _check_target(out_dir)
     texts = _int8_texts(source, chosen, calibration_data)
-    model = load_model(source)
+    model = load_lm_scorer(source, reranker) if reranker is not None else load_model(source)
     with staged_directory(out_dir) as tmp:
         manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
@@ -98,7 +100,10 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
            texts: TextSets | None) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
     tokenizer = tmp / "tokenizer.json"
-    shutil.copyfile(model.path / "tokenizer.json", tokenizer)
+    if model.pair_format is None:
+        shutil.copyfile(model.path / "tokenizer.json", tokenizer)
+    else:  # an LLM reranker's: its prompt's prefix and suffix in the post-processor (model.lm_scorer)
+        model.tokenizer.save(str(tokenizer))
     int8 = int8_inputs(model, max_length, texts) if texts is not None else None
     graphs = []
     parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
@@ -112,7 +117,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         architecture=config.architecture, task=task(config), embedding_size=config.embedding_size,
-        prompts=model.prompts, default_prompt_name=model.default_prompt_name,
+        prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,

@@ -48,6 +48,10 @@ def parser(prog: str) -> argparse.ArgumentParser:
                    help="texts like those the model will serve, to calibrate and gate the int8 variants: one "
                    "text per line, or .jsonl/.csv with a `text` field (the training file will do). Needed for "
                    "int8 of any model but a checkpoint trained on the Rotten Tomatoes snippets (the default)")
+    p.add_argument("--reranker", metavar="RECIPE",
+                   help="export a causal LM (...ForCausalLM) as an LLM reranker, a one-label cross-encoder scored "
+                   "as its recipe says: qwen3 (Qwen3-Reranker: P(yes) against no at the last token after its "
+                   "prompt; served on every rerank route)")
     p.add_argument("--name", help="bundle name (default: the source directory's name)")
     p.add_argument("--version", default="1", help="bundle version string (default: 1)")
     p.add_argument("--verify", type=Path, metavar="DIR", help="verify the bundle at DIR instead of exporting")
@@ -98,7 +102,7 @@ def _export(args: argparse.Namespace) -> int:
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     manifest = export_bundle(args.source, args.out, variants, name=args.name, version=args.version,
-                             calibration_data=args.calibration_data)
+                             calibration_data=args.calibration_data, reranker=args.reranker)
     for g in manifest.graphs:
         print(f"{args.out / g.file}: {g.kind} {g.variant} parity {g.parity}")
     return 0

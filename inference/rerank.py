@@ -7,7 +7,10 @@ CrossEncoder), or the logit itself when raw. With chunking ("max"), a long docum
 each scored after the query (`inference.chunking.cut_pairs`), and gets its best window's score and span.
 With `explain`, each document's best (or only) pair also runs through the attention graph in the same
 admission, and its tokens get their share of the attention that flows from the classification position
-(the first token), by rollout over every layer (`inference.postprocess.rollout`).
+(the first token, or the last for a model that pools its last token, as decoders do), by rollout over every
+layer (`inference.postprocess.rollout`). An LLM reranker writes each pair into its prompt (the manifest's
+`pair_format`): its pairs are not split into query and document tokens, so it explains no score and scores no
+windows; a long document is cut to fit, as its authors' code cuts it.
 
 Shape letters: N documents, K windows of all documents, C labels, L layers, H heads, n tokens of one pair.
 """
@@ -23,6 +26,7 @@ import numpy as np
 from inference import chunking, postprocess
 from inference.batcher import Ticket
 from inference.chunking import Window
+from inference.errors import Unsupported
 from inference.graphs import PAIRS, Outputs
 from inference.inspection import attention_cap
 from inference.limits import AttentionQuery
@@ -49,6 +53,9 @@ async def rerank(
     model.require("rerank")
     if explain:
         model.require("attention", "explain a score (it has no attention graph)")
+    if model.bundle.manifest.pair_format is not None and (explain or chunked is not None):
+        raise Unsupported(f"model {model.name} writes each pair into its prompt (an LLM reranker): it cannot "
+                          "explain a score or score a document's windows; long documents are cut to fit")
     pairs = [(query, document) for document in documents]
     if chunked is not None:
         return await _chunked(model, pairs, chunked.overlap, raw, explain)
@@ -56,8 +63,14 @@ async def rerank(
     check = attention_cap(model, ROLLOUT if explain else None)
     encoded, outputs = await model.run(pairs, kinds, truncate, direction, check=check)
     logits = postprocess.stacked(outputs[PAIRS], "logits")[:, 0]  # (N,)
-    explanations = await model.off_loop(_explained, encoded, outputs["attention"]) if explain else None
+    position = _pooled_position(model)
+    explanations = await model.off_loop(_explained, encoded, outputs["attention"], position) if explain else None
     return Ranking(_scores(logits, raw), sum(e.length for e in encoded), None, explanations)
+
+
+def _pooled_position(model: ServedModel) -> int:
+    """The position whose state is classified: the last token for a model that pools it, else the first."""
+    return -1 if model.bundle.manifest.pooling == "lasttoken" else 0
 
 
 async def score_pairs(
@@ -92,7 +105,8 @@ async def _chunked(model: ServedModel, pairs: list[Pair], overlap: int, raw: boo
     explanations = None
     if maps is not None:
         encoded = [w.encoded for w in chosen]
-        explanations = await model.off_loop(_explained, encoded, [{"attentions": m} for m in maps])
+        explanations = await model.off_loop(_explained, encoded, [{"attentions": m} for m in maps],
+                                            _pooled_position(model))
     tokens = sum(w.length for ws in windows for w in ws)
     return Ranking(_scores(logits, raw), tokens, spans, explanations)
 
@@ -106,15 +120,15 @@ def _scores(logits: np.ndarray, raw: bool) -> np.ndarray:
     return (logits if raw else postprocess.sigmoid(logits)).astype(np.float32)
 
 
-def _explained(encoded: Sequence[Encoded | None], outputs: Sequence[Outputs]) -> list[list[Highlight]]:
-    """Runs in the executor: per pair, its document tokens' shares of the rollout from the first token."""
-    return [explanation(e, o["attentions"]) for e, o in zip(encoded, outputs, strict=True) if e is not None]
+def _explained(encoded: Sequence[Encoded | None], outputs: Sequence[Outputs], position: int) -> list[list[Highlight]]:
+    """Runs in the executor: per pair, its document tokens' shares of the rollout from the classified position."""
+    return [explanation(e, o["attentions"], position) for e, o in zip(encoded, outputs, strict=True) if e is not None]
 
 
-def explanation(encoded: Encoded, attentions: np.ndarray) -> list[Highlight]:
+def explanation(encoded: Encoded, attentions: np.ndarray, position: int = 0) -> list[Highlight]:
     """(L, H, n, n) maps of one pair -> its document tokens, each with the rollout's share of the attention
-    that the first (classification) position draws from it, in token order."""
-    flow = postprocess.rollout(attentions)[0]  # (n,) a row of the rollout: sums to 1 over the pair's tokens
+    that the classification position (the first, or -1: the last) draws from it, in token order."""
+    flow = postprocess.rollout(attentions)[position]  # (n,) a row of the rollout: sums to 1 over the pair's tokens
     sequences = encoded.sequence_ids or []
     return [Highlight(a, b, float(flow[i])) for i, (s, (a, b)) in enumerate(zip(sequences, encoded.offsets,
                                                                               strict=True)) if s == 1]

@@ -5,8 +5,11 @@ calls this on the event loop for small requests and in its executor otherwise. T
 special tokens and cuts from the right or the left; with truncation off, an input longer than the
 model's max length is refused, naming the limit. Text pairs (a query and a document) go through the
 tokenizer's own pair template ([CLS] A [SEP] B [SEP] with type ids 0 / 1, or <s> A </s></s> B </s>), truncated
-longest-first as transformers' tokenizers do by default. For chunking (`inference.chunking`) the whole text is
-encoded without special tokens, and each window is wrapped in them by the tokenizer's post-processor.
+longest-first as transformers' tokenizers do by default; an LLM reranker's pairs are written as one text by its
+manifest's `pair_format` instead (its prompt around them), then tokenised as one sequence, cut from the end, and
+wrapped in the template's prefix and suffix by the post-processor, as its authors' scoring code does. For
+chunking (`inference.chunking`) the whole text is encoded without special tokens, and each window is wrapped in
+them by the tokenizer's post-processor.
 `load_tokenizer` is the one loader of a bundle's tokenizer (the service, the corpus job and the bench use it).
 
 A prompt (`inference.prompts`) is prepended to the text, and the two are tokenised as one string, as
@@ -91,8 +94,8 @@ class Encoded:
 
 
 class TextTokenizer:
-    def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
-        self.max_length = max_length
+    def __init__(self, tokenizer: Tokenizer, max_length: int, pair_format: str | None = None) -> None:
+        self.max_length, self.pair_format = max_length, pair_format
         self.vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self.special_count = tokenizer.num_special_tokens_to_add(is_pair=False)  # what the post-processor adds
         self.pair_special_count = tokenizer.num_special_tokens_to_add(is_pair=True)
@@ -137,10 +140,15 @@ class TextTokenizer:
         self, pairs: Sequence[Pair | str], truncate: bool, direction: Direction = "right",
     ) -> list[Encoded]:
         """Each (text, text pair) through the pair template, with its type ids and sequence ids (a lone text
-        among them through the single template)."""
-        batch = self._by_direction[direction].encode_batch([p if isinstance(p, str) else tuple(p) for p in pairs])
+        among them through the single template); with a pair_format, each pair written as one text first."""
+        batch = self._by_direction[direction].encode_batch([p if isinstance(p, str) else self._pair(p) for p in pairs])
         _check_overflow(batch, truncate, self.max_length)
         return [encoded(e) for e in batch]
+
+    def _pair(self, pair: Pair) -> Pair | str:
+        if self.pair_format is None:
+            return tuple(pair)  # type: ignore[return-value]
+        return self.pair_format.replace("{query}", pair[0]).replace("{document}", pair[1])
 
     def encode_ids(self, texts: Sequence[str], direction: Direction = "right", prompt: str = "") -> list[np.ndarray]:
         """(T,) int64 ids per text, cut as `encode(truncate=True)` cuts them, and nothing else: for the corpus
@@ -229,7 +237,7 @@ def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
     except Exception as error:  # tokenizers raises a bare Exception; name the file, keep the reason
         reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         raise StartupError(f"{manifest.tokenizer}: the tokenizers library cannot load it: {reason}") from None
-    return TextTokenizer(tokenizer, manifest.max_length)
+    return TextTokenizer(tokenizer, manifest.max_length, manifest.pair_format)
 
 
 def _truncating_copy(tokenizer: Tokenizer, max_length: int, direction: Direction) -> Tokenizer:

@@ -34,6 +34,7 @@ class LoadedModel:
     path: Path
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
     default_prompt_name: str | None = None
+    pair_format: str | None = None  # an LLM reranker's pair as one text (model.lm_scorer)
 
 
 def is_checkpoint(path: Path) -> bool:

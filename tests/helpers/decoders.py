@@ -40,7 +40,8 @@ def decoder_config(arch: str, shape: str, vocab_size: int, pad_id: int, names: d
                    **extra: Any) -> transformers.PretrainedConfig:
     wide = shape == "wide"
     names = extra.pop("id2label", names)  # {0: "relevant"}: a one-label scorer
-    common = dict(vocab_size=vocab_size, max_position_embeddings=MAX_POSITIONS, pad_token_id=pad_id,
+    positions = extra.pop("max_position_embeddings", MAX_POSITIONS)
+    common = dict(vocab_size=vocab_size, max_position_embeddings=positions, pad_token_id=pad_id,
                   id2label=names, label2id={v: k for k, v in names.items()}, rms_norm_eps=1e-6, **SHAPES[shape])
     rope = {"rope_type": "default", "rope_theta": 500.0}
     if arch == "llama":
@@ -77,12 +78,12 @@ def tokenizer_for(arch: str) -> Any:
 
 
 def save_decoder(directory: Path, arch: str, head: str = "Model", shape: str = "small", seed: int = 0,
-                 names: dict[int, str] = LABELS, **extra: Any) -> torch.nn.Module:
-    """A seeded random `arch` decoder with `head` saved at `directory` with its tokenizer; returns it (eval, eager
-    attention) as the reference."""
-    tokenizer = tokenizer_for(arch)
+                 names: dict[int, str] = LABELS, tokenizer: Any = None, **extra: Any) -> torch.nn.Module:
+    """A seeded random `arch` decoder with `head` saved at `directory` with its tokenizer (the family's test
+    tokenizer unless one is given); returns it (eval, eager attention) as the reference."""
+    tokenizer = tokenizer or tokenizer_for(arch)
     pad = tokenizer.token_to_id("<pad>")
-    config = decoder_config(arch, shape, tokenizer.get_vocab_size(), pad, names, **extra)
+    config = decoder_config(arch, shape, tokenizer.get_vocab_size(with_added_tokens=True), pad, names, **extra)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = model_class(arch, head)(config)

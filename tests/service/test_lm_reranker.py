@@ -1,0 +1,95 @@
+"""An LLM reranker (Qwen3-Reranker's recipe, model/lm_scorer.py) against its authors' scoring code run on
+transformers: a random-weight Qwen3ForCausalLM with the recipe's special tokens, exported as a one-label
+cross-encoder and served; its scores on every rerank route equal softmax over the "no" and "yes" logits at the last
+token of prefix + pair + suffix (max abs 1e-5), at two shapes, and its graph computes no vocabulary-sized output.
+
+Shape letters: N documents, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tokenizers import AddedToken, Tokenizer
+
+from bundle.manifest import Manifest
+from model.lm_scorer import DEFAULT_INSTRUCTION, RECIPES, load_lm_scorer
+from tests.helpers import tokenizers
+from tests.helpers.decoders import save_decoder
+from tests.helpers.serving import serving
+from tests.helpers.tokenizers import MULTILINGUAL
+
+TOLERANCE = 1e-5
+RECIPE = RECIPES["qwen3"]
+QUERY = "Where is the capital of France?"
+DOCUMENTS = MULTILINGUAL[:5]
+
+
+def reranker_tokenizer() -> Tokenizer:
+    """A byte-level BPE with Qwen's chat tokens and single "yes" / "no" tokens, as Qwen3's vocabulary has."""
+    tokenizer = tokenizers.byte_level_bpe()
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>", "<think>", "</think>"])
+    tokenizer.add_tokens([AddedToken("yes", single_word=True), AddedToken("no", single_word=True)])
+    return tokenizer
+
+
+def reference_scores(model: torch.nn.Module, tokenizer: Tokenizer, query: str, documents: list[str]) -> np.ndarray:
+    """Qwen3-Reranker's scoring as its model card writes it: prefix and suffix tokenised apart from the pair,
+    the last position's "no" and "yes" logits through a softmax, one pair at a time (no padding)."""
+    plain = Tokenizer.from_str(tokenizer.to_str())
+    prefix, suffix = (plain.encode(t, add_special_tokens=False).ids for t in (RECIPE.prefix, RECIPE.suffix))
+    yes, no = tokenizer.token_to_id("yes"), tokenizer.token_to_id("no")
+    scores = []
+    for document in documents:
+        pair = f"<Instruct>: {DEFAULT_INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
+        ids = torch.tensor([prefix + plain.encode(pair, add_special_tokens=False).ids + suffix])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -1]  # (V,)
+        scores.append(torch.log_softmax(torch.stack([logits[no], logits[yes]]), dim=0)[1].exp().item())
+    return np.asarray(scores)
+
+
+@pytest.fixture(scope="module", params=["small", "wide"])
+def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    from export.bundle import export_bundle
+
+    root = tmp_path_factory.mktemp(f"reranker-{request.param}")
+    reference = save_decoder(root / "source", "qwen3", "ForCausalLM", request.param, tokenizer=reranker_tokenizer(),
+                             max_position_embeddings=384)  # a 400-token vocabulary: a prompt of 150 tokens
+    export_bundle(root / "source", root / "bundle", variants=("fp32",), reranker="qwen3")
+    yield root, reference
+
+
+def test_the_head_is_the_yes_row_minus_the_no_row(exported: tuple) -> None:
+    root, reference = exported
+    loaded = load_lm_scorer(root / "source", "qwen3")
+    tokenizer = loaded.tokenizer
+    rows = reference.lm_head.weight
+    expected = rows[tokenizer.token_to_id("yes")] - rows[tokenizer.token_to_id("no")]
+    assert torch.equal(loaded.encoder.head.classifier.weight[0], expected)  # type: ignore[union-attr]
+    manifest = Manifest.read(root / "bundle")
+    assert manifest.task == "classify" and manifest.labels == ["relevance"]
+    assert manifest.pair_format == RECIPE.pair_format.replace("{instruction}", DEFAULT_INSTRUCTION)
+    fast = manifest.graph("fast", "fp32")
+    assert fast is not None and [o.shape for o in fast.outputs if o.name == "logits"] == [["batch", 1]]
+
+
+async def test_every_rerank_route_scores_as_the_reference(exported: tuple) -> None:
+    root, reference = exported
+    tokenizer = Tokenizer.from_file(str(root / "source" / "tokenizer.json"))
+    expected = reference_scores(reference, tokenizer, QUERY, DOCUMENTS)
+    async with serving(root / "bundle", intra_op_threads=1) as (_, client):
+        tei = (await client.post("/rerank", json={"query": QUERY, "texts": DOCUMENTS})).json()
+        cohere = (await client.post("/v1/rerank", json={"query": QUERY, "documents": DOCUMENTS})).json()
+        score = (await client.post("/score", json={"text_1": QUERY, "text_2": DOCUMENTS})).json()
+        explained = await client.post("/rerank", json={"query": QUERY, "texts": DOCUMENTS, "explain": True})
+    assert explained.status_code == 422 and "writes each pair into its prompt" in explained.text
+    got = {"tei": [r["score"] for r in sorted(tei, key=lambda r: r["index"])],
+           "cohere": [r["relevance_score"] for r in sorted(cohere["results"], key=lambda r: r["index"])],
+           "score": [d["score"] for d in score["data"]]}
+    for route, scores in got.items():
+        assert np.abs(np.asarray(scores) - expected).max() <= TOLERANCE, (route, scores, expected)
