@@ -149,3 +149,19 @@ def test_token_type_input_gives_pairs_their_segments(tmp_path: Path) -> None:
     with torch.no_grad():
         expected_logits = reference(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
     assert np.abs(logits - expected_logits).max() <= TOLERANCE
+
+
+def test_decoder_sentence_embeddings_match_sentence_transformers(family_export: ExportOf) -> None:
+    """Qwen3-Embedding-style: the graph's last-token embeddings, L2-normalised, are sentence-transformers'
+    encode(prompt_name="query") of the instruction-prompted texts (right-padded: each text's own last token)."""
+    exported = family_export("qwen3-sentence")
+    manifest = Manifest.read(exported.bundle)
+    assert (manifest.pooling, manifest.normalize, manifest.architecture) == ("lasttoken", True, "qwen3")
+    texts = [*MULTILINGUAL, " ".join(MULTILINGUAL)]  # the last is cut at max_seq_length
+    ids, mask = encode(load_model(exported.source).tokenizer, [manifest.prompts["query"] + t for t in texts],
+                       manifest.max_length)
+    (embeddings,) = open_session(exported.bundle / "fast-fp32.onnx").run(
+        ["embeddings"], {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    ours = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+    theirs = load_reference(exported.source).encode(texts, prompt_name="query")  # type: ignore[attr-defined]
+    assert np.abs(ours - theirs).max() <= TOLERANCE

@@ -36,7 +36,11 @@ CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-t
     # bidirectional Gemma3 scorer with EmbeddingGemma's switches (sandwich norms, two rotary bases, windows)
     "qwen3-classifier": ("qwen3", "ForSequenceClassification", "wide"),
     "embeddinggemma-scorer": ("embeddinggemma", "ForSequenceClassification", "wide"),
+    # Qwen3-Embedding as sentence-transformers runs it: last-token pooling, Normalize, its instruction prompt
+    "qwen3-sentence": ("qwen3", "sentence", "wide"),
 }
+QWEN3_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+                          "Query:", "document": ""}
 SCORER_LABELS = {0: "relevant"}
 CLASSIFIERS = tuple(name for name, (_, head, _) in CASES.items() if head == "ForSequenceClassification")
 
@@ -64,7 +68,11 @@ def export_case(name: str, root: Path) -> Exported:
     from export.bundle import export_bundle
 
     arch, head, shape = CASES[name]
-    if head == "sentence":
+    if head == "sentence" and arch in DECODERS:
+        source = save_sentence_transformer(root / "source", arch, "lasttoken", None, denses=0, prompts=QWEN3_PROMPTS,
+                                           shape=shape, max_seq_length=160, max_position_embeddings=256)
+        reference = load_reference(source)[0].model.eval()  # type: ignore[index]  # the transformers model inside
+    elif head == "sentence":
         source = save_sentence_transformer(root / "source", arch, "weightedmean", "tanh", default_prompt_name="query")
         reference = load_reference(source)[0].model.eval()  # type: ignore[index]  # the transformers model inside
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -19,18 +20,19 @@ DENSE_ACTIVATIONS = {"tanh": torch.nn.Tanh, "identity": torch.nn.Identity, "relu
 def save_sentence_transformer(
     directory: Path, arch: str, pooling: str, dense: str | None = None, normalize: bool = True,
     max_seq_length: int = 20, default_prompt_name: str | None = None, seed: int = 0, denses: int = 1,
-    prompts: dict[str, str] = PROMPTS, shape: str = "small",
+    prompts: dict[str, str] = PROMPTS, shape: str = "small", **config: Any,
 ) -> Path:
     """An ST directory at `directory` (its transformer saved first under directory/"hf"); returns `directory`.
-    `denses` Dense modules of activation `dense` (none when it is None), widths halving then doubling back."""
+    `denses` Dense modules of activation `dense` (none when it is None), widths halving then doubling back;
+    `config`: more of the transformer's config (e.g. max_position_embeddings)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     source = Path(directory) / "hf"
     if arch in DECODERS:
-        save_decoder(source, arch, "Model", shape, seed=seed)
+        save_decoder(source, arch, "Model", shape, seed=seed, **config)
     else:
-        save_hf(source, arch, "Model", shape, seed=seed)
+        save_hf(source, arch, "Model", shape, seed=seed, **config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         transformer = Transformer(str(source), max_seq_length=max_seq_length)

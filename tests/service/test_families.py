@@ -108,15 +108,16 @@ def test_served_answers_equal_transformers(server: str, family_export: Callable[
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def test_v2_infer_equals_transformers_for_xlm_roberta(server: str, family_export: Callable[[str], Exported]) -> None:
-    """The Open Inference Protocol on a non-BERT family: metadata with its sizes, and one infer request's
-    embeddings (not normalised: the manifest says so), logits and attention maps (zero-padded to T)."""
-    case = "xlm-roberta-scorer"
+@pytest.mark.parametrize("case", ["xlm-roberta-scorer", "qwen3-classifier"])
+def test_v2_infer_equals_transformers(server: str, family_export: Callable[[str], Exported], case: str) -> None:
+    """The Open Inference Protocol on a non-BERT encoder and a decoder: metadata with its sizes, and one infer
+    request's embeddings (not normalised: the manifest says so), logits and attention maps (zero-padded to T)."""
     exported, texts = family_export(case), MULTILINGUAL[:4]
     expected = reference(exported, texts)
     metadata = httpx.get(f"{server}/v2/models/{case}").json()
     shapes = {o["name"]: o["shape"] for o in metadata["outputs"]}
-    assert shapes["embeddings"] == [-1, 32] and shapes["logits"] == [-1, 1], metadata
+    sizes = {"xlm-roberta-scorer": (32, 1), "qwen3-classifier": (48, 3)}[case]
+    assert (shapes["embeddings"], shapes["logits"]) == ([-1, sizes[0]], [-1, sizes[1]]), metadata
     body = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(texts)], "data": texts}],
             "outputs": [{"name": name} for name in ("embeddings", "logits", "attentions", "attention_mask")]}
     outputs = {o["name"]: o for o in post(server, f"/v2/models/{case}/infer", body)["outputs"]}

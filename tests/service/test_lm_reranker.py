@@ -9,7 +9,6 @@ Shape letters: N documents, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
