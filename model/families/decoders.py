@@ -11,7 +11,7 @@ its weight-name table (model/families/base.py says how tables read).
 They are the encoder's axes set the decoders' way: pre-norm RMS norms, no embedding norm, rotary positions
 counted by index (as transformers counts them when no position ids are given), a gated MLP (the checkpoint's
 gate_proj and up_proj side by side in our `up`), grouped key/value heads, and the seed's causal mask unless the
-config switches it off (use_bidirectional_attention, as EmbeddingGemma sets it, or is_causal false). Qwen3 and
+config switches it off (is_causal false, or Gemma3's use_bidirectional_attention, as EmbeddingGemma sets it). Qwen3 and
 Gemma3 add per-head query/key norms; Gemma3 adds its sandwich norms, its (1 + w) RMS norm, the embedding scale
 sqrt(hidden), the query scale 1 / sqrt(query_pre_attn_scalar) and a rotary base per layer type.
 
@@ -55,7 +55,13 @@ def _body(hf: dict[str, Any], architecture: str) -> dict[str, Any]:
 
 
 def _bidirectional(hf: dict[str, Any]) -> bool:
-    return bool(hf.get("use_bidirectional_attention")) or hf.get("is_causal") is False
+    """transformers' switches: is_causal false for any decoder, use_bidirectional_attention for Gemma3 (other
+    families' transformers code ignores that key, so it is ignored here too)."""
+    return hf.get("is_causal") is False or _gemma_bidirectional(hf)
+
+
+def _gemma_bidirectional(hf: dict[str, Any]) -> bool:
+    return hf.get("model_type") == "gemma3_text" and bool(hf.get("use_bidirectional_attention"))
 
 
 def _layer_types(hf: dict[str, Any]) -> tuple[str, ...]:
@@ -78,12 +84,17 @@ def _layer_types(hf: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _window(hf: dict[str, Any], types: tuple[str, ...]) -> int:
+    """The sliding layers' reach in our inclusive terms (module docstring): W - 1 back under the causal mask; W each
+    side with is_causal false (transformers' bidirectional window, |i - j| <= W); Gemma3's bidirectional switch keeps
+    W // 2 + 1 and lets |i - j| < W // 2 + 1 through, i.e. W // 2, or W // 2 + 1 with is_causal false too."""
     if "sliding" not in types:
         return 0
     window = int(hf.get("sliding_window") or 0)
     if window < 2:
         raise ValueError(f"sliding_window {hf.get('sliding_window')} is not supported: a sliding layer needs 2 or more")
-    return window - 1
+    if _gemma_bidirectional(hf):
+        window = window // 2 + 1
+    return window if hf.get("is_causal") is False else window - 1
 
 
 def _llama_body(hf: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +124,6 @@ def _gemma3_body(hf: dict[str, Any]) -> dict[str, Any]:
         "embedding_scale": math.sqrt(hf["hidden_size"]), "query_pre_attn_scalar": float(hf["query_pre_attn_scalar"]),
         "rotary_theta": thetas[0], "rotary_local_theta": thetas[1],
         "max_length": hf.get("max_position_embeddings", 32_768),
-        **({"window_size": int(hf["sliding_window"]) // 2} if _bidirectional(hf) and hf.get("sliding_window") else {}),
     }
 
 

@@ -83,3 +83,21 @@ def test_a_causal_lm_loads_as_its_body(tmp_path: Path, arch: str) -> None:
         ours = loaded.encoder(ids, mask)
         states = reference.model(input_ids=ids, attention_mask=mask).last_hidden_state
     assert (ours.embedding - states[:, -1]).abs().max() <= TOLERANCE  # left padding: the last token is last
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])
+def test_is_causal_false_makes_a_decoder_bidirectional_as_transformers(tmp_path: Path, arch: str) -> None:
+    """transformers' switch for bidirectional decoder embedders, is_causal false in config.json: every layer sees
+    later tokens, a sliding layer W each side; hidden states and maps equal transformers'."""
+    reference = save_decoder(tmp_path, arch, "Model", "wide", is_causal=False)
+    loaded = load_model(tmp_path)
+    assert loaded.encoder.config.mask_kind == "full"
+    for ids, mask in padded_batches(loaded.tokenizer):
+        with torch.no_grad():
+            ours = loaded.encoder(ids, mask, output_attentions=True)
+            states, attentions = reference_body(reference, ids, mask)
+        real = mask.bool()
+        assert (ours.token_states[real] - states[real]).abs().max() <= TOLERANCE
+        assert (real_rows(ours.attentions, mask) - real_rows(attentions, mask)).abs().max() <= TOLERANCE
+        later = torch.ones(ids.size(1), ids.size(1)).triu(1).bool()  # (T, T): keys after their query
+        assert ours.attentions[..., later].abs().max() > 1e-3  # later keys are attended
