@@ -4,8 +4,9 @@ the export tests (tests/export/test_families.py: the graphs against transformers
 
     family_export("xlm-roberta-scorer") -> Exported(arch, head, source, bundle, reference)
 
-Each case is a random-weight checkpoint (tests/helpers/families.py) or sentence-transformers directory
-(tests/helpers/sentence.py) exported fp32 with export.bundle.export_bundle, as `attnserve export` does. CamemBERT
+Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py) or sentence-transformers
+directory (tests/helpers/sentence.py) exported fp32 (a decoder also fp32-opt) with export.bundle.export_bundle, as
+`attnserve export` does. CamemBERT
 loads through the same family code and table as XLM-RoBERTa (model/families.py) and ships the same kind of
 tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
 """
@@ -80,5 +81,7 @@ def export_case(name: str, root: Path) -> Exported:
         extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
         save = save_decoder if arch in DECODERS else save_hf
         reference = save(source, arch, head, shape, **extra)
-    export_bundle(source, root / "bundle", variants=("fp32",), name=name)
+    # the decoders' graphs also through the fused fp32-opt variant and its gate (RMS norms, grouped heads)
+    variants = ("fp32", "fp32-opt") if arch in DECODERS else ("fp32",)
+    export_bundle(source, root / "bundle", variants=variants, name=name)
     return Exported(arch, head, source, root / "bundle", reference)
