@@ -33,10 +33,10 @@ from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids
+from model.weights import weight_files
 
 log = logging.getLogger(__name__)
 
-WEIGHT_FILES = ("config.json", "model.safetensors", "pytorch_model.bin")
 
 
 class ExportError(RuntimeError):
@@ -189,9 +189,10 @@ def bundle_max_length(model: LoadedModel) -> int:
 
 
 def source_sha256(path: Path) -> str:
-    """sha256 over (name, sha256) of the source's config.json and weights file, in that order."""
+    """sha256 over (name, sha256) of the source's config.json and its weight files (one file, or an index and its
+    shards), in that order."""
     digest = hashlib.sha256()
-    for name in WEIGHT_FILES:
-        if (path / name).is_file():
-            digest.update(f"{name}\0{sha256_file(path / name)}\n".encode())
+    for file in [path / "config.json", *weight_files(path)]:
+        if file.is_file():
+            digest.update(f"{file.name}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors.torch import load_file
 from torch import Tensor
+
+from model.weights import load_weights
+
+__all__ = ["SentenceModules", "load_weights", "read_json", "read_sentence_modules"]
 
 MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 # sentence-transformers' legacy Pooling flags -> our pooling mode
@@ -133,12 +135,3 @@ def _prompts(path: Path) -> tuple[dict[str, str], str | None]:
     if default is not None and default not in prompts:
         raise ValueError(f"{config_file}: default_prompt_name {default!r} is not one of its prompts {sorted(prompts)}")
     return prompts, default
-
-
-def load_weights(path: Path) -> dict[str, Tensor]:
-    """model.safetensors, else pytorch_model.bin through torch.load(weights_only=True): never a free pickle."""
-    if (path / "model.safetensors").is_file():
-        return load_file(str(path / "model.safetensors"))
-    if (path / "pytorch_model.bin").is_file():
-        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{path} has no weights: model.safetensors or pytorch_model.bin is missing")
