@@ -7,9 +7,13 @@ post-processor:
     byte_level_bpe    RoBERTa's: byte-level BPE, <s> A </s></s> B </s> (RobertaProcessing)
     unigram           XLM-R's SentencePiece: Unigram over Metaspace words, <s> A </s> </s> B </s>
     modernbert_bpe    ModernBERT's: byte-level BPE with [CLS] A [SEP] B [SEP]
+    qwen_bpe          Qwen3-Embedding's: Qwen's regex split, byte-level BPE, <|endoftext|> appended
+    gemma_bpe         Gemma's SentencePiece BPE with byte fallback, <bos> A <eos> (EmbeddingGemma)
 """
 
 from __future__ import annotations
+
+import json
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
@@ -82,4 +86,53 @@ def unigram(vocab_size: int = 300) -> Tokenizer:
     tokenizer.train_from_iterator(MULTILINGUAL * 3, trainer=trainer)
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)])
+    return tokenizer
+
+
+# Qwen2's (and Qwen3's) pre-tokenizer split, as its tokenizer.json writes it
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                r"|\s+(?!\S)|\s+")
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0..2
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0..3, as Gemma's
+
+
+def qwen_bpe(vocab_size: int = 500) -> Tokenizer:
+    """Qwen3-Embedding's pipeline: NFC, Qwen's regex split then bytes, byte-level BPE without an unknown token,
+    and the post-processor its tokenizer.json carries, which appends <|endoftext|> to every input."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=QWEN_SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(MULTILINGUAL * 3, trainer=trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A:0 <|endoftext|>:0", pair="$A:0 <|endoftext|>:0 $B:1 <|endoftext|>:1",
+        special_tokens=[("<|endoftext|>", 0)])
+    return tokenizer
+
+
+def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
+    """Gemma's SentencePiece BPE: spaces as "▁", no pre-tokenizer, byte fallback to <0x00>..<0xFF> for characters
+    outside the vocabulary (its alphabet here is kept small, so the emoji and rarer scripts fall back), and
+    EmbeddingGemma's post-processor: <bos> before, <eos> after."""
+    trained = Tokenizer(models.BPE())
+    trained.normalizer = normalizers.Replace(" ", "▁")
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, limit_alphabet=80,
+                                  special_tokens=GEMMA_SPECIALS)
+    trained.train_from_iterator(MULTILINGUAL * 3, trainer=trainer)
+    model = json.loads(trained.to_str())["model"]
+    learned = sorted((t for t in model["vocab"] if t not in GEMMA_SPECIALS), key=model["vocab"].get)
+    vocab = {t: i for i, t in enumerate([*GEMMA_SPECIALS, *(f"<0x{b:02X}>" for b in range(256)), *learned])}
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    # the byte tokens are ordinary vocabulary entries, as in Gemma's (not special: decoding keeps them)
+    tokenizer = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tokenizer.add_special_tokens(GEMMA_SPECIALS)
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<bos>:0 $A:0 <eos>:0", pair="<bos>:0 $A:0 <eos>:0 $B:1 <eos>:1",
+        special_tokens=[("<bos>", 2), ("<eos>", 1)])
     return tokenizer
