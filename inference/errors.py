@@ -9,7 +9,8 @@ knows about HTTP.
     │   ├── ResponseTooLarge     a per-token answer would exceed embed_all_cap_bytes
     │   ├── OutOfRange           a value past a size of the loaded model (layer, head, token id, dimensions)
     │   ├── Unsupported          the model cannot do it (no labels, no attention graph, no such output)
-    │   └── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
+    │   ├── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
+    │   └── NoInstruction        an instruction for a model without an instruction prompt, or with another prompt
     ├── ModelNotFound            no served model has the requested name (the message lists them)
     ├── Overloaded               admission full; carries how long to wait before retrying
     ├── NotReady                 not warm, the last inference failed, or shutting down
@@ -66,6 +67,10 @@ class Unsupported(InvalidRequest):
 
 class UnknownPrompt(InvalidRequest):
     code = "unknown_prompt"
+
+
+class NoInstruction(InvalidRequest):
+    code = "instruction_not_taken"
 
 
 class ModelNotFound(InferenceError):

@@ -14,6 +14,7 @@ import numpy as np
 
 from inference import chunking, postprocess
 from inference.chunking import Chunking
+from inference.errors import NoInstruction
 from inference.graphs import TOKENS
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
 from inference.prompts import InputType, prompt_text
@@ -25,13 +26,17 @@ from inference.tokenize import Direction, Encoded
 async def embed(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
     normalize: bool = True, dimensions: int | None = None, chunked: Chunking | None = None,
-    prompt_name: str | None = None, input_type: InputType | None = None,
+    prompt_name: str | None = None, input_type: InputType | None = None, instruction: str | None = None,
 ) -> Embeddings:
     """Pooled vectors, L2-normalised when asked, cut to `dimensions` (then renormalised). Chunked: per input
     the token-weighted mean of its windows' vectors (before normalisation), or every window's vector. Texts
-    get the prompt that `prompt_name`, `input_type` or the model's default chooses (`inference.prompts`)."""
+    get the prompt that `instruction`, `prompt_name`, `input_type` or the model's default chooses
+    (`inference.prompts`)."""
     check_dimensions(dimensions, model.bundle.manifest.embedding_size)
-    prompt = prompt_text(model.bundle.manifest, prompt_name, input_type)
+    if instruction is not None and chunked is not None:  # windows keep room for the model's prompts, not for it
+        raise NoInstruction("an instruction cannot be given with chunking; send the text truncated, or use the "
+                            "model's query prompt (input_type query)")
+    prompt = prompt_text(model.bundle.manifest, prompt_name, input_type, instruction)
     values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked, prompt)
     return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
 

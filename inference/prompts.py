@@ -8,16 +8,23 @@ Which prefix a request's texts get, as sentence-transformers' `encode(prompt_nam
                         (Cohere's and vLLM's field); a model without such a prompt embeds the text as given, so
                         a model that prompts only its queries (as many do) embeds documents bare
     neither             the model's default prompt, if it names one; else none
+    instruction given   Qwen3-Embedding's (and e5-mistral's, gte-Qwen2's) format with the request's task,
+                        `Instruct: {task}\nQuery:` in the spacing of the model's own instruction prompt (the
+                        prompt written that way, its "query" first); with input_type "query" or alone. A model
+                        with no such prompt, or an instruction together with a prompt_name or input_type
+                        "document", is refused (NoInstruction)
 The prefix is prepended to the text (`inference.tokenize`), so the model reads, and `usage` counts, its tokens
 too. Prompts apply to texts; token-id inputs are run as given.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Literal
 
 from bundle.manifest import Manifest
-from inference.errors import UnknownPrompt
+from inference.errors import NoInstruction, UnknownPrompt
 from inference.tokenize import TextTokenizer
 
 InputType = Literal["query", "document"]
@@ -31,9 +38,39 @@ def longest_prompt(manifest: Manifest, tokenizer: TextTokenizer) -> int:
     return max(len(e.ids) for e in tokenizer.content(prompts)) if prompts else 0
 
 
-def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: InputType | None = None) -> str:
-    """The prefix of a request's texts ("" for none): by its prompt_name, else its input_type, else the default."""
+INSTRUCTION = re.compile(r"Instruct: (?P<task>.+)\nQuery:(?P<space> ?)", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """How a model takes a task: `template` with {instruction}, and the task of its own prompt."""
+
+    template: str
+    default: str
+
+
+def instruction_of(prompts: dict[str, str]) -> Instruction | None:
+    """The model's instruction format, from its prompt written `Instruct: <task>\nQuery:` ("query" first)."""
+    for name in ("query", *sorted(prompts)):
+        found = INSTRUCTION.fullmatch(prompts.get(name, ""))
+        if found:
+            return Instruction(f"Instruct: {{instruction}}\nQuery:{found['space']}", found["task"])
+    return None
+
+
+def instruction_info(prompts: dict[str, str]) -> dict[str, str] | None:
+    """What /info and /v1/models say of a model's instruction: {"template", "default"}, or None."""
+    found = instruction_of(prompts)
+    return {"template": found.template, "default": found.default} if found is not None else None
+
+
+def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: InputType | None = None,
+                instruction: str | None = None) -> str:
+    """The prefix of a request's texts ("" for none): by its instruction, else its prompt_name, else its
+    input_type, else the default."""
     prompts = manifest.prompts
+    if instruction is not None:
+        return _instructed(prompts, instruction, prompt_name, input_type)
     if prompt_name is not None:
         if prompt_name not in prompts:
             known = ", ".join(repr(name) for name in sorted(prompts)) or "none"
@@ -43,3 +80,15 @@ def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: 
         name = next((n for n in INPUT_TYPE_PROMPTS[input_type] if n in prompts), None)
         return prompts[name] if name is not None else ""
     return prompts[manifest.default_prompt_name] if manifest.default_prompt_name is not None else ""
+
+
+def _instructed(prompts: dict[str, str], instruction: str, prompt_name: str | None,
+                input_type: InputType | None) -> str:
+    if prompt_name is not None or input_type == "document":
+        raise NoInstruction("instruction makes the query prompt; it cannot be given with prompt_name or input_type "
+                            "document (leave those out, or send input_type query)")
+    found = instruction_of(prompts)
+    if found is None:
+        raise NoInstruction("this model takes no instruction: none of its prompts is written "
+                            "'Instruct: <task>\\nQuery:' (GET /info lists each model's prompts)")
+    return found.template.replace("{instruction}", instruction)

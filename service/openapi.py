@@ -5,10 +5,10 @@ left out (they answer 404).
 With several models served the bounds are the tightest of them, so that whatever the document accepts,
 every model accepts: `dimensions` up to the embedding size, layer and head indices below the model's counts,
 token ids below the vocabulary size, `chunk_overlap` below the chunking window (less the longest prompt),
-`prompt_name` one of the prompts every model has, and on /v2 the output names the models give; and from
-the settings, at most max_inputs inputs. What no document can state stays a 422 naming its limit: an input
-too long for the model with truncation off, an answer over its cap, and on /v2 a tensor whose data does not
-fill its shape.
+`prompt_name` one of the prompts every model has, `instruction` only when every model takes one, and on /v2
+the output names the models give; and from the settings, at most max_inputs inputs. What no document can state
+stays a 422 naming its limit: an input too long for the model with truncation off, an answer over its cap, an
+instruction beside a prompt_name or chunking, and on /v2 a tensor whose data does not fill its shape.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.chunking import default_overlap, pair_window, window_size
-from inference.prompts import longest_prompt
+from inference.prompts import instruction_of, longest_prompt
 from inference.registry import ModelRegistry
 
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
@@ -43,6 +43,7 @@ class Bounds:
     tasks: frozenset[str]
     outputs: tuple[str, ...]  # /v2 output names
     prompts: tuple[str, ...]  # the prompt names every model has
+    instructed: bool = False  # every model takes an `instruction`
 
 
 def bounds(models: ModelRegistry) -> Bounds:
@@ -59,6 +60,7 @@ def bounds(models: ModelRegistry) -> Bounds:
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
         min(windows), min(pair_windows), _agreed(windows), _agreed(pair_windows),
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
+        all(instruction_of(m.prompts) is not None for m in manifests),
     )
 
 
@@ -105,6 +107,10 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name, field in PROMPTED.items():
         if name in schemas:
             _prompt_names(schemas[name]["properties"][field], served.prompts)
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
+        if not served.instructed:  # only null: some model takes no instruction
+            node = schemas[name]["properties"]["instruction"]
+            node["anyOf"] = [b for b in node["anyOf"] if b.get("type") != "string"]
     for path in INFER_PATHS:
         if path in doc["paths"]:
             _infer_body(doc["paths"][path]["post"]["requestBody"], served)

@@ -6,7 +6,16 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -51,6 +60,12 @@ PROMPT_NAME = (
     "too. A name the model does not have is refused (422, listing its prompts). Default: the model's "
     "`default_prompt_name`, when it names one. Token-id inputs are run as given."
 )
+INSTRUCTION = (
+    "The task of an instruction-following embedder (Qwen3-Embedding, e5-mistral, gte-Qwen2): every text input is "
+    "embedded as `Instruct: {instruction}\\nQuery:{text}`, in the spacing of the model's own instruction prompt "
+    "(GET /info lists each model's `instruction`, with its default task). For queries; with input_type query or "
+    "alone, not with prompt_name or input_type document. A model without an instruction prompt refuses it (422).")
+Instruction = Annotated[Text, StringConstraints(min_length=1, max_length=2000)]
 RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
               "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
@@ -117,6 +132,7 @@ class OpenAIEmbeddingRequest(BaseModel):
         "prompt embeds the text as given (many prompt only their queries). Default: the model's "
         "`default_prompt_name`, when it names one. `usage` counts the prompt's tokens. Token-id inputs are run as "
         "given."))
+    instruction: Instruction | None = Field(None, description=INSTRUCTION)
 
 
 class OpenAIEmbedding(BaseModel):
@@ -154,6 +170,9 @@ class OpenAIModel(BaseModel):
                              "(every answer of it carries it as x-model-fingerprint).")
     prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
     default_prompt_name: str | None = Field(description="The prompt texts get when the request names none.")
+    instruction: dict[str, str] | None = Field(description=(
+        "An instruction-following embedder's format (`template`, with {instruction}) and its own task (`default`), "
+        "from its instruction prompt; null for a model that takes no `instruction`."))
 
 
 class OpenAIModelList(BaseModel):
@@ -168,6 +187,7 @@ class Prompted(_Strict):
 
 class EmbedRequest(Truncation, Chunked, Prompted):
     inputs: TextInputs
+    instruction: Instruction | None = Field(None, description=INSTRUCTION)
     normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
 

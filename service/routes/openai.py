@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Response
 
 from inference import operations
+from inference.prompts import instruction_info
 from inference.results import grouped
 from inference.served import ServedModel
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
@@ -50,7 +51,8 @@ async def list_models(models: ModelsDep) -> Response:
     fingerprint."""
     data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks),
              "fingerprint": m.fingerprint,
-             "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name}
+             "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name,
+             "instruction": instruction_info(m.bundle.manifest.prompts)}
             for m in models]
     return json_response({"object": "list", "data": data})
 
@@ -61,7 +63,7 @@ async def _data(
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await operations.embed(served, inputs, normalize=served.bundle.manifest.normalize,
                                     dimensions=body.dimensions, chunked=chunking(body, served),
-                                    input_type=body.input_type)
+                                    input_type=body.input_type, instruction=body.instruction)
     if result.spans is None:
         return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
             result.tokens

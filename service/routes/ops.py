@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from inference.prompts import instruction_info
 from inference.served import ServedModel
 from service.dependencies import ModelsDep
 from service.metrics import CONTENT_TYPE, Metrics
@@ -68,4 +69,5 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
         "max_length": m.max_length, "attention_windows": m.attention_windows, "labels": list(m.labels),
         "prompts": m.prompts, "default_prompt_name": m.default_prompt_name,
+        "instruction": instruction_info(m.prompts),
     }

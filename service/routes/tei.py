@@ -168,6 +168,7 @@ async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
     result = await operations.embed(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
         dimensions=body.dimensions, chunked=chunking(body, served), prompt_name=body.prompt_name,
+        instruction=body.instruction,
     )
     return wire.embedding_windows(result) if result.spans is not None else result.vectors
 
