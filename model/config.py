@@ -123,8 +123,8 @@ class EncoderConfig:
             check(self)
         if self.head_dim < 32:
             log.warning(
-                "head dimension %d (d_model %d / %d heads) is under 32; heads this small "
-                "often learn poorly", self.head_dim, self.d_model, self.num_heads,
+                "head dimension %d (%d heads over d_model %d) is under 32; heads this small "
+                "often learn poorly", self.head_dim, self.num_heads, self.d_model,
             )
 
     @property

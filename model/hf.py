@@ -55,7 +55,8 @@ def load_hf(path: Path) -> LoadedModel:
 
 def sequence_head(path: Path) -> dict[str, Any]:
     """The EncoderConfig fields of the family's own sequence-classification head for the checkpoint at `path`
-    (from its config.json, whatever head it was saved with): BERT's tanh pooler, RoBERTa's, XLM-R's and MPNet's
+    (from its config.json, whatever head it was saved with; a decoder's: the bias-free linear `score` on the last
+    token): BERT's tanh pooler, RoBERTa's, XLM-R's and MPNet's
     dense-tanh-out, DistilBERT's ReLU pre-classifier, ModernBERT's dense-activation-norm over [CLS] or the mean."""
     hf = read_json(_require(Path(path), "config.json"))
     family, _ = family_of(hf)

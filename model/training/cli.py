@@ -78,7 +78,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--head", choices=("linear", "attention", "pooler"), help="linear: on the pooled vector; "
                         "attention: one extra encoder block + mean pool + linear; pooler: the family's own "
                         "classification head (BERT's tanh pooler on [CLS], RoBERTa's dense-tanh-out, DistilBERT's "
-                        "ReLU pre-classifier, ModernBERT's dense-GELU-norm) "
+                        "ReLU pre-classifier, ModernBERT's dense-GELU-norm, the decoders' bias-free score on the "
+                        "last token) "
                         f"(default: {DEFAULT_HEAD} for the default model, linear otherwise)")
     _add_optimisation(parser)
     _add_scratch_size(parser)

@@ -48,9 +48,9 @@ def from_init(path: Path, head: str, label_names: Sequence[str]) -> tuple[Encode
 
 def with_head(encoder: Encoder, head: str, label_names: Sequence[str], fields: dict[str, Any] | None = None) -> Encoder:
     """A copy of encoder's body under a head of the given kind for label_names (with the head's `fields`: its
-    activation, norm, pooling)."""
+    activation, norm, pooling; a family's own head may be of another kind, as the decoders' linear `score`)."""
     chosen = dict(head=head, num_labels=len(label_names), label_names=tuple(label_names))
-    config = encoder.config.replace(**{**(fields or {}), **chosen})
+    config = encoder.config.replace(**{**chosen, **(fields or {})})
     if config == encoder.config:
         return encoder  # same head, same labels: continue training it
     fresh = Encoder(config)
