@@ -1,4 +1,4 @@
-"""Tokenizers of the three kinds real checkpoints ship, trained offline on MULTILINGUAL in well under a second,
+"""Tokenizers of the kinds real checkpoints ship, trained offline on MULTILINGUAL in well under a second,
 each with its family's special tokens (ids 0-4, as the configs in tests/helpers/families.py expect) and
 post-processor:
 
@@ -7,8 +7,9 @@ post-processor:
     byte_level_bpe    RoBERTa's: byte-level BPE, <s> A </s></s> B </s> (RobertaProcessing)
     unigram           XLM-R's SentencePiece: Unigram over Metaspace words, <s> A </s> </s> B </s>
     modernbert_bpe    ModernBERT's: byte-level BPE with [CLS] A [SEP] B [SEP]
-    qwen_bpe          Qwen3-Embedding's: Qwen's regex split, byte-level BPE, <|endoftext|> appended
-    gemma_bpe         Gemma's SentencePiece BPE with byte fallback, <bos> A <eos> (EmbeddingGemma)
+    qwen_bpe          Qwen3-Embedding's: Qwen's regex split, byte-level BPE, A B <|endoftext|> (specials at 0-2)
+    gemma_bpe         Gemma's SentencePiece BPE with byte fallback, <bos> A <eos> <bos> B <eos> (EmbeddingGemma's;
+                      specials <pad> <eos> <bos> <unk> <mask> at 0-4, as Gemma's)
 """
 
 from __future__ import annotations
@@ -93,12 +94,14 @@ def unigram(vocab_size: int = 300) -> Tokenizer:
 QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
                 r"|\s+(?!\S)|\s+")
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0..2
-GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]  # ids 0..3, as Gemma's
+GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # ids 0..4, as Gemma's
 
 
 def qwen_bpe(vocab_size: int = 500) -> Tokenizer:
     """Qwen3-Embedding's pipeline: NFC, Qwen's regex split then bytes, byte-level BPE without an unknown token,
-    and the post-processor its tokenizer.json carries, which appends <|endoftext|> to every input."""
+    and the post-processor its tokenizer.json carries (added by Qwen after release; transformers' Qwen2Tokenizer
+    writes none): a ByteLevel offsets step, then a template that appends <|endoftext|> once, after a text or after
+    a pair joined with nothing between ("$A <|endoftext|>", "$A $B <|endoftext|>", every type id 0)."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -108,16 +111,18 @@ def qwen_bpe(vocab_size: int = 500) -> Tokenizer:
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, special_tokens=QWEN_SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tokenizer.train_from_iterator(MULTILINGUAL * 3, trainer=trainer)
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="$A:0 <|endoftext|>:0", pair="$A:0 <|endoftext|>:0 $B:1 <|endoftext|>:1",
-        special_tokens=[("<|endoftext|>", 0)])
+    tokenizer.post_processor = processors.Sequence([
+        processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        processors.TemplateProcessing(single="$A:0 <|endoftext|>:0", pair="$A:0 $B:0 <|endoftext|>:0",
+                                      special_tokens=[("<|endoftext|>", 0)])])
     return tokenizer
 
 
 def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
     """Gemma's SentencePiece BPE: spaces as "▁", no pre-tokenizer, byte fallback to <0x00>..<0xFF> for characters
     outside the vocabulary (its alphabet here is kept small, so the emoji and rarer scripts fall back), and
-    EmbeddingGemma's post-processor: <bos> before, <eos> after."""
+    EmbeddingGemma's post-processor, the one transformers writes for add_bos_token and add_eos_token (its Gemma 3
+    conversion sets both for the embedding model): <bos> A <eos>, and <bos> A <eos> <bos> B <eos> for a pair."""
     trained = Tokenizer(models.BPE())
     trained.normalizer = normalizers.Replace(" ", "▁")
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=1, limit_alphabet=80,
@@ -133,6 +138,6 @@ def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
     tokenizer.normalizer = normalizers.Replace(" ", "▁")
     tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     tokenizer.post_processor = processors.TemplateProcessing(
-        single="<bos>:0 $A:0 <eos>:0", pair="<bos>:0 $A:0 <eos>:0 $B:1 <eos>:1",
+        single="<bos>:0 $A:0 <eos>:0", pair="<bos>:0 $A:0 <eos>:0 <bos>:1 $B:1 <eos>:1",
         special_tokens=[("<bos>", 2), ("<eos>", 1)])
     return tokenizer
