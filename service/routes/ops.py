@@ -67,7 +67,8 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
         "architecture": m.architecture, "task": m.task, "tasks": sorted(served.tasks), "hidden_size": m.hidden_size,
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
-        "max_length": m.max_length, "attention_windows": m.attention_windows, "labels": list(m.labels),
+        "max_length": m.max_length, "attention_windows": m.attention_windows, "causal": m.causal,
+        "labels": list(m.labels),
         "prompts": m.prompts, "default_prompt_name": m.default_prompt_name,
         "instruction": instruction_info(m.prompts),
     }

@@ -23,7 +23,7 @@ const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpec
 /** @type {Served} every served model, from /info; none until it answered */
 let served = { models: [], maxChars: Infinity };
 /** @type {Facts} the chosen model's */
-const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], maxChars: Infinity,
+const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false, maxChars: Infinity,
   labels: [], attention: false };
 /** @type {string[]} the texts last run */
 let texts = [];

@@ -5,6 +5,7 @@
 // server's default.
 
 import { call } from "./api.js";
+import { reach } from "./matrix.js";
 
 /**
  * One served model as GET /info lists it (the fields the page reads).
@@ -15,6 +16,7 @@ import { call } from "./api.js";
  * @property {number} max_length
  * @property {(number | null)[]} [attention_windows] per layer, the tokens on each side a local (sliding-window)
  *   layer attends to, or null for a global layer
+ * @property {boolean} [causal] a decoder's causal mask: a token attends to itself and the tokens before it
  * @property {string[]} labels empty for a model without a classification head
  * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
  */
@@ -35,6 +37,7 @@ import { call } from "./api.js";
  * @property {number} numHeads
  * @property {number} maxLength
  * @property {(number | null)[]} windows per layer, a local layer's reach on each side, or null (global)
+ * @property {boolean} causal whether the model is causal (its maps are lower-triangular, its windows one-sided)
  * @property {number} maxChars
  * @property {string[]} labels
  * @property {boolean} attention whether it has an attention graph (/attention answers for it)
@@ -58,18 +61,20 @@ export function factsOf(served, name) {
   return {
     model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
     maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
+    causal: entry.causal ?? false,
     maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
   };
 }
 
 /**
- * How layer `layer` attends, for its label: "" for a global layer, "local ±w" for a sliding-window one.
+ * How layer `layer` attends, for its label: "" for a global layer, "local ±w" for a sliding-window one ("local −w"
+ * for a causal model's, which reaches back only).
  * @param {Facts} facts
  * @param {number} layer
  */
 export function layerKind(facts, layer) {
   const window = facts.windows[layer];
-  return window === null || window === undefined ? "" : `local ±${window}`;
+  return window === null || window === undefined ? "" : `local ${reach(window, facts.causal)}`;
 }
 
 /**
@@ -81,7 +86,8 @@ export function describe(facts) {
   const attention = facts.attention ? "" : " · no attention graph";
   const local = facts.windows.flatMap((w, layer) => (w === null ? [] : [layer]));
   const which = local.length === 1 ? `layer ${local[0]} attends` : `layers ${local.join(", ")} attend`;
-  const windows = local.length ? ` · ${which} ±${facts.windows[local[0]]} tokens` : "";
-  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${windows} · up to ${facts.maxLength}`
+  const windows = local.length ? ` · ${which} ${reach(Number(facts.windows[local[0]]), facts.causal)} tokens` : "";
+  const causal = facts.causal ? " · causal: each token sees only itself and the tokens before it" : "";
+  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · up to ${facts.maxLength}`
     + ` tokens · ${labels}${attention}`;
 }

@@ -5,7 +5,7 @@
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
 import { matrixImage } from "./colormap.js";
-import { outsideWindow, viewOf } from "./matrix.js";
+import { outsideWindow, reach, viewOf } from "./matrix.js";
 
 /** @typedef {import("./matrix.js").Item} Item */
 /** @typedef {import("./matrix.js").View} View */
@@ -49,13 +49,14 @@ export class Grid {
    * @param {number} width CSS pixels available
    * @param {Head} selected the head chosen in the other views
    * @param {(number | null)[]} windows per layer, a local layer's reach on each side (null: global)
+   * @param {boolean} [causal] a causal model's maps: later keys masked, windows one-sided
    */
-  show(item, options, width, selected, windows) {
+  show(item, options, width, selected, windows, causal = false) {
     const [layers, heads] = item.shape;
     const thumb = Math.max(36, Math.min(120, Math.floor((width - LABEL) / heads) - GAP));
     const layout = { layers, heads, thumb, dpr: window.devicePixelRatio || 1,
       width: LABEL + heads * (thumb + GAP), height: LABEL + layers * (thumb + GAP) };
-    const base = renderGrid(item, options, layout, windows);
+    const base = renderGrid(item, options, layout, windows, causal);
     this.drawn = { layout, base };
     this.selected = { layer: Math.min(selected.layer, layers - 1), head: Math.min(selected.head, heads - 1) };
     Object.assign(this.canvas.dataset, { left: LABEL, top: LABEL, thumb, gap: GAP, layers, heads });
@@ -131,17 +132,18 @@ export class Grid {
  * @param {ViewOptions} options
  * @param {Layout} layout
  * @param {(number | null)[]} windows
+ * @param {boolean} causal
  */
-function renderGrid(item, options, layout, windows) {
+function renderGrid(item, options, layout, windows, causal) {
   const { layers, heads, thumb, width, height, dpr } = layout;
   const canvas = blankCanvas(width, height, dpr);
   const ctx = context2d(canvas);
-  drawLabels(ctx, layout, windows);
+  drawLabels(ctx, layout, windows, causal);
   const scratch = document.createElement("canvas");
   ctx.imageSmoothingQuality = "high";
   for (let layer = 0; layer < layers; layer++) {
     for (let head = 0; head < heads; head++) {
-      const view = viewOf(item, layer * heads + head, options, windows[layer] ?? null);
+      const view = viewOf(item, layer * heads + head, options, windows[layer] ?? null, causal);
       drawThumb(ctx, scratch, view, LABEL + head * (thumb + GAP), LABEL + layer * (thumb + GAP), thumb);
     }
   }
@@ -170,8 +172,9 @@ function drawThumb(ctx, scratch, view, x, y, size) {
  * @param {CanvasRenderingContext2D} ctx
  * @param {Layout} layout
  * @param {(number | null)[]} windows
+ * @param {boolean} causal
  */
-function drawLabels(ctx, { layers, heads, thumb }, windows) {
+function drawLabels(ctx, { layers, heads, thumb }, windows, causal) {
   ctx.font = FONT;
   ctx.fillStyle = "#1a1a1a";
   ctx.textAlign = "center";
@@ -181,6 +184,6 @@ function drawLabels(ctx, { layers, heads, thumb }, windows) {
     const middle = LABEL + layer * (thumb + GAP) + thumb / 2;
     const window = windows[layer] ?? null;
     ctx.fillText(`L${layer}`, LABEL / 2, window === null ? middle : middle - 7);
-    if (window !== null) ctx.fillText(`±${window}`, LABEL / 2, middle + 7);
+    if (window !== null) ctx.fillText(reach(window, causal), LABEL / 2, middle + 7);
   }
 }

@@ -6,7 +6,7 @@
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
 import { drawColourBar, formatValue, matrixImage } from "./colormap.js";
-import { outsideWindow, tokenLabel } from "./matrix.js";
+import { later, outsideWindow, reach, tokenLabel } from "./matrix.js";
 
 /** @typedef {import("./matrix.js").Token} Token */
 /** @typedef {import("./matrix.js").View} View */
@@ -75,9 +75,11 @@ export class Heatmap {
     this.canvas.style.height = `${height}px`;
     this.canvas.width = base.width;
     this.canvas.height = base.height;
-    const band = view.window === null ? "" : `Keys beyond ±${view.window} tokens of the query are grey: not attended. `;
+    const band = view.window === null ? "" : `Keys beyond ${reach(view.window, view.causal)} tokens of the query are grey: `
+      + "not attended. ";
+    const mask = view.causal ? "Keys after the query are grey: a causal model's token does not see later tokens. " : "";
     this.canvas.setAttribute("aria-label", `Attention heatmap, ${title}, ${view.tokens.length} tokens. `
-      + `${band}Rows are queries, columns keys; the arrow keys move the read-out.`);
+      + `${mask}${band}Rows are queries, columns keys; the arrow keys move the read-out.`);
   }
 
   /**
@@ -139,7 +141,8 @@ export class Heatmap {
     const query = tokens[row];
     const key = tokens[col];
     const outside = outsideWindow(view, row, col);
-    const beyond = outside ? ` (beyond the local window of ±${view.window} tokens: not attended)` : "";
+    const beyond = !outside ? "" : later(view, row, col) ? " (masked: a causal model's token does not see later tokens)"
+      : ` (beyond the local window of ${reach(Number(view.window), view.causal)} tokens: not attended)`;
     this.readout.textContent = `${title} · query ${indices[row]} “${query.text}” → key ${indices[col]} “${key.text}”`
       + ` = ${formatValue(value)}${beyond}`;
     Object.assign(this.readout.dataset, { query: indices[row], key: indices[col], value: String(value),

@@ -23,8 +23,11 @@ import { decodeFloat16 } from "./half.js";
 
 /**
  * What a view draws of one map: the tokens shown, their indices in the item, their (m, m) values and the maximum,
- * and the window of the layer it is from (tokens on each side a local layer attends to; null: a global layer).
- * @typedef {{tokens: Token[], indices: number[], values: Float32Array, max: number, window: number | null}} View
+ * the window of the layer it is from (tokens on each side a local layer attends to; null: a global layer), and
+ * whether the model is causal (a decoder's: a token sees itself and the tokens before it, and a local layer's
+ * window reaches back only).
+ * @typedef {{tokens: Token[], indices: number[], values: Float32Array, max: number, window: number | null,
+ *   causal: boolean}} View
  */
 
 /** @typedef {{hideSpecial: boolean, renormalise: boolean}} ViewOptions */
@@ -109,22 +112,44 @@ export function maxOf(values) {
  * @param {number | null} [window] a local layer's reach on each side (null: a global layer, or a rollout)
  * @returns {View}
  */
-export function viewOf(item, index, options, window = null) {
+export function viewOf(item, index, options, window = null, causal = false) {
   const kept = keptIndices(item.tokens, options.hideSpecial);
   const values = project(mapAt(item, index), item.tokens.length, kept, options.hideSpecial && options.renormalise);
-  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values), window };
+  return { tokens: kept.map((i) => item.tokens[i]), indices: kept, values, max: maxOf(values), window, causal };
 }
 
 /**
- * Whether the cell (row, col) of a view is a key beyond its local layer's window: positions in the input
- * (not in the view, which may hide special tokens) more than `window` apart. Such cells are 0 by
- * construction, which the views show as such rather than as a low weight.
+ * Whether the cell (row, col) of a view is a key its query cannot see: a later token in a causal model's map,
+ * or a key beyond its local layer's window, positions in the input (not in the view, which may hide special
+ * tokens) more than `window` apart (for a causal model: more than `window` back). Such cells are 0 by
+ * construction, which the views show as masked rather than as a low weight.
  * @param {View} view
  * @param {number} row
  * @param {number} col
  */
 export function outsideWindow(view, row, col) {
-  return view.window !== null && Math.abs(view.indices[row] - view.indices[col]) > view.window;
+  const back = view.indices[row] - view.indices[col];
+  if (view.causal && back < 0) return true;
+  return view.window !== null && Math.abs(back) > view.window;
+}
+
+/**
+ * Whether (row, col) is masked because the key comes after the query in a causal model.
+ * @param {View} view
+ * @param {number} row
+ * @param {number} col
+ */
+export function later(view, row, col) {
+  return view.causal && view.indices[col] > view.indices[row];
+}
+
+/**
+ * A local layer's reach as the labels write it: ±w both ways, −w back only for a causal model.
+ * @param {number} window
+ * @param {boolean} causal
+ */
+export function reach(window, causal) {
+  return causal ? `−${window}` : `±${window}`;
 }
 
 /**

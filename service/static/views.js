@@ -160,11 +160,11 @@ export function draw(settings, facts, answer, panels, onPick) {
     const width = Math.max(figure.clientWidth - 4, 240);
     if (settings.view === "grid") {
       const grid = new Grid(figure, readout, onPick);
-      grid.show(item, options, width, { layer: settings.layer, head: settings.head }, facts.windows);
+      grid.show(item, options, width, { layer: settings.layer, head: settings.head }, facts.windows, facts.causal);
       return grid;
     }
     const window = settings.combine === "rollout" ? null : facts.windows[settings.layer] ?? null;
-    const view = viewOf(item, 0, options, window);
+    const view = viewOf(item, 0, options, window, facts.causal);  // heads mixed or rolled out stay lower-triangular
     if (settings.view === "lines") {
       const lines = new Lines(figure, readout);
       lines.show(view, title);
