@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from tests.helpers import tokenizers
-from tests.helpers.families import LABELS, randomise_vectors
+from tests.helpers.families import LABELS, save_random
 
 DECODERS = ("llama", "mistral", "qwen2", "qwen3", "gemma3", "embeddinggemma")
 CLASSES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "gemma3": "Gemma3Text",
@@ -84,11 +84,6 @@ def save_decoder(directory: Path, arch: str, head: str = "Model", shape: str = "
     tokenizer = tokenizer or tokenizer_for(arch)
     pad = tokenizer.token_to_id("<pad>")
     config = decoder_config(arch, shape, tokenizer.get_vocab_size(with_added_tokens=True), pad, names, **extra)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = model_class(arch, head)(config)
-        randomise_vectors(model)
-    model.save_pretrained(directory)
-    tokenizer.save(str(Path(directory) / "tokenizer.json"))
+    save_random(directory, model_class(arch, head), config, tokenizer, seed)
     (Path(directory) / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
     return model_class(arch, head).from_pretrained(directory, attn_implementation="eager").eval()

@@ -88,15 +88,22 @@ def save_hf(directory: Path, arch: str, head: str = "Model", shape: str = "small
     eager attention) as the reference."""
     tokenizer = tokenizer_for(arch)
     config = hf_config(arch, shape, tokenizer.get_vocab_size(), names, **extra)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = model_class(arch, head)(config)
-        randomise_vectors(model)
-    model.save_pretrained(directory)
-    tokenizer.save(str(Path(directory) / "tokenizer.json"))
+    save_random(directory, model_class(arch, head), config, tokenizer, seed)
     if arch == "modernbert":  # no tokenizer class of its own: transformers reads its special tokens from here
         (Path(directory) / "tokenizer_config.json").write_text(json.dumps(MODERNBERT_TOKENS))
     return reference(directory, arch, head)
+
+
+def save_random(directory: Path, cls: type, config: transformers.PretrainedConfig, tokenizer: Tokenizer,
+                seed: int) -> None:
+    """A `cls` model of `config` with transformers' seeded initialisation, its vectors moved off their start,
+    saved at `directory` with `tokenizer`."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = cls(config)
+        randomise_vectors(model)
+    model.save_pretrained(directory)
+    tokenizer.save(str(Path(directory) / "tokenizer.json"))
 
 
 def reference(directory: Path, arch: str, head: str) -> torch.nn.Module:
