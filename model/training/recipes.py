@@ -3,9 +3,11 @@ a fresh one.
 
     from_init     load_model(path), then give it a fresh classification head for our labels
                   (a head with the same kind and the same labels is kept, to continue training); the
-                  "pooler" head of a Hugging Face directory is its family's own (model.hf.sequence_head);
+                  "pooler" head is the family's own (own_head): an encoder's pooler, a decoder's bias-free
+                  linear score on the last token;
     from_scratch  a WordPiece vocabulary trained on the training texts and a new Encoder;
-    make_task     frozen encoder -> FeatureTask (head on cached features), else TextTask.
+    make_task     frozen encoder -> FeatureTask (head on cached features), else TextTask; texts are cut to
+                  input_limit tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tokenizers import Tokenizer
 
 from model.config import EncoderConfig
 from model.encoder import Encoder
+from model.families.decoders import DECODERS
 from model.hf import is_hf_dir, sequence_head
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids, train_wordpiece
@@ -42,8 +45,19 @@ class ScratchSize:
 def from_init(path: Path, head: str, label_names: Sequence[str]) -> tuple[Encoder, Tokenizer]:
     loaded = load_model(path)
     log.info("loaded %s model from %s", loaded.kind, path)
-    fields = sequence_head(path) if head == "pooler" and is_hf_dir(path) else {}
+    fields = own_head(Path(path), loaded.encoder.config) if head == "pooler" else {}
     return with_head(loaded.encoder, head, label_names, fields), loaded.tokenizer
+
+
+def own_head(path: Path, config: EncoderConfig) -> dict[str, Any]:
+    """The head fields `--head pooler` means: a Hugging Face directory's family head (model.hf.sequence_head). One of
+    our checkpoints keeps the head fields it was saved with (a BERT trained with its pooler goes on with it), except
+    a decoder's: its family's head is no pooler but the bias-free linear score on the last token, and a pooler there
+    would read the first token, whose state under a causal mask has seen nothing but itself."""
+    if is_hf_dir(path):
+        return sequence_head(path)
+    decoder = next((family for family in DECODERS if family.name == config.architecture), None)
+    return decoder.head_config({}, "sequence") if decoder is not None else {}
 
 
 def with_head(encoder: Encoder, head: str, label_names: Sequence[str], fields: dict[str, Any] | None = None) -> Encoder:
@@ -80,10 +94,16 @@ def freeze(encoder: Encoder) -> None:
         param.requires_grad = name.startswith("head.")
 
 
+def input_limit(config: EncoderConfig, asked: int) -> int:
+    """The longest input to train on: `asked`, cut to what the positions reach (config.position_limit): a position
+    table's rows less RoBERTa's pad offset (its 514 rows hold 512 tokens), a decoder's max_position_embeddings."""
+    return min(asked, config.position_limit)
+
+
 def make_task(encoder: Encoder, tokenizer: Tokenizer, train: Dataset, val: Dataset, frozen: bool,
               batch_size: int, max_length: int, device: torch.device) -> Task:
     encoder.to(device)
-    max_length = min(max_length, encoder.config.max_length)
+    max_length = input_limit(encoder.config, max_length)
     train_ids, val_ids = token_ids(tokenizer, train.texts, max_length), token_ids(tokenizer, val.texts, max_length)
     pad = pad_id(tokenizer)
     if not frozen:
