@@ -44,8 +44,11 @@ def test_small_heads_log_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         tiny_config(d_model=64, num_heads=2)
         tiny_config(d_model=64, num_heads=4)
-    assert "(d_model 64 / 2 heads)" not in caplog.text  # (the shared tiny base itself has 16-wide heads)
-    assert "head dimension 16 (d_model 64 / 4 heads) is under 32" in caplog.text
+    assert "(2 heads over d_model 64)" not in caplog.text  # (the shared tiny base itself has 16-wide heads)
+    assert "head dimension 16 (4 heads over d_model 64) is under 32" in caplog.text
+    with caplog.at_level(logging.WARNING):
+        tiny_config(d_model=64, num_heads=2, head_size=8)  # a head width of its own, as decoders set it
+    assert "head dimension 8 (2 heads over d_model 64) is under 32" in caplog.text
 
 
 def test_config_round_trips_through_dict() -> None:
