@@ -1,7 +1,8 @@
 // @ts-check
 // The colour scale: viridis (matplotlib's perceptually uniform map, readable with the common colour
 // vision deficiencies and in greyscale), as ten evenly spaced stops interpolated into a 256-entry table; and
-// the light grey of cells a local layer cannot attend (outside its window), which no value on the scale has.
+// the light grey of cells a query cannot attend (outside its local layer's window, or after it in a causal model's
+// map), which no value on the scale has.
 
 const STOPS = [
   [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
@@ -20,7 +21,7 @@ function buildTable() {
 }
 
 export const TABLE = buildTable();
-export const OUTSIDE = [216, 216, 216]; // a key beyond a local layer's window: not attended, not a low value
+export const OUTSIDE = [216, 216, 216]; // a masked key (beyond a window, or later under a causal mask), not a low value
 
 /**
  * Index into TABLE of a value on the scale [0, max].
@@ -42,8 +43,8 @@ export function cssColour(value, max) {
 }
 
 /**
- * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max]; cells `outside` says are beyond a
- * local layer's window are grey.
+ * An n x n matrix (row-major) as an n x n ImageData, coloured on [0, max]; cells `outside` says are masked (beyond
+ * a local layer's window, or after their query in a causal model's map) are grey.
  * @param {Float32Array} values
  * @param {number} n
  * @param {number} max

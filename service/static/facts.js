@@ -5,7 +5,7 @@
 // server's default.
 
 import { call } from "./api.js";
-import { reach } from "./matrix.js";
+import { reach, reachInWords } from "./matrix.js";
 
 /**
  * One served model as GET /info lists it (the fields the page reads).
@@ -86,7 +86,7 @@ export function describe(facts) {
   const attention = facts.attention ? "" : " · no attention graph";
   const local = facts.windows.flatMap((w, layer) => (w === null ? [] : [layer]));
   const which = local.length === 1 ? `layer ${local[0]} attends` : `layers ${local.join(", ")} attend`;
-  const windows = local.length ? ` · ${which} ${reach(Number(facts.windows[local[0]]), facts.causal)} tokens` : "";
+  const windows = local.length ? ` · ${which} ${reachInWords(Number(facts.windows[local[0]]), facts.causal)}` : "";
   const causal = facts.causal ? " · causal: each token sees only itself and the tokens before it" : "";
   return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · up to ${facts.maxLength}`
     + ` tokens · ${labels}${attention}`;

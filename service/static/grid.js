@@ -1,6 +1,7 @@
 // @ts-check
 // All heads at once (the "model view"): a layers x heads grid of thumbnails, each map on its own colour
-// scale (0 .. its maximum; grey beyond a local layer's window, its layer labelled with the window). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
+// scale (0 .. its maximum; grey beyond a local layer's window, its layer labelled with the window, and after the
+// query in a causal model's maps). Clicking a thumbnail, or Enter on the one chosen with the arrow keys, opens it
 // in the heatmap. One canvas for the whole grid.
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
@@ -64,7 +65,7 @@ export class Grid {
     this.canvas.style.height = `${layout.height}px`;
     this.canvas.width = base.width;
     this.canvas.height = base.height;
-    this.canvas.setAttribute("aria-label", `All heads: ${layers} layers by ${heads} heads. `
+    this.canvas.setAttribute("aria-label", `All heads: ${layers} layers by ${heads} heads. ${maskNote(windows, causal)}`
       + "The arrow keys choose one, Enter opens it in the heatmap.");
     this.redraw();
   }
@@ -168,7 +169,19 @@ function drawThumb(ctx, scratch, view, x, y, size) {
 }
 
 /**
- * Head numbers above, layer numbers beside; a local layer's window (±w) under its number.
+ * What the grey cells of the thumbnails are, for the grid's label (the canvas's text is not read out).
+ * @param {(number | null)[]} windows
+ * @param {boolean} causal
+ */
+function maskNote(windows, causal) {
+  const later = causal ? "Keys after their query are grey: a causal model's token does not see later tokens. " : "";
+  const local = windows.flatMap((w, layer) => (w === null ? [] : [`${layer} (local ${reach(w, causal)})`]));
+  const band = local.length ? `In layers ${local.join(", ")} keys beyond the window are grey. ` : "";
+  return later + band;
+}
+
+/**
+ * Head numbers above, layer numbers beside; a local layer's window under its number (±w; −w back only, causal).
  * @param {CanvasRenderingContext2D} ctx
  * @param {Layout} layout
  * @param {(number | null)[]} windows

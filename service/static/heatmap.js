@@ -1,12 +1,14 @@
 // @ts-check
 // The token-by-token heatmap of one map: rows are queries, columns keys, token texts on both axes, the
-// colour bar beside it; in a local layer the keys beyond each query's window are grey, so the band shows. The pointer or the arrow keys choose a cell; the read-out under the canvas
-// names both tokens and the value (its data-* attributes carry the same, for tests and scripts).
+// colour bar beside it; in a local layer the keys beyond each query's window are grey, so the band shows, and in a
+// causal model's map every key after its query (the masked triangle). The pointer or the arrow keys choose a cell;
+// the read-out under the canvas names both tokens and the value, and why a cell is masked (its data-* attributes
+// carry the same, for tests and scripts).
 // Drawn on one canvas from an n x n image scaled up, so 256 tokens cost one drawImage, not 65,536 nodes.
 
 import { blankCanvas, context2d, viewCanvas } from "./canvas.js";
 import { drawColourBar, formatValue, matrixImage } from "./colormap.js";
-import { later, outsideWindow, reach, tokenLabel } from "./matrix.js";
+import { later, outsideWindow, reachInWords, tokenLabel } from "./matrix.js";
 
 /** @typedef {import("./matrix.js").Token} Token */
 /** @typedef {import("./matrix.js").View} View */
@@ -75,8 +77,8 @@ export class Heatmap {
     this.canvas.style.height = `${height}px`;
     this.canvas.width = base.width;
     this.canvas.height = base.height;
-    const band = view.window === null ? "" : `Keys beyond ${reach(view.window, view.causal)} tokens of the query are grey: `
-      + "not attended. ";
+    const band = view.window === null ? "" : view.causal ? `Keys more than ${view.window} tokens before the query are `
+      + "grey: not attended. " : `Keys beyond ±${view.window} tokens of the query are grey: not attended. `;
     const mask = view.causal ? "Keys after the query are grey: a causal model's token does not see later tokens. " : "";
     this.canvas.setAttribute("aria-label", `Attention heatmap, ${title}, ${view.tokens.length} tokens. `
       + `${mask}${band}Rows are queries, columns keys; the arrow keys move the read-out.`);
@@ -142,7 +144,7 @@ export class Heatmap {
     const key = tokens[col];
     const outside = outsideWindow(view, row, col);
     const beyond = !outside ? "" : later(view, row, col) ? " (masked: a causal model's token does not see later tokens)"
-      : ` (beyond the local window of ${reach(Number(view.window), view.causal)} tokens: not attended)`;
+      : ` (beyond the local window of ${reachInWords(Number(view.window), view.causal)}: not attended)`;
     this.readout.textContent = `${title} · query ${indices[row]} “${query.text}” → key ${indices[col]} “${key.text}”`
       + ` = ${formatValue(value)}${beyond}`;
     Object.assign(this.readout.dataset, { query: indices[row], key: indices[col], value: String(value),

@@ -110,6 +110,7 @@ export function maxOf(values) {
  * @param {number} index
  * @param {ViewOptions} options
  * @param {number | null} [window] a local layer's reach on each side (null: a global layer, or a rollout)
+ * @param {boolean} [causal] a causal model's map (a mix or rollout of its heads is lower-triangular too)
  * @returns {View}
  */
 export function viewOf(item, index, options, window = null, causal = false) {
@@ -150,6 +151,15 @@ export function later(view, row, col) {
  */
 export function reach(window, causal) {
   return causal ? `−${window}` : `±${window}`;
+}
+
+/**
+ * The same reach in a sentence, where "−3 tokens" would read as a negative count: "±2 tokens", "3 tokens back".
+ * @param {number} window
+ * @param {boolean} causal
+ */
+export function reachInWords(window, causal) {
+  return causal ? `${window} tokens back` : `±${window} tokens`;
 }
 
 /**
