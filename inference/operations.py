@@ -54,22 +54,23 @@ async def classify(
 
 async def similarity(
     model: ServedModel, source: str, sentences: Sequence[str], *, truncate: bool | None = None,
-    direction: Direction = "right", prompt_name: str | None = None,
+    direction: Direction = "right", prompt_name: str | None = None, instruction: str | None = None,
 ) -> np.ndarray:
     """(N,) cosine similarity of each sentence's embedding with the source sentence's (all with one prompt)."""
     vectors = (await embed(model, [source, *sentences], truncate=truncate, direction=direction,
-                           prompt_name=prompt_name)).vectors
+                           prompt_name=prompt_name, instruction=instruction)).vectors
     return vectors[1:] @ vectors[0]  # (N,) unit vectors: dot product = cosine
 
 
 async def embed_all(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
-    prompt_name: str | None = None,
+    prompt_name: str | None = None, instruction: str | None = None,
 ) -> list[np.ndarray]:
     """Per input, (n, D) token vectors (the encoder's last hidden states, special tokens and a prompt's tokens
     included); refused before any graph runs when the answer would pass embed_all_cap_bytes."""
     model.require("embed_all", "give token vectors (its fast graph has no token_embeddings output)")
-    hidden, prompt = model.bundle.manifest.hidden_size, prompt_text(model.bundle.manifest, prompt_name)
+    hidden = model.bundle.manifest.hidden_size
+    prompt = prompt_text(model.bundle.manifest, prompt_name, instruction=instruction)
     _, outputs = await model.run(inputs, [TOKENS], truncate, direction, prompt=prompt,
                                  check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
     return [o["token_embeddings"] for o in outputs[TOKENS]]

@@ -60,6 +60,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--prompt-name", metavar="NAME",
                         help="put the model's prompt NAME (manifest.json prompts, GET /info) before every text, as "
                              "/embed's prompt_name does (default: the model's default prompt, when it names one)")
+    parser.add_argument("--instruction", metavar="TEXT",
+                        help="an instruction-following embedder's task (Qwen3-Embedding): every text is read as "
+                             "'Instruct: TEXT\\nQuery:' + text, as /embed's instruction does (not with --prompt-name)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                         help="L2-normalise the vectors, as /embed does by default")
     parser.add_argument("--part-rows", type=int, default=10_000,
@@ -153,7 +156,7 @@ def _job(args: argparse.Namespace, max_windows: int):
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
                JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
-                         args.sparse, args.prompt_name),
+                         args.sparse, args.prompt_name, args.instruction),
                args.part_rows, args.overwrite)
 
 
@@ -162,6 +165,8 @@ def _chunking(args: argparse.Namespace, max_windows: int) -> Chunking | None:
         if args.chunk_overlap is not None:
             raise JobError("--chunk-overlap needs --chunking mean or windows")
         return None
+    if args.instruction is not None:  # as /embed refuses an instruction with chunking: the same vectors or none
+        raise JobError("--instruction cannot be given with --chunking")
     overlap = DEFAULT_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
     return Chunking(args.chunking, overlap, max_windows)
 

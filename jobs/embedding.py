@@ -5,7 +5,7 @@ good ones are tokenised by the core's `TextTokenizer` (truncation as the server 
 core's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
 and the size cap) with at most `window` rows waiting, as in the server's queue under full load, run by
 the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, scores).
-Texts get the model's prompt as /embed gives it (--prompt-name, else the model's default).
+Texts get the model's prompt as /embed gives it (--instruction, else --prompt-name, else the model's default).
 Same bundle, variant and batches as the server: the same vectors. With --chunking, jobs.windows cuts the
 texts into windows instead and runs them through the same `run_batched`.
 
@@ -26,7 +26,7 @@ from bundle.manifest import Manifest
 from inference import postprocess
 from inference.batchqueue import BatchQueue
 from inference.chunking import Mode
-from inference.errors import NonFiniteOutput, UnknownPrompt
+from inference.errors import NoInstruction, NonFiniteOutput, UnknownPrompt
 from inference.graphs import Graph
 from inference.limits import check_finite
 from inference.loading import LoadedBundle
@@ -69,15 +69,18 @@ class JobOutput:
     chunking: Chunking | None = None  # None: truncate, as the server's default
     sparse: bool = False  # a masked-LM bundle's SPLADE vector too: a column of (index, value) lists
     prompt_name: str | None = None  # the model's prompt put before every text; None: its default, as the server's
+    instruction: str | None = None  # an instruction-following embedder's task, as /embed's `instruction`
 
 
 def prompt_of(manifest: Manifest, output: JobOutput) -> str:
-    """The prefix of every text (`inference.prompts`: --prompt-name, else the model's default prompt, as /embed
-    chooses); JobError for a name the model does not have."""
+    """The prefix of every text (`inference.prompts`: --instruction, else --prompt-name, else the model's default
+    prompt, as /embed chooses); JobError for a name the model does not have or an instruction it does not take."""
     try:
-        return prompt_text(manifest, output.prompt_name)
+        return prompt_text(manifest, output.prompt_name, instruction=output.instruction)
     except UnknownPrompt as error:
         raise JobError(f"--prompt-name: {error.message}") from None
+    except NoInstruction as error:
+        raise JobError(f"--instruction: {error.message}") from None
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
 
 
 PROMPTED = {"EmbedRequest": "prompt_name", "EmbedAllRequest": "prompt_name", "SimilarityParameters": "prompt_name"}
+INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's
 LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
          "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences",
@@ -107,10 +108,9 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name, field in PROMPTED.items():
         if name in schemas:
             _prompt_names(schemas[name]["properties"][field], served.prompts)
-    for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
-        if not served.instructed:  # only null: some model takes no instruction
-            node = schemas[name]["properties"]["instruction"]
-            node["anyOf"] = [b for b in node["anyOf"] if b.get("type") != "string"]
+    for name in INSTRUCTED:
+        if name in schemas:
+            _instruction(schemas[name]["properties"]["instruction"], served.instructed)
     for path in INFER_PATHS:
         if path in doc["paths"]:
             _infer_body(doc["paths"][path]["post"]["requestBody"], served)
@@ -133,6 +133,12 @@ def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
     """A prompt name is one of `names`, or null; with no name every model has, only null."""
     branches = [b for b in node["anyOf"] if b.get("type") != "string"]
     node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
+
+
+def _instruction(node: dict[str, Any], instructed: bool) -> None:
+    """An instruction is a string where every model takes one; else only null (some model takes none)."""
+    if not instructed:
+        node["anyOf"] = [b for b in node["anyOf"] if b.get("type") != "string"]
 
 
 def _overlap(node: dict[str, Any], window: int, default: int | None) -> None:
@@ -164,6 +170,7 @@ def _infer_body(body: dict[str, Any], served: Bounds) -> None:
         _cap(parameters[key], count - 1)
         _index_pattern(parameters[key], count)
     _prompt_names(parameters["prompt_name"], served.prompts)
+    _instruction(parameters["instruction"], served.instructed)
 
 
 def _index_pattern(node: Any, count: int) -> None:

@@ -61,11 +61,14 @@ PROMPT_NAME = (
     "`default_prompt_name`, when it names one. Token-id inputs are run as given."
 )
 INSTRUCTION = (
-    "The task of an instruction-following embedder (Qwen3-Embedding, e5-mistral, gte-Qwen2): every text input is "
-    "embedded as `Instruct: {instruction}\\nQuery:{text}`, in the spacing of the model's own instruction prompt "
-    "(GET /info lists each model's `instruction`, with its default task). For queries; with input_type query or "
-    "alone, not with prompt_name or input_type document. A model without an instruction prompt refuses it (422).")
-Instruction = Annotated[Text, StringConstraints(min_length=1, max_length=2000)]
+    "The task of an instruction-following embedder (Qwen3-Embedding, e5-mistral, gte-Qwen2; GET /info and "
+    "/v1/models give each model's `instruction`: its template and default task, or null for a model that takes "
+    "none): every text input is read as `Instruct: {instruction}\\nQuery:{text}`, in the spacing of the model's own "
+    "instruction prompt, as sentence-transformers' encode(texts, prompt=...) reads it; usage counts its tokens. "
+    "For queries: alone or with input_type query; refused (422, instruction_not_taken) with prompt_name, input_type "
+    "document or chunking, and by a model without an instruction prompt. 1 to 2,000 characters."
+)
+Instruction = Annotated[str, StringConstraints(min_length=1, max_length=2000), AfterValidator(_valid_unicode)]
 RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
               "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
@@ -183,11 +186,11 @@ class OpenAIModelList(BaseModel):
 # -- text-embeddings-inference ---------------------------------------------------------------------
 class Prompted(_Strict):
     prompt_name: Text | None = Field(None, description=PROMPT_NAME)
+    instruction: Instruction | None = Field(None, description=INSTRUCTION)
 
 
 class EmbedRequest(Truncation, Chunked, Prompted):
     inputs: TextInputs
-    instruction: Instruction | None = Field(None, description=INSTRUCTION)
     normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
 

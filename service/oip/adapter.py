@@ -11,7 +11,7 @@ shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP
 FP32 (as /attention, over real tokens, padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by
 aggregation), `sparse` FP32 [N, V] for a masked-LM bundle (SPLADE, as /embed_sparse, dense) and
 `attention_mask` INT64 [N, T] (1 on each input's real tokens, to unpad the attentions).
-Text inputs get the model's prompt as on /embed (`prompt_name`, else its default).
+Text inputs get the model's prompt as on /embed (`instruction`, else `prompt_name`, else its default).
 One request is one call of `inference.inspection.graph_outputs`: admitted and tokenised once, every cap
 checked before any graph runs, through the same batching, limits and errors as every route.
 """
@@ -89,7 +89,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
                                "binary" if binary else "float", "float32")
     views = [SPARSE] if "sparse" in names else []
     fast = bool(names & set(FAST_OUTPUTS)) or (query is None and not views)
-    prompt = prompt_text(served.bundle.manifest, params.prompt_name)
+    prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction)
     result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
                                             direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
-from service.schemas import integral
+from service.schemas import INSTRUCTION, Instruction, integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
@@ -86,6 +86,7 @@ class InferParameters(_Strict):
                                           "every `text` input as /embed puts it, so `embeddings` equal /embed's; "
                                           "`attentions` and `attention_mask` cover its tokens too. Default: the "
                                           "model's default prompt, when it names one.")
+    instruction: Instruction | None = Field(None, description=INSTRUCTION)
 
 
 class InferRequest(BaseModel):

@@ -110,6 +110,7 @@ async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: Mo
     served = pick(body.model, model)
     return json_response(await job(operations.embed_all(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), prompt_name=body.prompt_name,
+        instruction=body.instruction,
     )))
 
 
@@ -177,5 +178,5 @@ async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
     parameters = body.parameters or SimilarityParameters.model_validate({})
     return await operations.similarity(
         served, body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
-        direction=direction(parameters), prompt_name=parameters.prompt_name,
+        direction=direction(parameters), prompt_name=parameters.prompt_name, instruction=parameters.instruction,
     )
