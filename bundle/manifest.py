@@ -26,14 +26,30 @@ roberta, distilbert, mpnet, modernbert), `task`, `embedding_size`, more pooling 
 sentence-transformers `prompts` with their `default_prompt_name`. Schema 1 and 2 bundles read with the
 values they implied: architecture "bert", task "classify" with labels else "embed", embedding_size =
 hidden_size, no prompts.
+
+A graph whose weights exceed protobuf's 2 GiB limit keeps its tensors in external data files beside the
+.onnx; its entry lists them in `data_files` (plain name -> sha256), and verify_bundle hashes them and refuses
+a graph that reads a file its entry does not list. This is not a schema bump: `data_files` is written only
+when a graph has such files, so every other bundle is exactly a schema 3 bundle, and every older reader
+refuses one that lists them ("graphs.N.data_files: Extra inputs are not permitted": the schema forbids
+fields it does not know) before it opens a graph, instead of serving weights it never hashed.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (1, 2, 3)
@@ -79,11 +95,40 @@ class GraphEntry(_Strict):
     outputs: list[TensorSpec]
     parity: dict[str, float] = Field(default_factory=dict)
     measured: dict[str, Measured] = Field(default_factory=dict)  # provider ("cpu", "cuda") -> figures
+    # The external data files the graph reads its tensors from (a graph over protobuf's 2 GiB limit): name ->
+    # sha256. Left out of the JSON when empty, so a bundle without them reads as it always did.
+    data_files: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("file")
     @classmethod
     def _plain_name(cls, value: str) -> str:
         return _check_plain_name(value)
+
+    @field_validator("data_files")
+    @classmethod
+    def _plain_data_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            _check_plain_name(name)
+        return value
+
+    @model_serializer(mode="wrap")
+    def _without_empty_data_files(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.data_files:
+            data.pop("data_files", None)
+        return data
+
+    @property
+    def content_sha256(self) -> str:
+        """What identifies the graph's content, weights included: `sha256` for a graph in one file; with data
+        files, sha256 over `sha256` and each data file's "{name}\0{sha256}\n" (two models of one
+        architecture can write the same .onnx and differ only in their data files)."""
+        if not self.data_files:
+            return self.sha256
+        digest = hashlib.sha256(self.sha256.encode())
+        for name, sha256 in sorted(self.data_files.items()):
+            digest.update(f"{name}\0{sha256}\n".encode())
+        return digest.hexdigest()
 
 
 class Source(_Strict):

@@ -39,7 +39,8 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False) -> Any:
 
 
 def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False) -> Any:
-    """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks)."""
+    """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks).
+    Opened by path, so onnxruntime finds a large graph's external data files beside it."""
     import onnxruntime as ort
 
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]

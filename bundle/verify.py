@@ -1,8 +1,10 @@
 """verify_bundle: check a bundle directory against its manifest without torch or export code.
 
 The service calls this at start-up, so it imports only the bundle package and onnxruntime. Checks:
-the manifest parses; the tokenizer and every graph exist and match their sha256; every graph loads
-in onnxruntime and its input/output names, element types and shapes are the ones the manifest lists.
+the manifest parses; the tokenizer and every graph exist and match their sha256; each graph reads tensors
+from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256;
+every graph loads in onnxruntime and its input/output names, element types and shapes are the ones the
+manifest lists.
 Every failure raises BundleError naming the file (and field).
 """
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from bundle.external_data import GraphFileError, external_locations
 from bundle.files import sha256_file
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
 
@@ -31,6 +34,7 @@ def verify_bundle(bundle_dir: Path) -> Manifest:
     _check_unique(manifest)
     for entry in manifest.graphs:
         _check_hash(_inside(bundle_dir, entry.file), entry.sha256)
+        _check_data_files(bundle_dir, entry)
         _check_graph(bundle_dir / entry.file, entry)
     return manifest
 
@@ -78,6 +82,21 @@ def _check_hash(path: Path, expected: str) -> None:
     got = sha256_file(path)
     if got != expected:
         raise BundleError(f"{path.name}: sha256 {got} does not match the manifest's {expected}")
+
+
+def _check_data_files(bundle_dir: Path, entry: GraphEntry) -> None:
+    """The graph reads tensors from exactly the data files its entry lists, and each matches its sha256."""
+    try:
+        read = external_locations(bundle_dir / entry.file)
+    except GraphFileError as err:
+        raise BundleError(f"{entry.file}: not a readable ONNX graph ({err})") from None
+    if unlisted := sorted(read - set(entry.data_files)):
+        raise BundleError(f"{entry.file}: reads tensors from {', '.join(unlisted)}, which the manifest does not "
+                          f"list in its data_files (unhashed weights)")
+    if unread := sorted(set(entry.data_files) - read):
+        raise BundleError(f"{entry.file}: the manifest lists data files {', '.join(unread)} the graph does not read")
+    for name, sha256 in entry.data_files.items():
+        _check_hash(_inside(bundle_dir, name), sha256)
 
 
 def _check_graph(path: Path, entry: GraphEntry) -> None:

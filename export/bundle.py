@@ -4,6 +4,7 @@ Layout of a bundle directory (see docs/export.md):
     manifest.json          bundle.manifest.Manifest
     tokenizer.json         the source's tokenizer, byte for byte
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
+    {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
 
 Everything is built in a temporary sibling directory, gated, verified with bundle.verify, and only
 then renamed into place: a failed export leaves no bundle (and an existing bundle untouched).
@@ -23,6 +24,7 @@ from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
+from export import onnxfiles
 from export import variants as variants_mod
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_names, output_shapes, task
@@ -176,9 +178,10 @@ def _entry(
 ) -> GraphEntry:
     inputs = [TensorSpec(name=n, dtype="int64", shape=["batch", "sequence"]) for n in input_names(config)]
     outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind).items()]
+    onnxfiles.make_readable(path)
     return GraphEntry(
         file=path.name, sha256=sha256_file(path), kind=kind, variant=variant,  # type: ignore[arg-type]
-        providers=providers, inputs=inputs, outputs=outputs, parity=parity,
+        providers=providers, inputs=inputs, outputs=outputs, parity=parity, data_files=onnxfiles.data_files(path),
     )
 
 

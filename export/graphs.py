@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from bundle.feeds import INPUT_NAMES, TOKEN_TYPE_IDS
+from export import onnxfiles
 from model.config import SEQUENCE_HEADS, EncoderConfig
 from model.encoder import Encoder
 from model.heads import sparse_vector
@@ -119,7 +120,8 @@ def example_inputs(config: EncoderConfig, token_types: bool = True) -> tuple[Ten
 
 
 def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
-    """Export one graph kind of `encoder` (put in eval mode) to `path` as a single .onnx file."""
+    """Export one graph kind of `encoder` (put in eval mode) to `path`: a single .onnx file, or with its weights
+    in an external data file beside it when they pass export.onnxfiles.EXTERNAL_DATA_BYTES."""
     module = GraphModule(encoder.eval(), kind, token_types).eval()
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=encoder.config.position_limit)
@@ -133,5 +135,12 @@ def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = Tr
         )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
-    program.save(str(path), external_data=False)
-    log.info("exported %s graph to %s", kind, path)
+    large = onnxfiles.is_large(initializer_bytes(program))
+    onnxfiles.clear(path)
+    program.save(str(path), external_data=large)  # large: tensors in onnxfiles.data_name(path), as torch names it
+    log.info("exported %s graph to %s%s", kind, path, " (weights in an external data file)" if large else "")
+
+
+def initializer_bytes(program: torch.onnx.ONNXProgram) -> int:
+    """Bytes of the exported graph's weights (its initializers)."""
+    return sum(v.const_value.nbytes for v in program.model.graph.initializers.values() if v.const_value is not None)

@@ -30,6 +30,7 @@ import numpy as np
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from bundle.session import open_session
+from export import onnxfiles
 from export.parity import Batch, ParityError
 from export.smoothing import smooth
 from export.variants import optimize
@@ -90,11 +91,13 @@ def quantize(smoothed: Path, dst: Path, matmuls: list[str], keep_fp32: list[str]
     """quantize_static of `matmuls` but `keep_fp32` (see the module docstring); returns how many are int8.
     Calibration runs once per `cache` file; later calls reuse its ranges."""
     chosen = [n for n in matmuls if n not in set(keep_fp32)]
+    onnxfiles.clear(dst)  # a large graph's data file would be appended to (export.onnxfiles)
     quantize_static(
         smoothed, dst, _Reader(feeds), quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
         nodes_to_quantize=chosen, per_channel=True, reduce_range=False,
         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
         extra_options={"OpTypesToExcludeOutputQuantization": ["MatMul"]}, calibration_cache_path=cache,
+        use_external_data_format=onnxfiles.large_graph(smoothed),
     )
     return len(chosen)
 

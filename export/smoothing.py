@@ -20,12 +20,16 @@ The Mul also gives the quantiser a tensor of its own to quantise, so the residua
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from export import onnxfiles
 
 DEFAULT_ALPHA = 0.65  # measured on the default model, docs/int8.md
 SUFFIX = "_smoothed"
@@ -43,19 +47,28 @@ def matmul_groups(model: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
 
 def activation_maxima(path: Path, tensors: list[str], feeds: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """max |x_j| per channel (last axis) of each tensor over all runs of `feeds` (unpadded, batch 1)."""
-    import onnxruntime as ort
-
-    model = onnx.load(str(path))
-    listed = {o.name for o in model.graph.output}
-    model.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
-                              for t in tensors if t not in listed)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = _session_with_outputs(path, tensors)
     maxima: dict[str, np.ndarray] = {}
     for feed in feeds:
         for name, value in zip(tensors, session.run(tensors, feed), strict=True):
             channel_max = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)  # (K,)
             maxima[name] = np.maximum(maxima[name], channel_max) if name in maxima else channel_max
     return maxima
+
+
+def _session_with_outputs(path: Path, tensors: list[str]) -> Any:
+    """A CPU session on the graph at `path` with `tensors` added to its outputs. The graph is read without its
+    external data and the changed copy written beside it, so it reads the same data file (no copy of the
+    weights, and no in-memory model over protobuf's 2 GiB limit)."""
+    import onnxruntime as ort
+
+    model = onnx.load(str(path), load_external_data=False)
+    listed = {o.name for o in model.graph.output}
+    model.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
+                              for t in tensors if t not in listed)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.outputs-", suffix=".onnx") as copy:
+        onnx.save(model, copy.name)
+        return ort.InferenceSession(copy.name, providers=["CPUExecutionProvider"])
 
 
 def smoothing_scales(x_max: np.ndarray, weights: list[np.ndarray], alpha: float) -> np.ndarray:
@@ -77,7 +90,7 @@ def smooth(src: Path, dst: Path, feeds: list[dict[str, np.ndarray]], alpha: floa
         for node, array in zip(nodes, arrays, strict=True):
             weights[node.input[1]].CopyFrom(numpy_helper.from_array(array * scales[:, None], node.input[1]))
         _insert_division(model, tensor, nodes, scales)
-    onnx.save(model, str(dst))
+    onnxfiles.save(model, dst, onnxfiles.large_graph(src))
     return [[n.name for n in nodes] for nodes in groups.values()]
 
 

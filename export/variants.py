@@ -2,9 +2,9 @@
 
 The static int8 variant (calibrated, batch-invariant) is built by export.int8.
 
-Each function reads an fp32 graph and writes a new file; parity is checked by the caller
-(export.parity), never here. The choices below rest on measurements of MiniLM, batch 32 x 128
-tokens, on a 2-core AVX-512 VNNI CPU: see docs/export.md.
+Each function reads an fp32 graph and writes a new file, with its own external data file when the fp32 graph
+is large (export.onnxfiles); parity is checked by the caller (export.parity), never here. The choices below
+rest on measurements of MiniLM, batch 32 x 128 tokens, on a 2-core AVX-512 VNNI CPU: see docs/export.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
+from export import onnxfiles
 from export.fusion import expand_position_ids
 from model.config import EncoderConfig
 
@@ -48,23 +49,31 @@ def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool =
     The fused Attention gets the raw (B, T) attention mask, not BERT's default "mask index" (the
     count of real tokens, which assumes right padding), so any 0/1 mask means what it does in PyTorch.
     """
-    graph = onnx.load(str(src))
-    expand_position_ids(graph)
+    large = onnxfiles.large_graph(src)
     staged = dst.with_name(f"{dst.stem}.positions.onnx")  # a path: given a ModelProto, it moves weights out
-    onnx.save(graph, str(staged))
     options = FusionOptions("bert")
     options.use_raw_attention_mask(True)
     options.enable_attention = fuse_attention
     try:
+        _with_expanded_positions(src, staged, large)
         model = optimize_model(
             str(staged), model_type="bert", num_heads=config.num_heads, hidden_size=config.d_model,
             opt_level=1, use_gpu=False, optimization_options=options,
         )
     finally:
-        staged.unlink(missing_ok=True)
+        onnxfiles.clear(staged)
     log.info("fp32-opt fusions: %s", model.get_fused_operator_statistics())
-    model.save_model_to_file(str(dst))
+    onnxfiles.clear(dst)
+    model.save_model_to_file(str(dst), use_external_data_format=large)
     _check_outputs(src, dst)
+
+
+def _with_expanded_positions(src: Path, dst: Path, large: bool) -> None:
+    """`src` with its position ids in the form the optimiser fuses (export.fusion), written to `dst`; the loaded
+    graph is let go on return, before the optimiser loads its own copy."""
+    graph = onnx.load(str(src))
+    expand_position_ids(graph)
+    onnxfiles.save(graph, dst, large)
 
 
 # int8 scopes, fastest first (docs/export.md); export.bundle keeps the first that passes the parity
@@ -91,13 +100,15 @@ def quantize(src: Path, dst: Path, config: EncoderConfig, scope: tuple[str, ...]
     try:
         optimize(src, staged, config, fuse_attention=fused)
         nodes, matmuls = _int8_nodes(staged, config, scope)
+        onnxfiles.clear(dst)
         quantize_dynamic(
             staged, dst, weight_type=QuantType.QInt8, per_channel=True, reduce_range=False,
             op_types_to_quantize=["Attention", "MatMul", "Gemm"], nodes_to_quantize=nodes,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},  # lets it type the fused ops
+            use_external_data_format=onnxfiles.large_graph(src),
         )
     finally:
-        staged.unlink(missing_ok=True)
+        onnxfiles.clear(staged)
     _check_outputs(src, dst)
     return matmuls
 
@@ -140,9 +151,11 @@ def to_fp16(src: Path, dst: Path) -> None:
     import onnxscript
     from onnxruntime.transformers.onnx_model import OnnxModel
 
+    large = onnxfiles.large_graph(src)
     model = OnnxModel(onnxscript.optimizer.optimize(onnx.load(str(src))))
     model.convert_float_to_float16(keep_io_types=True, use_symbolic_shape_infer=True)
-    model.save_model_to_file(str(dst))
+    onnxfiles.clear(dst)
+    model.save_model_to_file(str(dst), use_external_data_format=large)
     _check_outputs(src, dst)
 
 

@@ -49,13 +49,13 @@ class LoadedBundle:
 
     @property
     def fingerprint(self) -> str:
-        """The model build served: sha256 (hex) over the served fast graph's sha256, the tokenizer's and the
-        pooling, as the manifest records them (not the bundle's name, version or folder). The answer cache
-        keys by it; responses carry it (x-model-fingerprint), /info and /v1/models list it, the corpus job
-        writes it into its Parquet metadata."""
+        """The model build served: sha256 (hex) over the served fast graph's sha256 (its content_sha256: with its
+        data files, if any), the tokenizer's and the pooling, as the manifest records them (not the bundle's
+        name, version or folder). The answer cache keys by it; responses carry it (x-model-fingerprint), /info
+        and /v1/models list it, the corpus job writes it into its Parquet metadata."""
         graph = self.manifest.graph("fast", self.variants.get("fast", ""))
-        facts = {"graph_sha256": graph.sha256 if graph else "", "tokenizer_sha256": self.manifest.tokenizer_sha256,
-                 "pooling": self.manifest.pooling}
+        facts = {"graph_sha256": graph.content_sha256 if graph else "",
+                 "tokenizer_sha256": self.manifest.tokenizer_sha256, "pooling": self.manifest.pooling}
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
@@ -134,7 +134,7 @@ def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provid
     head = ["logits"] if manifest.task == "classify" else []  # the other heads' outputs have kinds of their own
     outputs = ["attentions"] if kind == "attention" else ["embeddings", *head]
     pad_id = int(manifest.model_config_.get("pad_token_id", 0))
-    session = _once(opened, ("session", entry.sha256, provider),
+    session = _once(opened, ("session", entry.content_sha256, provider),  # weights in data files included
                     lambda: _session(bundle_dir, entry, provider, options))
     return Graph(session, outputs, pad_id)
 

@@ -1,0 +1,244 @@
+"""A model over protobuf's 2 GB limit, exported and served: `python -m bench.large_export [--preset NAME]`.
+
+Three fresh processes, so each one's memory is its own:
+
+    source  a seeded random-weight transformers model of the preset's shape, saved with save_pretrained and
+            bench.longmodel's word-level tokenizer: its parameters and fp32 weight bytes
+    export  `attnserve export SOURCE --out BUNDLE --variants fp32` (what an operator runs): wall time, the
+            kernel's high-water resident set (the export is the only child of a small wrapper, whose
+            RUSAGE_CHILDREN peak is the export's), and the resident set sampled as each log line comes (where
+            the memory goes); the export is killed if its resident set passes --rss-limit-gb
+    serve   the inference core on the bundle: verify_bundle alone (seconds, peak), then load_bundle (verify,
+            open the fast graph, one run) as the service starts, the resident set it leaves (anonymous and
+            file-backed, from /proc/self/status) against the weights' bytes, and one embed call's time
+
+Presets: bert-0.6b (the default) is a BERT with Qwen3-Embedding-0.6B's vocabulary, width, depth and heads and
+a feed-forward widened to 5632 so it has that model's ~0.6B parameters (2.4 GB fp32); qwen3-embedding-0.6b is
+that model's own shape (28 layers, hidden 1024, 16 heads over 8 key/value heads of 128, feed-forward 3072).
+`--set KEY=VALUE` changes any field of the transformers config (e.g. --set num_hidden_layers=2 for a smoke run).
+The work directory (2 x the weights for the source, 2 x for the bundle's fast and attention graphs) is removed
+at the end unless --keep. Prints one JSON object last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.procs import ROOT, tree_rss_kb
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-0.6b": dict(model_type="bert", vocab_size=151669, hidden_size=1024, num_hidden_layers=28,
+                      num_attention_heads=16, intermediate_size=5632, max_position_embeddings=512),
+    "qwen3-embedding-0.6b": dict(model_type="qwen3", vocab_size=151669, hidden_size=1024, num_hidden_layers=28,
+                                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072,
+                                 max_position_embeddings=32768, tie_word_embeddings=True),
+}
+TEXTS = 4  # texts in the served embed call, each about 60 tokens
+GIB = 1 << 30
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.large_export", description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=PRESETS, default="bert-0.6b")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a transformers config field (a JSON value: 24, true, \"gelu\")")
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "bench-large")
+    parser.add_argument("--variants", default="fp32", help="what `attnserve export --variants` builds")
+    parser.add_argument("--rss-limit-gb", type=float, default=10.0, help="kill the export past this resident set")
+    parser.add_argument("--keep", action="store_true", help="keep the source and the bundle")
+    parser.add_argument("--phase", choices=("source", "export", "serve"), help=argparse.SUPPRESS)
+    parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def model_config(args: argparse.Namespace) -> dict[str, Any]:
+    config = dict(PRESETS[args.preset])
+    for item in args.set:
+        key, _, value = item.partition("=")
+        config[key] = json.loads(value)
+    return config
+
+
+def write_source(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The seeded random-weight model, saved; its parameter count and fp32 bytes."""
+    import torch
+    import transformers
+
+    from bench.longmodel import word_level_tokenizer
+
+    settings = {k: v for k, v in config.items() if k != "model_type"}
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(config["model_type"], **settings))
+    model.save_pretrained(directory)
+    word_level_tokenizer().save(str(directory / "tokenizer.json"))
+    parameters = sum(p.numel() for p in model.parameters())
+    return {"parameters": parameters, "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+
+
+def export_peak(source: Path, bundle: Path, variants: str) -> dict[str, Any]:
+    """`attnserve export` as this process's only child: its exit code and the kernel's peak resident set."""
+    argv = [sys.executable, "-m", "attnserve", "export", str(source), "--out", str(bundle), "--variants", variants]
+    code = subprocess.run(argv, cwd=ROOT).returncode
+    return {"returncode": code, "peak_rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+
+
+def serve(bundle: Path) -> dict[str, Any]:
+    """verify_bundle, then load_bundle as the service does, then one embed through the core; times and memory."""
+    import asyncio
+
+    from bundle.verify import verify_bundle
+    from inference.loading import load_bundle
+    from inference.options import LoadOptions
+
+    base = _memory()
+    started = time.perf_counter()
+    verify_bundle(bundle)
+    verified, verify_peak = time.perf_counter() - started, _memory()["VmHWM"]
+    _reset_peak()
+    started = time.perf_counter()
+    loaded = load_bundle(bundle, LoadOptions(variant="fp32"), kinds=("fast",))
+    load_s, after = time.perf_counter() - started, _memory()
+    embed_s = asyncio.run(_embed_seconds(loaded))
+    return {"verify_s": verified, "verify_peak_rss_kb": verify_peak, "load_s": load_s, "embed_s": embed_s,
+            "rss_before_kb": base["VmRSS"], "load_peak_rss_kb": after["VmHWM"], "rss_after_load_kb": after["VmRSS"],
+            "rss_anon_after_load_kb": after["RssAnon"], "rss_file_after_load_kb": after["RssFile"]}
+
+
+async def _embed_seconds(loaded: Any) -> float:
+    """Seconds of one embed call of TEXTS texts through the core's batcher (ServedModel, operations.embed)."""
+    from bench.texts import WORDS
+    from inference import operations
+    from inference.options import ServingOptions
+    from inference.registry import start_models
+
+    options = ServingOptions(variant="fp32")
+    models, executors = start_models(["large"], [loaded], options)
+    texts = [" ".join(WORDS[(i * 60 + j) % len(WORDS)] for j in range(60)) for i in range(TEXTS)]
+    try:
+        started = time.perf_counter()
+        vectors = (await operations.embed(models.default, texts, truncate=True)).vectors
+        assert vectors.shape[0] == TEXTS and bool((vectors == vectors).all()), "no finite vectors"
+        return time.perf_counter() - started
+    finally:
+        await models.default.batcher.stop()
+        for executor in executors:
+            executor.shutdown()
+
+
+def _memory() -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon, RssFile of this process, kB."""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0])
+    return fields
+
+
+def _reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := VmRSS
+
+
+def run_phase(args: argparse.Namespace, phase: str, *paths: Path) -> dict[str, Any]:
+    """This script's `phase` in a fresh process; its last stdout line, parsed."""
+    argv = [sys.executable, "-m", "bench.large_export", "--phase", phase, "--preset", args.preset,
+            "--variants", args.variants, *[f"--set={s}" for s in args.set], *map(str, paths)]
+    out = subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def timed_export(args: argparse.Namespace, source: Path, bundle: Path) -> dict[str, Any]:
+    """The export phase, watched: its log lines with the resident set when each came and the peak before it."""
+    argv = [sys.executable, "-m", "bench.large_export", "--phase", "export", "--variants", args.variants,
+            str(source), str(bundle)]
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    timeline: list[dict[str, Any]] = []
+    peak, seen = 0, 0
+    while proc.poll() is None:
+        rss = tree_rss_kb(proc.pid)
+        peak = max(peak, rss)
+        if rss > args.rss_limit_gb * GIB / 1024:
+            os.killpg(proc.pid, 9)
+            raise SystemExit(f"export passed {args.rss_limit_gb} GB resident; killed. Timeline: {timeline}")
+        new = lines[seen:]
+        seen += len(new)
+        for line in (line for line in new if "torchvision" not in line):  # the exporter's noise
+            timeline.append({"s": round(time.perf_counter() - started, 1), "rss_gb": round(rss / (GIB / 1024), 2),
+                             "peak_gb": round(peak / (GIB / 1024), 2), "log": line.strip()[:100]})
+            peak = rss
+        time.sleep(0.2)
+    reader.join()
+    result = json.loads((proc.stdout.read() if proc.stdout else "").strip().splitlines()[-1])
+    if result["returncode"] != 0:
+        raise SystemExit(f"the export failed: {''.join(lines[-20:])}")
+    return {**result, "export_s": time.perf_counter() - started, "timeline": timeline}
+
+
+def bundle_bytes(bundle: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in sorted(bundle.iterdir())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.phase is not None:
+        phase = {"source": lambda: write_source(args.paths[0], model_config(args)),
+                   "export": lambda: export_peak(args.paths[0], args.paths[1], args.variants),
+                   "serve": lambda: serve(args.paths[0])}[args.phase]()
+        print(json.dumps(phase))
+        return 0
+    source, bundle = args.work / "source", args.work / "bundle"
+    shutil.rmtree(args.work, ignore_errors=True)
+    try:
+        figures: dict[str, Any] = {"config": model_config(args), **run_phase(args, "source", source)}
+        figures.update(timed_export(args, source, bundle))
+        figures["files"] = bundle_bytes(bundle)
+        figures.update(run_phase(args, "serve", bundle))
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.work, ignore_errors=True)
+    print(report(figures))
+    print(json.dumps(figures))
+    return 0
+
+
+def report(f: dict[str, Any]) -> str:
+    gb = GIB / 1024
+    weights = f["weight_bytes"] / GIB
+    rows = [
+        f"model          {f['config']['model_type']}, {f['parameters'] / 1e6:.0f}M parameters, {weights:.2f} GiB fp32",
+        f"export         {f['export_s']:.0f} s, peak resident {f['peak_rss_kb'] / gb:.2f} GiB",
+        f"bundle         {', '.join(f'{n} {b / GIB:.2f} GiB' for n, b in f['files'].items() if b > GIB / 100)}",
+        f"verify         {f['verify_s']:.1f} s, peak resident {f['verify_peak_rss_kb'] / gb:.2f} GiB",
+        f"load (service) {f['load_s']:.1f} s, peak {f['load_peak_rss_kb'] / gb:.2f} GiB; resident after "
+        f"{f['rss_after_load_kb'] / gb:.2f} GiB (anonymous {f['rss_anon_after_load_kb'] / gb:.2f}, file "
+        f"{f['rss_file_after_load_kb'] / gb:.2f}; {f['rss_before_kb'] / gb:.2f} before) = "
+        f"{(f['rss_after_load_kb'] - f['rss_before_kb']) / gb / weights:.2f} x the weights",
+        f"embed          {TEXTS} texts of ~60 tokens: {f['embed_s']:.2f} s",
+        "export timeline (s, resident GiB when the line came, peak GiB before it, line):",
+        *[f"  {t['s']:7.1f} {t['rss_gb']:6.2f} {t['peak_gb']:6.2f}  {t['log']}" for t in f["timeline"]],
+    ]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
