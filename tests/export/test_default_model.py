@@ -92,7 +92,7 @@ def test_minilm_default_export_is_fused_exact_and_batch_invariant(tmp_path: Path
     the house target of 1e-5 of PyTorch, and its vectors do not move with their batch partners."""
     manifest = export_bundle(minilm_dir(), tmp_path / "bundle")
     fused = manifest.graph("fast", "fp32-opt")
-    assert fused is not None and max(fused.parity.values()) <= 1e-5, fused.parity
+    assert fused is not None and max(v for k, v in fused.parity.items() if k.endswith("_diff")) <= 1e-5, fused.parity
     for variant in ("fp32", "fp32-opt"):
         assert manifest.graph("fast", variant).measured["cpu"].batch_invariant, variant  # type: ignore[union-attr]
     ops = Counter(n.op_type for n in onnx.load(str(tmp_path / "bundle" / fused.file)).graph.node)

@@ -36,7 +36,7 @@ def test_all_variants_listed(all_variants: Manifest) -> None:
 def test_variant_parity_figures(all_variants: Manifest) -> None:
     opt, int8, fp16 = (all_variants.graph("fast", v) for v in ("fp32-opt", "int8", "fp16"))
     assert opt and int8 and fp16
-    assert max(opt.parity.values()) <= 1e-5
+    assert max(v for k, v in opt.parity.items() if k.endswith("_diff")) <= 1e-5
     assert int8.parity["embeddings_min_cosine"] >= 0.99 and int8.parity["quantized_matmuls"] > 0
     for texts in ("parity", "short", "held_out"):  # each gate set on its own
         assert int8.parity[f"{texts}_embeddings_min_cosine"] >= 0.99 and int8.parity[f"{texts}_label_agreement"] >= 0.99
