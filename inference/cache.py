@@ -30,7 +30,7 @@ import numpy as np
 from inference.graphs import TOKENS, Outputs
 
 CACHED_KINDS = frozenset({"fast", TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
-IDS = "ids"  # a text entry's one array: its (T,) int64 token ids
+IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (every vocabulary served fits)
 ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
 
 

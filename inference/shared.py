@@ -59,7 +59,7 @@ class SharedAnswers:
         keys are hashed by `hash_keys` (off the event loop for a large request: up to 256 texts of 20,000
         characters)."""
         keys = await hash_keys(self._text_keys, texts, max_length, cut, direction, prompt)
-        found = {k: Encoded(hit[IDS]) for k in set(keys) if (hit := self.cache.get(k)) is not None}
+        found = {k: Encoded(hit[IDS].astype(np.int64)) for k in set(keys) if (hit := self.cache.get(k)) is not None}
         new = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # each new text once
         if new:
             try:
@@ -67,7 +67,7 @@ class SharedAnswers:
             except InputTooLong:
                 await tokenize(texts)  # raises it again, naming the input by its place in the request
                 raise
-            self._keep(list(new), [{IDS: e.ids} for e in fresh])
+            self._keep(list(new), [{IDS: e.ids.astype(np.int32)} for e in fresh])  # every vocabulary fits: half the bytes
             found |= dict(zip(new, fresh, strict=True))
         return [found[k] for k in keys]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inference.cache import ENTRY_BYTES, AnswerCache, frozen
+from inference.cache import ENTRY_BYTES, IDS, AnswerCache, frozen
 from inference.loading import load_bundle
 from inference.options import LoadOptions
 from inference.served import INLINE_TOKENIZE_CHARS
@@ -279,6 +279,8 @@ async def test_a_large_requests_texts_are_kept_too_their_keys_hashed_off_the_eve
         alone = await client.post("/embed", json={"inputs": texts[3]})
         assert alone.status_code == 200 and alone.headers["x-cached-inputs"] == "1"
         assert encoded == texts and hashed_on_the_loop == [False, True]  # not tokenised again
+        kept = [entry[IDS] for entry in shared.cache._entries.values() if IDS in entry]
+        assert len(kept) == len(texts) and all(ids.dtype == np.int32 for ids in kept)  # half of int64's bytes
 
 
 def tokenised(tokenizer: TextTokenizer) -> list[str]:
