@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("*/README.md")])
+# The project's own: not the READMEs tools write into hidden folders (.pytest_cache, .venv) or node_modules.
+DOCS = sorted(path for path in [ROOT / "README.md", *ROOT.glob("docs/**/*.md"), *ROOT.glob("*/README.md")]
+              if not any(part.startswith(".") or part == "node_modules" for part in path.relative_to(ROOT).parts))
 RUN_LOG = {
     "a date": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
     "a time of day": re.compile(r"\b\d\d:\d\d(:\d\d)? ?(UTC|GMT)\b"),
