@@ -122,6 +122,8 @@ def example_inputs(config: EncoderConfig, token_types: bool = True) -> tuple[Ten
 def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
     """Export one graph kind of `encoder` (put in eval mode) to `path`: a single .onnx file, or with its weights
     in an external data file beside it when they pass export.onnxfiles.EXTERNAL_DATA_BYTES."""
+    # torch.onnx's op registry warns once per torchvision op when torchvision is absent: noise for a text model
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     module = GraphModule(encoder.eval(), kind, token_types).eval()
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=encoder.config.position_limit)
