@@ -11,9 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 
-from service.schemas import INSTRUCTION, Instruction, integral
+from service.schemas import INSTRUCTION, Index, Instruction, integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
@@ -30,8 +41,14 @@ class _Strict(BaseModel):
 
 
 class TensorParameters(_Strict):
-    binary_data_size: StrictInt | None = Field(None, ge=0, description="Bytes of this tensor's data after the "
-                                                "JSON header (binary tensor data extension).")
+    binary_data_size: Index | None = Field(None, description="Bytes of this tensor's data after the JSON header "
+                                           "(binary tensor data extension).")
+
+
+# A tensor element in JSON: a string (BYTES) or an integer (INT64, INT32; 2.0 is JSON Schema's integer 2); which
+# one a tensor takes is its datatype's (service.oip.codec). The inputs are of rank 1 or 2, so their data is flat
+# or one level nested (a list per row).
+Element = StrictStr | Annotated[StrictInt, BeforeValidator(integral)]
 
 
 class InferInput(_Strict):
@@ -40,8 +57,18 @@ class InferInput(_Strict):
     shape: list[StrictInt] = Field(description="Each dimension, >= 0.")
     datatype: Literal["BYTES", "INT64", "INT32"]
     parameters: TensorParameters | None = None
-    data: list[Any] | None = Field(None, description="Row-major elements, flat or nested; absent when the "
-                                   "tensor is sent as binary data.")
+    data: list[Element | list[Element]] | None = Field(
+        None, description="Row-major elements, flat or a list per row: strings for BYTES, integers for INT64 and "
+        "INT32; absent when the tensor is sent as binary data.")
+
+    @field_validator("data", mode="wrap")
+    @classmethod
+    def _elements(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(data)
+        except ValidationError:  # one line for the union's three branches, each failed
+            raise ValueError("elements must be strings (BYTES) or integers (INT64, INT32), flat or a list per "
+                             "row") from None
 
     @field_validator("shape")
     @classmethod

@@ -375,3 +375,25 @@ def test_tritonclient_gets_what_the_json_routes_give(two_live, binary):
                 np.testing.assert_allclose(result.as_numpy(name), want[name], rtol=1e-5, atol=1e-6, err_msg=name)
             assert_same_attentions(result.as_numpy("attentions"), result.as_numpy("attention_mask"),
                                    want["attentions"])
+
+
+async def test_the_schema_and_the_server_agree_on_integers_and_elements(two):
+    """JSON Schema's integer 22.0 is an integer: binary_data_size and INT64 data take it; an element that is
+    neither a string, an integer nor a row of them (an object) is refused by the schema as by the server."""
+    _, client = two
+    data = b"\x05\0\0\0a cat\x05\0\0\0a dog"
+    header = orjson.dumps({"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES",
+                                       "parameters": {"binary_data_size": float(len(data))}}]})
+    response = await client.post("/v2/models/tiny/infer", content=header + data,
+                                 headers={"Inference-Header-Content-Length": str(len(header))})
+    assert response.status_code == 200, response.text
+    ids = {"inputs": [tensor("input_ids", [1, 3], "INT64", [[2.0, 7, 3]])]}
+    assert (await client.post("/v2/models/tiny/infer", json=ids)).status_code == 200
+    for element in ({}, [{}], 2.5, True):
+        body = {"inputs": [tensor("text", [1], "BYTES", [element])]}
+        refused = await client.post("/v2/models/tiny/infer", json=body)
+        assert "inputs.0.data: Value error, elements must be" in protocol_error(refused, 422), element
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    schema = next(p["post"] for path, p in paths.items() if path.endswith("/infer"))
+    element = schema["requestBody"]["content"]["application/json"]["schema"]["properties"]["inputs"]["items"]
+    assert "object" not in orjson.dumps(element["properties"]["data"]).decode()  # no object anywhere in data
