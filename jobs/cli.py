@@ -89,7 +89,9 @@ def _chunking_flags(group: argparse._ArgumentGroup) -> None:
                             "averaged, weighted by content tokens; windows: one row per window, with its index, "
                             "character span and content tokens")
     group.add_argument("--chunk-overlap", type=int, metavar="N",
-                       help=f"tokens shared by neighbouring windows, 0 <= N < the window (default {DEFAULT_OVERLAP})")
+                       help=f"tokens shared by neighbouring windows, 0 <= N < the window (default: what /embed takes "
+                            f"when a request names none, {DEFAULT_OVERLAP}, or half the window when that does not "
+                            "fit)")
 
 
 def _ray_flags(group: argparse._ArgumentGroup) -> None:
@@ -167,8 +169,7 @@ def _chunking(args: argparse.Namespace, max_windows: int) -> Chunking | None:
         return None
     if args.instruction is not None:  # as /embed refuses an instruction with chunking: the same vectors or none
         raise JobError("--instruction cannot be given with --chunking")
-    overlap = DEFAULT_OVERLAP if args.chunk_overlap is None else args.chunk_overlap
-    return Chunking(args.chunking, overlap, max_windows)
+    return Chunking(args.chunking, args.chunk_overlap, max_windows)  # None: the bundle's own (jobs.windows.resolve)
 
 
 def _stop(signum: int, frame: object) -> None:

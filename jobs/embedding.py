@@ -55,8 +55,15 @@ class Chunking:
     """--chunking: long texts cut into inference.chunking's windows instead of truncated."""
 
     mode: Mode  # mean: one pooled row per document; windows: one row per window
-    overlap: int  # tokens shared by neighbouring windows
+    overlap: int | None  # tokens shared by neighbouring windows; None: the server's default (jobs.windows.resolve)
     max_windows: int  # a document that makes more windows is a bad row
+
+    @property
+    def shared(self) -> int:
+        """The overlap, once jobs.windows.resolve has given it (the job's windows are cut only after)."""
+        if self.overlap is None:
+            raise JobError("the chunk overlap was not resolved against the bundle (jobs.windows.resolve)")
+        return self.overlap
 
 
 @dataclass(frozen=True)

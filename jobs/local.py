@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -81,6 +81,7 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     check_sparse(bundle.manifest.task, output)
     prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
+    output = windows.resolve(output, bundle.tokenizer, bundle.manifest)
     if output.chunking is not None:
         windows.check(bundle.tokenizer, output.chunking, prompt)
     return bundle
@@ -102,6 +103,7 @@ def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
     bundle = open_bundle(model, job.output)
+    job = replace(job, output=windows.resolve(job.output, bundle.tokenizer, bundle.manifest))  # recorded resolved
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
     state = parts.prepare(job.out, job_args(job, sources, bundle, model), job.overwrite)
     skip = len(state.parts) * job.part_rows

@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -115,7 +115,8 @@ def run_on_ray(job: Job, model: JobModel, options: RayOptions) -> Summary:
     sources = inputs.plan(list(job.inputs), job.format, job.columns)
     if any(s.rows is None for s in sources):
         raise JobError("--ray reads regular files only (a pipe cannot be planned or read by several workers)")
-    too_long = _check_bundle(model, job.output)  # the actors choose the variant: the driver may have no GPU
+    output, too_long = _check_bundle(model, job.output)  # the actors choose the variant: the driver may have no GPU
+    job = replace(job, output=output)
     args = {"runner": "ray", **_args(job, sources, model)}
     state = _prepare(job.out, args, job.overwrite)
     if state.done:
@@ -181,10 +182,10 @@ def _prepare(out: Path, args: dict[str, Any], overwrite: bool) -> parts.JobState
     return state
 
 
-def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | None:
+def _check_bundle(model: JobModel, output: JobOutput) -> tuple[JobOutput, windows.WindowCap | None]:
     """The bundle's own check (hashes, manifest) on the driver, so a bad bundle fails before Ray starts; and
-    with --chunking the overlap's, and the window cap the read tasks apply (the bundle's tokenizer; no graph
-    is opened)."""
+    with --chunking the overlap's (`output` with it resolved is returned), and the window cap the read tasks
+    apply (the bundle's tokenizer; no graph is opened)."""
     try:
         manifest = verify(model.bundle)
         tokenizer = load_tokenizer(model.bundle, manifest) if output.chunking is not None else None
@@ -195,9 +196,11 @@ def _check_bundle(model: JobModel, output: JobOutput) -> windows.WindowCap | Non
     check_sparse(manifest.task, output)
     prompt = embedding.prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:
-        return None
+        return output, None
+    output = windows.resolve(output, tokenizer, manifest)
+    assert output.chunking is not None  # resolve only fills in its overlap
     windows.check(tokenizer, output.chunking, prompt)
-    return windows.WindowCap(tokenizer, output.chunking, prompt)
+    return output, windows.WindowCap(tokenizer, output.chunking, prompt)
 
 
 def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:

@@ -25,10 +25,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tokenizers import Encoding
 
+from bundle.manifest import Manifest
 from inference import chunking, postprocess
 from inference.chunking import Window
 from inference.errors import OutOfRange
 from inference.loading import LoadedBundle
+from inference.prompts import longest_prompt
 from inference.tokenize import TextTokenizer
 from jobs import embedding
 from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
@@ -38,12 +40,22 @@ NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and
 Outputs = dict[str, np.ndarray]
 
 
+def resolve(output: JobOutput, tokenizer: TextTokenizer, manifest: Manifest) -> JobOutput:
+    """`output` with its chunking's overlap given: --chunk-overlap, or the one /embed takes for this model when a
+    request names none (inference.chunking.default_overlap of its window less its longest prompt), so the job's
+    windows are the server's."""
+    if output.chunking is None or output.chunking.overlap is not None:
+        return output
+    size = chunking.window_size(tokenizer) - longest_prompt(manifest, tokenizer)
+    return replace(output, chunking=replace(output.chunking, overlap=chunking.default_overlap(size)))
+
+
 def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:
     """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P (the core's
     rule)."""
     prompt_tokens = len(tokenizer.content([prompt])[0].ids) if prompt else 0
     try:
-        chunking.check_overlap(tokenizer, options.overlap, prompt=prompt_tokens)
+        chunking.check_overlap(tokenizer, options.shared, prompt=prompt_tokens)
     except OutOfRange as error:
         raise JobError(error.message.replace("chunk_overlap", "--chunk-overlap", 1)) from None
 
@@ -65,7 +77,7 @@ class WindowCap:
     def _reason(self, encoding: Encoding) -> str | None:
         prompt = self.tokenizer.split_prompt(encoding, len(self.prompt)).length if self.prompt else 0
         size = chunking.window_size(self.tokenizer) - prompt
-        reason = chunking.too_many_windows(len(encoding.ids), size, self.options.overlap, self.options.max_windows)
+        reason = chunking.too_many_windows(len(encoding.ids), size, self.options.shared, self.options.max_windows)
         return None if reason is None else f"{reason} (--max-windows-per-input)"
 
 
@@ -105,7 +117,7 @@ class _Documents:
     def cut(self, tokenizer: TextTokenizer, texts: list[str], prompt: str) -> Iterator[np.ndarray]:
         """Each window's ids (after `prompt`), document after document, recording the windows as they are cut."""
         for start in range(0, len(texts), CUT_ROWS):
-            for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.overlap,
+            for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.shared,
                                         self.options.max_windows, prompt):
                 document = len(self.windows)
                 self.windows.append([replace(w, ids=NO_IDS) for w in windows])

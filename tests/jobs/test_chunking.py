@@ -164,3 +164,23 @@ def test_cli_chunking_flags_and_refusals(tiny_bundle: Path, tmp_path: Path, caps
     assert capsys.readouterr().out.startswith("3 rows (2 written, 1 rejected) in 1 parts, ")
     assert main([*base, "--chunking", "windows", "--chunk-overlap", "0", "--max-windows-per-input", "2"]) == 2
     assert "different job (changed: output)" in capsys.readouterr().err
+
+
+async def test_without_an_overlap_the_windows_are_the_services_default(tmp_path: Path) -> None:
+    """No --chunk-overlap: the overlap /embed takes when a request names none, the model's own. A model of 24
+    positions has windows of 22 content tokens, where the usual 32 does not fit: half the window, 11."""
+    from export.bundle import export_bundle
+    from tests.helpers.tiny import make_tiny_checkpoint
+
+    bundle = tmp_path / "short"
+    export_bundle(make_tiny_checkpoint(tmp_path / "ckpt", max_length=24), bundle, variants=("fp32",))
+    docs = long_texts(3)
+    path = write(tmp_path / "docs.jsonl", [{"text": t} for t in docs])
+    _run(bundle, [path], tmp_path / "out", output=JobOutput(chunking=Chunking("windows", None, 512)))
+    table = output(tmp_path / "out")
+    async with serving(bundle, intra_op_threads=1) as (_, client):
+        embedded = (await client.post("/embed", json={"inputs": docs, "chunking": "windows"})).json()
+    served = [(w["start"], w["stop"], w["tokens"]) for ws in embedded for w in ws]
+    assert list(zip(*(table.column(c).to_pylist() for c in ("start", "stop", "tokens")), strict=True)) == served
+    assert embedded[0][0]["tokens"] == 22 and len(embedded[0]) > 2  # (the job refused 32 >= 22 before)
+    assert np.array_equal(np.array([w["embedding"] for ws in embedded for w in ws], dtype=np.float32), vectors(table))
