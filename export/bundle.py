@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from export import variants as variants_mod
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_names, output_shapes, task
 from export.measure import measure_entries
-from export.parity import Batch, ParityError, check_graph, check_sets, pair_batches, parity_batches, reference
+from export.parity import Batch, ParityError, References, check_graph, check_sets, pair_batches, parity_batches
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
@@ -110,8 +110,8 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     graphs = []
     parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
     for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
-        batches = {"parity": reference(model, parity, max_length, kind)}
-        graphs += _build_kind(model, tmp, kind, chosen, batches, int8 if kind == "fast" else None)
+        references = References(model, parity, max_length, kind)  # computed a batch at a time, per graph checked
+        graphs += _build_kind(model, tmp, kind, chosen, references, int8 if kind == "fast" else None)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
     return Manifest(
@@ -127,7 +127,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
 
 
 def _build_kind(
-    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], batches: dict[str, list[Batch]],
+    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], references: Iterable[Batch],
     int8: Int8Inputs | None,
 ) -> list[GraphEntry]:
     fp32 = tmp / f"{kind}-fp32.onnx"
@@ -142,7 +142,7 @@ def _build_kind(
         else:
             if variant != "fp32":
                 variants_mod.build(variant, fp32, path, model.encoder.config)
-            parity = check_graph(path, variant, providers, batches["parity"])
+            parity = check_graph(path, variant, providers, references)
         log.info("%s parity %s", path.name, parity)
         entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
     return entries

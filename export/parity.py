@@ -114,20 +114,34 @@ def reference(
     token_types: bool = True,
 ) -> list[Batch]:
     """Eager outputs of the `kind` graph module for each batch of texts, or of text pairs (the pair template,
-    with their token type ids)."""
-    module = GraphModule(model.encoder.eval(), kind, token_types).eval()
-    batches = []
-    for batch in texts:
-        if isinstance(batch[0], tuple):
-            ids, types = pair_ids(model.tokenizer, batch, max_length)  # type: ignore[arg-type]
-        else:
-            ids, types = token_ids(model.tokenizer, batch, max_length), None  # type: ignore[arg-type]
-        feeds = pad(ids, pad_id(model.tokenizer), module.input_names, type_ids=types)
-        with torch.no_grad():
-            values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
-        expected = {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)}
-        batches.append(Batch(feeds, expected))
-    return batches
+    with their token type ids), all held."""
+    return list(References(model, texts, max_length, kind, token_types))
+
+
+@dataclass
+class References:
+    """reference()'s batches, computed one at a time each time they are iterated (an eager run per batch per
+    graph checked), so that a deep model's outputs of every batch are never held at once: a 0.6B decoder's
+    attention maps of one 5 x 600-token parity batch are 3 GB."""
+
+    model: LoadedModel
+    texts: Sequence[Sequence[str | tuple[str, str]]]
+    max_length: int
+    kind: str
+    token_types: bool = True
+
+    def __iter__(self) -> Iterator[Batch]:
+        module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
+        tokenizer = self.model.tokenizer
+        for batch in self.texts:
+            if isinstance(batch[0], tuple):
+                ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
+            else:
+                ids, types = token_ids(tokenizer, batch, self.max_length), None  # type: ignore[arg-type]
+            feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types)
+            with torch.no_grad():
+                values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
+            yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
 
 
 def available_providers(wanted: Sequence[str]) -> list[str]:
@@ -135,11 +149,11 @@ def available_providers(wanted: Sequence[str]) -> list[str]:
     return [p for p in wanted if p in have]
 
 
-def run(sess: ort.InferenceSession, batches: Iterable[Batch]) -> Iterator[dict[str, np.ndarray]]:
-    """The session's outputs for each batch in turn (one batch's outputs alive at a time)."""
+def run(sess: ort.InferenceSession, batches: Iterable[Batch]) -> Iterator[tuple[Batch, dict[str, np.ndarray]]]:
+    """Each batch with the session's outputs for it, in turn (one batch's outputs alive at a time)."""
     names = [o.name for o in sess.get_outputs()]
     for b in batches:
-        yield dict(zip(names, sess.run(names, b.inputs), strict=True))
+        yield b, dict(zip(names, sess.run(names, b.inputs), strict=True))
 
 
 def real_positions(name: str, value: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -160,11 +174,16 @@ def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def figures(batches: Iterable[Batch], got: Iterable[dict[str, np.ndarray]], names: Sequence[str]) -> dict[str, float]:
-    """max_abs_diff and min_cosine per output over real positions; label_agreement with logits. Batches are
-    compared one at a time, and attention maps a layer at a time, so no copy of all the outputs is ever made."""
+    """max_abs_diff and min_cosine per output over real positions; label_agreement with logits."""
+    return tally(zip(batches, got, strict=True), names)
+
+
+def tally(compared: Iterable[tuple[Batch, dict[str, np.ndarray]]], names: Sequence[str]) -> dict[str, float]:
+    """figures() over (batch, graph outputs) pairs, taken one at a time, and attention maps a layer at a time, so no
+    copy of all the outputs is ever made."""
     out: dict[str, float] = {}
     agree = rows = 0
-    for batch, outputs in zip(batches, got, strict=True):
+    for batch, outputs in compared:
         mask = batch.inputs["attention_mask"]
         for name in names:
             out = _merge_worst(out, _output_figures(name, batch.expected[name], outputs[name], mask))
@@ -224,7 +243,7 @@ def _gated(figure: str, measured: dict[str, float], own: set[str]) -> list[str]:
     return [key for key in measured if key.endswith(figure[1:]) and key not in own]
 
 
-def check_graph(path: Path, variant: str, providers: Sequence[str], batches: list[Batch]) -> dict[str, float]:
+def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Iterable[Batch]) -> dict[str, float]:
     """Measure `path` on every provider here that it is meant for; raise ParityError on a miss."""
     names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
     runnable = available_providers(providers) or _cpu_fallback(path)
@@ -232,7 +251,7 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: lis
         return {NOT_MEASURED: 1.0}
     worst: dict[str, float] = {}
     for provider in runnable:
-        measured = figures(batches, run(open_session(path, _SHORT_NAMES[provider]), batches), names)
+        measured = tally(run(open_session(path, _SHORT_NAMES[provider]), batches), names)
         worst = _merge_worst(worst, measured)
     misses = gate_failures(variant, worst)
     if misses:
