@@ -138,7 +138,7 @@ class ServedModel:
             paired = any(isinstance(item, tuple) for item in inputs)
             ids = [sequence(e.ids, e.type_ids) if paired else e.ids for e in encoded]  # a pair's type ids too
             self._admitted(sum(e.length for e in encoded))
-            runs = await asyncio.gather(*(self.submit(ticket, kind, ids) for kind in kinds))
+            runs = await all_or_none([self.submit(ticket, kind, ids) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
 
     async def run_windows(
@@ -252,3 +252,16 @@ def _inline(inputs: Inputs) -> bool:
 def _texts(inputs: Inputs) -> list[Any]:
     """The texts of `inputs` (both of each pair), or token-id lists as given: what their size is counted on."""
     return [text for item in inputs for text in (item if isinstance(item, tuple) else (item,))]
+
+
+async def all_or_none(runs: Sequence[Awaitable[T]]) -> list[T]:
+    """Every run's result, in order; when one fails, the others are cancelled and awaited before its error is
+    raised, so no graph run of a failed request is left queued (or holding its inputs) after it answered."""
+    tasks = [asyncio.ensure_future(run) for run in runs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise

@@ -397,3 +397,27 @@ async def test_the_schema_and_the_server_agree_on_integers_and_elements(two):
     schema = next(p["post"] for path, p in paths.items() if path.endswith("/infer"))
     element = schema["requestBody"]["content"]["application/json"]["schema"]["properties"]["inputs"]["items"]
     assert "object" not in orjson.dumps(element["properties"]["data"]).decode()  # no object anywhere in data
+
+
+async def test_a_graph_that_fails_stops_the_requests_other_graph_run(tiny_bundle):
+    """A request through two graphs whose attention run fails: its fast run is cancelled and awaited, its items
+    leave the queue, before the error is raised (not left running for an answer nobody reads)."""
+    async with serving(tiny_bundle, intra_op_threads=1) as (app, _):
+        served = app.state.models.default
+        started, ended = asyncio.Event(), []
+
+        async def submit(ticket, kind, sequences):  # type: ignore[no-untyped-def]
+            if kind == "attention":
+                await started.wait()
+                raise RuntimeError("attention graph failed")
+            started.set()
+            try:
+                await asyncio.sleep(60)  # a fast run still going
+            finally:
+                ended.append(kind)
+            return []
+
+        served.submit = submit
+        with pytest.raises(RuntimeError, match="attention graph failed"):
+            await served.run(["a cat sat"], ["fast", "attention"])
+        assert ended == ["fast"]  # cancelled and finished before the request's error was raised
