@@ -125,6 +125,7 @@ async function run() {
     return;
   }
   texts = chosen;
+  keepLink(chosen);
   const mine = ++runs;
   showMessage("");
   ui.run.disabled = true;
@@ -138,6 +139,36 @@ async function run() {
   } finally {
     if (mine === runs) ui.run.disabled = false;
   }
+}
+
+/**
+ * The page's own link (`?text=...`, `&compare=...` for a second text, `&model=...` when several models are
+ * served) made to say what was run, so the address bar can be copied and opens the same run.
+ * @param {string[]} chosen
+ */
+function keepLink(chosen) {
+  const params = new URLSearchParams({ text: chosen[0] });
+  if (chosen.length > 1) params.set("compare", chosen[1]);
+  if (facts.modelCount > 1) params.set("model", facts.model);
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+}
+
+/**
+ * What a link to the page asks for (`/explore?text=...&compare=...&model=...`): its texts go in the boxes, its
+ * model is chosen once the facts are loaded. Returns the model named ("" when none).
+ */
+function fromLink() {
+  const params = new URLSearchParams(location.search);
+  const text = params.get("text");
+  const second = params.get("compare");
+  if (text !== null) ui.textA.value = text;
+  if (second !== null) {
+    ui.compare.checked = true;
+    ui.textBBox.hidden = false;
+    ui.textB.value = second;
+  }
+  facts.model = params.get("model") ?? "";
+  return facts.model;
 }
 
 async function render() {
@@ -277,4 +308,11 @@ async function useKey() {
 
 wire();
 syncControls();
-loadFacts().then((ok) => { if (ok) run(); });
+const linked = fromLink();
+loadFacts().then(async (ok) => {
+  if (!ok) return;
+  await run();
+  if (linked && facts.model !== linked && ui.message.hidden) {
+    showMessage(`The link names the model "${linked}", which this server does not serve; showing ${facts.model}.`);
+  }
+});

@@ -17,7 +17,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import numpy as np
@@ -157,4 +157,27 @@ def test_a_model_without_an_attention_graph_shows_its_labels_and_a_note(watched:
     choose_model(watched, "tiny")
     watched.wait_for("heatmap", "layer 0 · head 0", text, model="tiny")
     assert page.is_enabled("#layer") and page.is_enabled("#export-png")
+    watched.assert_clean()
+
+
+def test_a_link_opens_with_its_texts_run_on_its_model(watched: Watched, three_models: str) -> None:
+    """/explore?text=...&compare=...&model=... runs those texts on that model as the page opens, and the address the
+    page keeps after a run is such a link; a model the server does not serve is said, not silently swapped."""
+    page, second = watched.page, "a second text, with é and & in it"
+    link = f"{three_models}/explore?{urlencode({'text': TEXT, 'compare': second, 'model': 'wide'})}"
+    page.goto(link)
+    watched.wait_for("heatmap", panel_text=second, model="wide")
+    assert (page.input_value("#text-a"), page.input_value("#text-b"), page.input_value("#model")) == (
+        TEXT, second, "wide")
+    assert page.is_checked("#compare") and page.is_visible("#text-b-box")
+    assert [b["inputs"] for b in bodies(watched, "/attention")][-1] == [TEXT, second]
+
+    choose_model(watched, "tiny")
+    watched.wait_for("heatmap", panel_text=second, model="tiny")
+    kept = parse_qs(urlsplit(page.url).query)
+    assert kept == {"text": [TEXT], "compare": [second], "model": ["tiny"]}, page.url
+
+    page.goto(f"{three_models}/explore?{urlencode({'text': 'only this', 'model': 'nobody'})}")
+    watched.wait_for(panel_text="only this", model="tiny")
+    assert 'names the model "nobody", which this server does not serve; showing tiny' in page.inner_text("#message")
     watched.assert_clean()
