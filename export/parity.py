@@ -118,11 +118,17 @@ def reference(
     return list(References(model, texts, max_length, kind, token_types))
 
 
+# The attention maps of one parity batch, at most (a batch past it is halved, down to single texts).
+MAP_BATCH_BYTES = 256 << 20
+
+
 @dataclass
 class References:
     """reference()'s batches, computed one at a time each time they are iterated (an eager run per batch per
-    graph checked), so that a deep model's outputs of every batch are never held at once: a 0.6B decoder's
-    attention maps of one 5 x 600-token parity batch are 3 GB."""
+    graph checked), so that a deep model's outputs of every batch are never held at once. For the attention
+    graph a batch whose maps pass MAP_BATCH_BYTES is run as smaller batches, down to one text each, in order: a
+    0.6B decoder's maps of one 5 x 600-token parity batch are 3.2 GB, held by PyTorch, onnxruntime and the
+    comparison at once (docs/export.md, large models)."""
 
     model: LoadedModel
     texts: Sequence[Sequence[str | tuple[str, str]]]
@@ -132,16 +138,26 @@ class References:
 
     def __iter__(self) -> Iterator[Batch]:
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
-        tokenizer = self.model.tokenizer
         for batch in self.texts:
-            if isinstance(batch[0], tuple):
-                ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
-            else:
-                ids, types = token_ids(tokenizer, batch, self.max_length), None  # type: ignore[arg-type]
-            feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types)
-            with torch.no_grad():
-                values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
-            yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
+            yield from self._batches(module, batch)
+
+    def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]]) -> Iterator[Batch]:
+        tokenizer, config = self.model.tokenizer, self.model.encoder.config
+        if isinstance(batch[0], tuple):
+            ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
+        else:
+            ids, types = token_ids(tokenizer, batch, self.max_length), None  # type: ignore[arg-type]
+        longest = max(len(row) for row in ids)
+        maps = 4 * config.num_layers * config.num_heads * len(ids) * longest * longest  # (B, L, H, T, T) float32
+        if self.kind == "attention" and maps > MAP_BATCH_BYTES and len(batch) > 1:
+            half = len(batch) // 2
+            yield from self._batches(module, batch[:half])
+            yield from self._batches(module, batch[half:])
+            return
+        feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types)
+        with torch.no_grad():
+            values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
+        yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
 
 
 def available_providers(wanted: Sequence[str]) -> list[str]:

@@ -108,3 +108,25 @@ def test_embeddings_are_not_normalised(tiny_bundle: Path) -> None:
     pooled, tokens = sess.run(["embeddings", "token_embeddings"], fed(sess, inputs))
     mask = inputs["attention_mask"][..., None]  # (B, T, 1)
     np.testing.assert_allclose(pooled, (tokens * mask).sum(1) / mask.sum(1), atol=1e-5)
+
+
+def test_attention_references_are_split_to_the_map_budget_and_compare_the_same(
+    tiny_checkpoint: Path, tiny_bundle: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """References runs an attention batch whose maps pass MAP_BATCH_BYTES as halves, down to single texts, in
+    order (the fast graph's batches stay whole), and the attention graph's figures over them are those of the whole
+    batches: the same texts, the same maps, less memory at once."""
+    from export import parity
+
+    model = load_model(tiny_checkpoint)
+    texts = parity.parity_batches()
+    whole = list(parity.References(model, texts, 64, "attention"))
+    path = tiny_bundle / "attention-fp32.onnx"
+    expected = parity.check_graph(path, "fp32", ["CPUExecutionProvider"], whole)
+    monkeypatch.setattr(parity, "MAP_BATCH_BYTES", 1)
+    split = list(parity.References(model, texts, 64, "attention"))
+    assert [len(b.inputs["input_ids"]) for b in split] == [1] * sum(len(t) for t in texts)
+    assert [len(b.inputs["input_ids"]) for b in parity.References(model, texts, 64, "fast")] == [len(t) for t in texts]
+    rows = [row[row > 0].tolist() for b in whole for row in b.inputs["input_ids"] * b.inputs["attention_mask"]]
+    assert [b.inputs["input_ids"][0].tolist() for b in split] == rows  # the same texts, in order, each unpadded
+    assert parity.check_graph(path, "fp32", ["CPUExecutionProvider"], split) == pytest.approx(expected, abs=1e-6)
