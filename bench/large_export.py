@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, Any] = {"config": model_config(args), **run_phase(args, "source", source)}
         figures.update(timed_export(args, source, bundle))
         figures["files"] = bundle_bytes(bundle)
+        figures["parity"] = {g["file"]: {k: v for k, v in g["parity"].items() if k.endswith("max_abs_diff")}
+                             for g in json.loads((bundle / "manifest.json").read_text())["graphs"]}
         figures.update(run_phase(args, "serve", bundle))
     finally:
         if not args.keep:
@@ -234,6 +236,8 @@ def report(f: dict[str, Any]) -> str:
         f"{f['rss_file_after_load_kb'] / gb:.2f}; {f['rss_before_kb'] / gb:.2f} before) = "
         f"{(f['rss_after_load_kb'] - f['rss_before_kb']) / gb / weights:.2f} x the weights",
         f"embed          {TEXTS} texts of ~60 tokens: {f['embed_s']:.2f} s",
+        *[f"parity         {name}: {', '.join(f'{k} {v:.2g}' for k, v in diffs.items())}"
+          for name, diffs in f["parity"].items()],
         "export timeline (s, resident GiB when the line came, peak GiB before it, line):",
         *[f"  {t['s']:7.1f} {t['rss_gb']:6.2f} {t['peak_gb']:6.2f}  {t['log']}" for t in f["timeline"]],
     ]
