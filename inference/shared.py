@@ -67,7 +67,7 @@ class SharedAnswers:
             except InputTooLong:
                 await tokenize(texts)  # raises it again, naming the input by its place in the request
                 raise
-            self._keep(list(new), [{IDS: e.ids.astype(np.int32)} for e in fresh])  # every vocabulary fits: half the bytes
+            self._keep(list(new), [{IDS: e.ids.astype(np.int32)} for e in fresh])  # every vocabulary fits: half
             found |= dict(zip(new, fresh, strict=True))
         return [found[k] for k in keys]
 
