@@ -89,7 +89,7 @@ def _check_data_files(bundle_dir: Path, entry: GraphEntry) -> None:
     try:
         read = external_locations(bundle_dir / entry.file)
     except GraphFileError as err:
-        raise BundleError(f"{entry.file}: not a readable ONNX graph ({err})") from None
+        raise BundleError(f"{entry.file}: cannot load it, not a readable ONNX graph ({err})") from None
     if unlisted := sorted(read - set(entry.data_files)):
         raise BundleError(f"{entry.file}: reads tensors from {', '.join(unlisted)}, which the manifest does not "
                           f"list in its data_files (unhashed weights)")
