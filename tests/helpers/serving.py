@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
@@ -90,3 +91,17 @@ def graph_runs(app: FastAPI) -> float:
     from tests.helpers.metrics import sample
 
     return sample(app.state.metrics.render().decode(), "attnserve_model_runs_total")
+
+
+async def post_ok(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:
+    """The JSON answer of a POST that must succeed (the body is the failure message otherwise)."""
+    response = await client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def worst(got: Any, expected: Any) -> float:
+    """The largest |got - expected| of an answer's numbers (float32) against the reference's, of the same shape."""
+    got = np.asarray(got, dtype=np.float32)
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    return float(np.abs(got - expected).max())

@@ -27,6 +27,7 @@ from bundle.manifest import Manifest
 from model.tokenizer import encode, load_tokenizer
 from tests.helpers.exports import CLASSIFIERS, Exported, pooled
 from tests.helpers.process import running
+from tests.helpers.serving import worst
 from tests.helpers.tokenizers import MULTILINGUAL
 
 TOLERANCE = 1e-5
@@ -72,11 +73,6 @@ def post(url: str, path: str, body: dict[str, Any]) -> Any:
     assert response.status_code == 200, response.text
     return response.json()
 
-
-def worst(got: Any, expected: np.ndarray) -> float:
-    got = np.asarray(got, dtype=np.float32)
-    assert got.shape == expected.shape, (got.shape, expected.shape)
-    return float(np.abs(got - expected).max())
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -32,7 +32,7 @@ from jobs.cli import main
 from model.tokenizer import load_tokenizer
 from tests.helpers.exports import Exported
 from tests.helpers.sentence import load_reference
-from tests.helpers.serving import assert_error, graph_runs, serving
+from tests.helpers.serving import assert_error, graph_runs, post_ok, serving, worst
 from tests.helpers.tokenizers import MULTILINGUAL
 from tests.jobs.corpus import output, vectors, write
 
@@ -63,16 +63,6 @@ def reference(family_export: Callable[[str], Exported]) -> dict[str, Any]:
             "tokens": [t.numpy() for t in model.encode(TEXTS, prompt=PROMPT, output_value="token_embeddings")]}
 
 
-async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:
-    response = await client.post(path, json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def worst(got: Any, expected: np.ndarray) -> float:
-    got = np.asarray(got, dtype=np.float32)
-    assert got.shape == expected.shape
-    return float(np.abs(got - expected).max())
 
 
 def data(answer: dict[str, Any]) -> list[list[float]]:
@@ -96,12 +86,12 @@ async def test_an_instruction_embeds_as_sentence_transformers(served, reference)
     _, client = served
     expected = reference["instructed"]
     assert not np.allclose(expected, reference["query"], atol=1e-3)  # the task matters
-    assert worst(await post(client, "/embed", {"inputs": TEXTS, "instruction": TASK}), expected) <= TOLERANCE
-    assert worst(await post(client, "/", {"inputs": TEXTS, "instruction": TASK}), expected) <= TOLERANCE
+    assert worst(await post_ok(client, "/embed", {"inputs": TEXTS, "instruction": TASK}), expected) <= TOLERANCE
+    assert worst(await post_ok(client, "/", {"inputs": TEXTS, "instruction": TASK}), expected) <= TOLERANCE
     for extra in ({}, {"input_type": "query"}):
-        answer = await post(client, "/v1/embeddings", {"input": TEXTS, "instruction": TASK, **extra})
+        answer = await post_ok(client, "/v1/embeddings", {"input": TEXTS, "instruction": TASK, **extra})
         assert worst(data(answer), expected) <= TOLERANCE
-    plain = await post(client, "/v1/embeddings", {"input": TEXTS, "input_type": "query"})
+    plain = await post_ok(client, "/v1/embeddings", {"input": TEXTS, "input_type": "query"})
     assert worst(data(plain), reference["query"]) <= TOLERANCE  # no instruction: the model's own prompt
 
 
@@ -109,22 +99,22 @@ async def test_usage_counts_the_instructions_tokens(served, family_export: Calla
     _, client = served
     tokenizer = load_tokenizer(family_export(CASE).source / "tokenizer.json")
     instructed = [len(tokenizer.encode(PROMPT + t).ids) for t in TEXTS]
-    usage = (await post(client, "/v1/embeddings", {"input": TEXTS, "instruction": TASK}))["usage"]
+    usage = (await post_ok(client, "/v1/embeddings", {"input": TEXTS, "instruction": TASK}))["usage"]
     assert usage["prompt_tokens"] == sum(instructed) > sum(len(tokenizer.encode(t).ids) for t in TEXTS)
 
 
 async def test_embed_all_similarity_and_v2_take_the_instruction(served, reference) -> None:
     _, client = served
-    per_token = await post(client, "/embed_all", {"inputs": TEXTS, "instruction": TASK})
+    per_token = await post_ok(client, "/embed_all", {"inputs": TEXTS, "instruction": TASK})
     for got, expected in zip(per_token, reference["tokens"], strict=True):
         assert worst(got, expected) <= TOLERANCE * max(1.0, float(np.abs(expected).max()))
     unit = reference["instructed"]
     body = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}, "parameters": {"instruction": TASK}}
-    assert worst(await post(client, "/similarity", body), unit[1:] @ unit[0]) <= TOLERANCE
+    assert worst(await post_ok(client, "/similarity", body), unit[1:] @ unit[0]) <= TOLERANCE
     name = (await client.get("/info")).json()["models"][0]["name"]
     infer = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(TEXTS)], "data": TEXTS}],
              "parameters": {"instruction": TASK}, "outputs": [{"name": "embeddings"}]}
-    (embeddings,) = (await post(client, f"/v2/models/{name}/infer", infer))["outputs"]
+    (embeddings,) = (await post_ok(client, f"/v2/models/{name}/infer", infer))["outputs"]
     assert worst(np.reshape(embeddings["data"], embeddings["shape"]), unit) <= TOLERANCE
 
 
@@ -208,7 +198,7 @@ async def test_the_corpus_job_takes_the_instruction(served, family_export: Calla
     path = write(tmp_path / "docs.jsonl", [{"id": f"d{i:02d}", "text": t} for i, t in enumerate(TEXTS)])
     argv = [str(path), "--id-column", "id", "--intra-op-threads", "1", "--instruction", TASK]
     assert main([*argv, "--bundle", str(bundle), "--out", str(tmp_path / "out")]) == 0
-    expected = await post(client, "/embed", {"inputs": TEXTS, "instruction": TASK})
+    expected = await post_ok(client, "/embed", {"inputs": TEXTS, "instruction": TASK})
     assert np.array_equal(vectors(output(tmp_path / "out")), np.asarray(expected, dtype=np.float32))
     refused = {"tiny": ["--bundle", str(tiny_bundle)], "chunked": ["--bundle", str(bundle), "--chunking", "mean"]}
     for name, flags in refused.items():

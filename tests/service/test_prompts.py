@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from tests.helpers.exports import Exported
 from tests.helpers.sentence import PROMPTS, load_reference
-from tests.helpers.serving import assert_error, serving
+from tests.helpers.serving import assert_error, post_ok, serving, worst
 from tests.helpers.tokenizers import MULTILINGUAL
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -43,40 +43,31 @@ async def reference(family_export: Callable[[str], Exported]) -> dict[str | None
     return {**encoded, "short": model.encode([SHORT], prompt_name="document")}
 
 
-async def post(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> Any:
-    response = await client.post(path, json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def worst(got: Any, expected: np.ndarray) -> float:
-    got = np.asarray(got, dtype=np.float32)
-    assert got.shape == expected.shape
-    return float(np.abs(got - expected).max())
 
 
 async def test_prompt_name_and_input_type_give_sentence_transformers_embeddings(client, reference) -> None:
     assert not np.allclose(reference["query"], reference["document"], atol=1e-3)  # the prompts matter
     assert worst(reference[None], reference["query"]) == 0.0  # ST's default prompt is query
     for name in ("query", "document"):
-        assert worst(await post(client, "/embed", {"inputs": TEXTS, "prompt_name": name}), reference[name]) <= TOLERANCE
-        data = (await post(client, "/v1/embeddings", {"input": TEXTS, "input_type": name}))["data"]
+        embedded = await post_ok(client, "/embed", {"inputs": TEXTS, "prompt_name": name})
+        assert worst(embedded, reference[name]) <= TOLERANCE
+        data = (await post_ok(client, "/v1/embeddings", {"input": TEXTS, "input_type": name}))["data"]
         assert worst([d["embedding"] for d in data], reference[name]) <= TOLERANCE
-    assert worst(await post(client, "/embed", {"inputs": TEXTS}), reference[None]) <= TOLERANCE
-    data = (await post(client, "/v1/embeddings", {"input": TEXTS}))["data"]
+    assert worst(await post_ok(client, "/embed", {"inputs": TEXTS}), reference[None]) <= TOLERANCE
+    data = (await post_ok(client, "/v1/embeddings", {"input": TEXTS}))["data"]
     assert worst([d["embedding"] for d in data], reference[None]) <= TOLERANCE
-    chunked = await post(client, "/embed", {"inputs": [SHORT], "prompt_name": "document", "chunking": "mean",
+    chunked = await post_ok(client, "/embed", {"inputs": [SHORT], "prompt_name": "document", "chunking": "mean",
                                             "chunk_overlap": 2})
     assert worst(chunked, reference["short"]) <= TOLERANCE  # one window: its prompted encoding
 
 
 async def test_usage_counts_the_prompt_as_the_model_reads_it(client) -> None:
     texts = ["a b", "c"]
-    plain = await post(client, "/tokenize", {"inputs": texts})
-    prompted = await post(client, "/tokenize", {"inputs": [PROMPTS["document"] + t for t in texts]})
-    usage = (await post(client, "/v1/embeddings", {"input": texts, "input_type": "document"}))["usage"]
+    plain = await post_ok(client, "/tokenize", {"inputs": texts})
+    prompted = await post_ok(client, "/tokenize", {"inputs": [PROMPTS["document"] + t for t in texts]})
+    usage = (await post_ok(client, "/v1/embeddings", {"input": texts, "input_type": "document"}))["usage"]
     assert usage["prompt_tokens"] == sum(len(t) for t in prompted) > sum(len(t) for t in plain)
-    per_token = await post(client, "/embed_all", {"inputs": texts, "prompt_name": "document"})
+    per_token = await post_ok(client, "/embed_all", {"inputs": texts, "prompt_name": "document"})
     assert [len(vectors) for vectors in per_token] == [len(t) for t in prompted]
 
 
@@ -84,10 +75,10 @@ async def test_similarity_and_v2_take_the_prompt_too(client, reference) -> None:
     unit = reference["document"]
     body = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]},
             "parameters": {"prompt_name": "document"}}
-    assert worst(await post(client, "/similarity", body), unit[1:] @ unit[0]) <= TOLERANCE
+    assert worst(await post_ok(client, "/similarity", body), unit[1:] @ unit[0]) <= TOLERANCE
     infer = {"inputs": [{"name": "text", "datatype": "BYTES", "shape": [len(TEXTS)], "data": TEXTS}],
              "parameters": {"prompt_name": "document"}, "outputs": [{"name": "embeddings"}]}
-    (embeddings,) = (await post(client, f"/v2/models/{CASE}/infer", infer))["outputs"]
+    (embeddings,) = (await post_ok(client, f"/v2/models/{CASE}/infer", infer))["outputs"]
     assert worst(np.reshape(embeddings["data"], embeddings["shape"]), unit) <= TOLERANCE
 
 
@@ -125,7 +116,8 @@ async def test_a_chunked_request_naming_no_overlap_gets_half_of_this_small_windo
     assert field["maximum"] < 32 and field["default"] == (field["maximum"] + 1) // 2
     for path, key in (("/embed", "inputs"), ("/v1/embeddings", "input"), ("/", "inputs")):
         body = {key: " ".join(TEXTS), "chunking": "windows"}
-        assert await post(client, path, body) == await post(client, path, {**body, "chunk_overlap": field["default"]})
+        given = {**body, "chunk_overlap": field["default"]}
+        assert await post_ok(client, path, body) == await post_ok(client, path, given)
 
 
 async def test_with_a_model_of_another_default_overlap_the_document_states_none(
