@@ -29,7 +29,8 @@ from export import variants as variants_mod
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_names, output_shapes, task
 from export.measure import measure_entries
-from export.parity import Batch, ParityError, References, check_graph, check_sets, pair_batches, parity_batches
+from export.parity import Batch, ParityError, References, check_graph, check_sets
+from export.parity_texts import pair_batches, parity_batches
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer

@@ -22,7 +22,7 @@ from export.calibration import (
     text_sets,
 )
 from export.cli import main
-from export.parity import PARITY_TEXTS
+from export.parity_texts import PARITY_TEXTS
 from tests.helpers.tiny import review_texts
 
 # What `attnserve train` writes into metrics.json when it trains on its default data.

@@ -34,7 +34,8 @@ from torch import Tensor
 
 import model.encoder
 from export.graphs import export_graph
-from export.parity import Batch, ParityError, check_graph, gate_failures, parity_batches, reference
+from export.parity import Batch, ParityError, check_graph, gate_failures, reference
+from export.parity_texts import parity_batches
 from model.attention import build_mask
 from model.load import load_model
 from tests.helpers import families, tokenizers

@@ -11,7 +11,8 @@ import pytest
 
 from bundle.session import open_session
 from export import int8 as int8_mod
-from export.parity import PARITY_TEXTS, ParityError
+from export.parity import ParityError
+from export.parity_texts import PARITY_TEXTS
 from export.smoothing import smooth, smoothing_scales
 from export.variants import optimize
 from model.load import load_model

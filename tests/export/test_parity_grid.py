@@ -116,10 +116,10 @@ def test_attention_references_are_split_to_the_map_budget_and_compare_the_same(
     """References runs an attention batch whose maps pass MAP_BATCH_BYTES as halves, down to single texts, in
     order (the fast graph's batches stay whole), and the attention graph's figures over them are those of the whole
     batches: the same texts, the same maps, less memory at once."""
-    from export import parity
+    from export import parity, parity_texts
 
     model = load_model(tiny_checkpoint)
-    texts = parity.parity_batches()
+    texts = parity_texts.parity_batches()
     whole = list(parity.References(model, texts, 64, "attention"))
     path = tiny_bundle / "attention-fp32.onnx"
     expected = parity.check_graph(path, "fp32", ["CPUExecutionProvider"], whole)
