@@ -76,12 +76,12 @@ def launch(
     return Server(name, proc, port, log_path)
 
 
-def wait_ready(server: Server, timeout_s: float = 180.0) -> bool:
-    """True once GET /ready answers 200; False when the process exits or `timeout_s` passes first."""
+def wait_ready(server: Server, timeout_s: float = 180.0, path: str = "/ready") -> bool:
+    """True once GET `path` answers 200; False when the process exits or `timeout_s` passes first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and server.proc.poll() is None:
         try:
-            if httpx.get(server.url + "/ready", timeout=2.0).status_code == 200:
+            if httpx.get(server.url + path, timeout=2.0).status_code == 200:
                 return True
         except httpx.TransportError:
             pass
@@ -89,11 +89,12 @@ def wait_ready(server: Server, timeout_s: float = 180.0) -> bool:
     return False
 
 
-def start(name: str, argv: list[str], env: Mapping[str, str], log_dir: Path, ready_s: float = 180.0) -> Server:
-    """launch() with this environment plus `env`, and wait for /ready; RuntimeError (process stopped) if
-    it exits or is not ready within `ready_s`."""
-    server = launch(name, argv, log_dir / f"{name}.log", {**os.environ, **env})
-    if not wait_ready(server, ready_s):
+def start(name: str, argv: list[str], env: Mapping[str, str], log_dir: Path, ready_s: float = 180.0,
+          ready_path: str = "/ready", cwd: Path = ROOT) -> Server:
+    """launch() from `cwd` with this environment plus `env`, and wait for `ready_path`; RuntimeError (process
+    stopped) if it exits or is not ready within `ready_s`."""
+    server = launch(name, argv, log_dir / f"{name}.log", {**os.environ, **env}, cwd)
+    if not wait_ready(server, ready_s, ready_path):
         status = terminate(server)
         raise RuntimeError(f"{name} not ready after {ready_s:.0f} s (exit status {status}); see {server.log_path}")
     return server
