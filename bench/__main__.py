@@ -1,4 +1,4 @@
-"""python -m bench --bundle DIR: engine, attnserve and naive-server figures with ratios and targets.
+"""python -m bench --bundle DIR: engine, attnserve, naive-server and Infinity figures with ratios and targets.
 
 Prints progress and Markdown tables to stdout and appends one JSON line per point to --out.
 Timings on a shared machine are noisy: every row carries the 1-minute load average.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bench import invariance, mixed, report, runner, targets
+from bench import infinity, invariance, mixed, report, runner, targets
 from bench.engine import Config, EngineBench, service_config
 from bench.scenarios import SCENARIOS
 from bench.texts import load_tokenizer
@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--route", choices=("embed", "openai"), default="embed",
                         help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline server")
+    parser.add_argument("--no-infinity", action="store_true",
+                        help="skip Infinity (infinity-emb on onnxruntime, in its own venv under build/peers, "
+                             "made on first use)")
     parser.add_argument("--no-traffic", action="store_true",
                         help="skip the mixed-traffic figures (priorities, fair shares, the answer cache: bench.mixed)")
     parser.add_argument("--no-grid", action="store_true",
@@ -104,9 +107,20 @@ def main(argv: list[str] | None = None) -> int:
 def _plan(args: argparse.Namespace, manifest: Manifest) -> runner.Plan:
     duration = args.duration or (2.0 if args.quick else 10.0)
     log_dir = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
-    return runner.Plan(args.bundle, manifest.max_length, pick_scenarios(args.scenarios), duration,
+    names = pick_scenarios(args.scenarios)
+    return runner.Plan(args.bundle, manifest.max_length, names, duration,
                        warmup_s=min(2.0, duration / 4), engine_s=0.3 if args.quick else 1.0, quick=args.quick,
-                       embed_route=args.route, log_dir=log_dir)
+                       embed_route=args.route, log_dir=log_dir, infinity=_infinity(args, manifest, names))
+
+
+def _infinity(args: argparse.Namespace, manifest: Manifest, names: list[str]) -> Path | None:
+    """The Python of Infinity's venv (made now if it is not there yet), or None, said in one line."""
+    if args.no_infinity or not set(names) & set(infinity.SCENARIOS):
+        return None
+    why = infinity.unsupported(manifest)
+    python, said = (None, why) if why else infinity.ensure_venv()
+    print(f"infinity: {said}" if python else f"infinity skipped: {said}", flush=True)
+    return python
 
 
 def _engines(args: argparse.Namespace, manifest: Manifest, tokenizer: Tokenizer, variants: list[str], seconds: float,
@@ -146,8 +160,8 @@ def _serve(args: argparse.Namespace, plan: runner.Plan, variants: list[str], tok
     if not plan.scenarios:
         return
     for variant in variants:
-        kinds = ["service"] if args.no_naive else ["service", "naive"]
-        print(f"## {' and '.join(kinds)} {variant}", flush=True)
+        kinds = ["service", *([] if args.no_naive else ["naive"]), *(["infinity"] if plan.infinity else [])]
+        print(f"## {', '.join(kinds)} {variant}", flush=True)
         try:
             runner.measure_variant(variant, kinds, plan, tokenizer, rec, engines[variant])
         except RuntimeError as error:  # a server that will not start must not lose the run
@@ -160,7 +174,9 @@ def _print(rec: report.Recorder, out: Path) -> None:
     print("\n### Batch invariance (each text alone vs in one mixed batch)\n\n" + report.invariance_table(rec))
     print("\n### Engine (onnxruntime session in-process)\n\n" + report.engine_table(rec))
     if rec.of("load"):
-        print("\n### Served (attnserve vs naive per-request server)\n\n" + report.load_table(rec))
+        print("\n### Served (attnserve vs the naive per-request server and Infinity)\n\n" + report.load_table(rec))
+    if rec.of("agreement"):
+        print("\n### Same model (each text through attnserve and Infinity)\n\n" + report.agreement_table(rec))
     if rec.of("priorities"):
         print("\n### Mixed traffic (callers with keys; bench.mixed)\n\n" + mixed.tables(rec))
     if rec.of("target"):

@@ -80,11 +80,19 @@ def load_table(rec: Recorder) -> str:
                      r.get("graph_tokens_per_s"), waste and f"{waste:.3f}", r["p50_ms"], r["p99_ms"],
                      f"{r['errors']}/{r['requests']}", r.get("cpu_ms_per_text"), r.get("engine_ref", "-"),
                      _ratio(r.get("vs_engine")), _ratio(r.get("vs_engine_cpu")), _ms(r.get("over_engine_ms")),
-                     _ratio(r.get("vs_naive")), r.get("batch_mean"), r["loadavg_1m"]])
+                     _ratio(r.get("vs_naive")), _ratio(r.get("vs_infinity")), r.get("batch_mean"), r["wall_s"],
+                     r.get("rss_mb"), r["loadavg_1m"]])
     return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "graph tokens/s",
                   "padding waste", "p50 ms", "p99 ms", "errors",
-                  "CPU ms/text", "engine ref", "÷ engine", "÷ engine, CPU", "p50 - engine", "÷ naive",
-                  "mean batch", "load 1m"], rows)
+                  "CPU ms/text", "engine ref", "÷ engine", "÷ engine, CPU", "p50 - engine", "÷ naive", "÷ infinity",
+                  "mean batch", "wall s", "peak RSS MB", "load 1m"], rows)
+
+
+def agreement_table(rec: Recorder) -> str:
+    """A peer's vectors against attnserve's for the same texts (bench.infinity.agreement)."""
+    rows = [[r["server"], r["variant"], r["texts"], f"{r['min_cosine']:.7f}", f"{r['max_abs_diff']:.2e}"]
+            for r in rec.of("agreement")]
+    return table(["server", "variant", "texts", "lowest cosine to attnserve", "largest |difference|"], rows)
 
 
 def invariance_table(rec: Recorder) -> str:

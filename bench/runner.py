@@ -1,4 +1,4 @@
-"""Orchestration: engine grid, then each server (attnserve, naive) through the scenarios."""
+"""Orchestration: engine grid, then each server (attnserve, naive, Infinity) through the scenarios."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from tokenizers import Tokenizer
 
-from bench import procs, scenarios
+from bench import infinity, procs, scenarios
 from bench.engine import EngineBench
 from bench.report import Recorder
 from bench.targets import engine_reference
@@ -26,6 +26,7 @@ class Plan:
     embed_route: str
     log_dir: Path
     quick: bool = False  # warm up with the one checked request only
+    infinity: Path | None = None  # the Python of Infinity's venv (bench.infinity); None: Infinity not run
 
 
 def engine_grid(bench: EngineBench, shapes: list[tuple[int, int]], rec: Recorder, both: bool = True) -> None:
@@ -59,6 +60,9 @@ class RssSampler:
 
 
 def start_server(kind: str, variant: str, plan: Plan) -> procs.Server:
+    if kind == "infinity":
+        assert plan.infinity is not None  # kinds name infinity only when its venv was made
+        return infinity.start(plan.infinity, plan.bundle, variant, plan.log_dir)
     argv = procs.service_argv(plan.bundle) if kind == "service" else procs.naive_argv(plan.bundle, variant)
     # The answer cache off: the scenarios cycle through a pool of bodies, and hits would skip the graph whose
     # cost is compared with the engine's (bench.mixed measures the cache on its own servers).
@@ -73,14 +77,16 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
     servers: dict[str, procs.Server] = {}
     try:
         for kind in kinds:
-            servers[kind] = start_server(kind, variant, plan)
+            _start(servers, kind, variant, plan, rec)
         if "service" in servers:
             rec.add("served", variant=variant, graphs=_served_graphs(servers["service"]))
+        if "service" in servers and "infinity" in servers:
+            _agreement(servers, variant, tokenizer, rec)
         engine.cache.clear()
         for name in plan.scenarios:
             scenario = scenarios.SCENARIOS[name]
             rows = {kind: _scenario(server, kind, variant, scenario, plan, tokenizer, rec)
-                    for kind, server in servers.items() if kind == "service" or scenario.naive}
+                    for kind, server in servers.items() if _answers(kind, scenario)}
             _engine_reference(engine, rows.get("service") or rows.get("naive"), rec)
         for kind, server in servers.items():
             rec.add("process", server=kind, variant=variant, peak_rss_mb=server.peak_rss_kb / 1024,
@@ -88,6 +94,36 @@ def measure_variant(variant: str, kinds: list[str], plan: Plan, tokenizer: Token
     finally:
         for kind, server in servers.items():
             print(f"  {kind} stopped with exit code {procs.terminate(server)}; log {server.log_path}", flush=True)
+
+
+def _start(servers: dict[str, procs.Server], kind: str, variant: str, plan: Plan, rec: Recorder) -> None:
+    """Start one server into `servers`. A peer (Infinity) that will not start is reported and left out; the
+    others' figures still come."""
+    try:
+        servers[kind] = start_server(kind, variant, plan)
+    except RuntimeError as error:
+        if kind != "infinity":
+            raise
+        print(f"  infinity {variant} not measured: {error}", flush=True)
+        rec.add("error", server=kind, variant=variant, error=str(error))
+
+
+def _answers(kind: str, scenario: scenarios.Scenario) -> bool:
+    if kind == "infinity":
+        return scenario.name in infinity.SCENARIOS
+    return kind == "service" or scenario.naive
+
+
+def _agreement(servers: dict[str, procs.Server], variant: str, tokenizer: Tokenizer, rec: Recorder) -> None:
+    """Infinity's vectors against attnserve's for the same texts: both must serve the same model."""
+    try:
+        found = infinity.agreement(servers["service"].url, servers["infinity"].url, tokenizer)
+    except (httpx.HTTPError, KeyError, ValueError) as error:  # an answer that is not the OpenAI shape
+        print(f"  infinity {variant} vs attnserve not compared: {error!r}", flush=True)
+        return
+    rec.add("agreement", server="infinity", variant=variant, **found)
+    print(f"  infinity {variant} vs attnserve, {found['texts']} texts: lowest cosine {found['min_cosine']:.7f}, "
+          f"largest |difference| {found['max_abs_diff']:.2e}", flush=True)
 
 
 def _served_graphs(server: procs.Server) -> dict[str, str]:
@@ -103,18 +139,19 @@ def _engine_reference(engine: EngineBench, row: dict | None, rec: Recorder) -> N
     point = engine_reference(engine, row) if row else None
     if row and point:
         rec.add("engine_ref", scenario=row["scenario"], **asdict(point))
-        print(f"  engine  {engine.variant:8s} ({row['scenario']}) {point.texts_per_s:8.1f} texts/s at "
+        print(f"  engine   {engine.variant:8s} ({row['scenario']}) {point.texts_per_s:8.1f} texts/s at "
               f"{point.batch}x{point.length} {point.config}, {point.median_s * 1000:.1f} ms per run", flush=True)
 
 
 def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios.Scenario, plan: Plan,
               tokenizer: Tokenizer, rec: Recorder) -> dict:
-    bodies = scenarios.payloads(scenario, tokenizer, plan.embed_route)
-    problem = scenarios.check_once(server.url, scenario, bodies[0], plan.embed_route)
-    scenarios.warm_up(server.port, scenario, bodies, plan.embed_route, 0.0 if plan.quick else plan.warmup_s)
+    route = "openai" if kind == "infinity" else plan.embed_route  # Infinity has the OpenAI route only
+    bodies = scenarios.payloads(scenario, tokenizer, route)
+    problem = scenarios.check_once(server.url, scenario, bodies[0], route)
+    scenarios.warm_up(server.port, scenario, bodies, route, 0.0 if plan.quick else plan.warmup_s)
     before = scenarios.read_histograms(server.url) if kind == "service" else {}
     with RssSampler(server):
-        result = scenarios.run(server.port, scenario, bodies, plan.embed_route, plan.duration_s,
+        result = scenarios.run(server.port, scenario, bodies, route, plan.duration_s,
                                lambda: procs.tree_cpu_s(server.proc.pid))
     deltas = scenarios.histogram_deltas(before, scenarios.read_histograms(server.url)) if kind == "service" else {}
     means = scenarios.histogram_means(deltas)
@@ -124,7 +161,7 @@ def _scenario(server: procs.Server, kind: str, variant: str, scenario: scenarios
                   chunking=scenario.chunking, window=plan.max_length,
                   batch_mean=means.get("attnserve_batch_size"), histogram_means=means,
                   rss_mb=server.peak_rss_kb / 1024, **result.summary(), **_graph_tokens(deltas, result.wall_s))
-    print(f"  {kind:7s} {variant:8s} ({scenario.name}) {row['texts_per_s']:8.1f} texts/s p50 {row['p50_ms']:7.1f} ms"
+    print(f"  {kind:8s} {variant:8s} ({scenario.name}) {row['texts_per_s']:8.1f} texts/s p50 {row['p50_ms']:7.1f} ms"
           f" errors {row['errors']}/{row['requests']}" + (f"  CHECK: {problem}" if problem else ""), flush=True)
     return row
 

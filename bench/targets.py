@@ -24,6 +24,7 @@ GOALS = {"a": 0.80, "b": 0.95, "c": 0.95, "g": 0.95}
 CPU_GOALS = {"a": 1 / 1.1, "b": 0.95, "c": 0.95, "g": 0.95}
 PADDING_LIMIT = 1.2  # tokens run counting padding over real tokens, where inputs are long (c, g)
 NAIVE_GOAL = 1.00  # every scenario: the naive server trails (service over naive)
+PEERS = ("naive", "infinity")  # servers attnserve's texts/s is divided by, scenario by scenario ("vs_naive", ...)
 
 
 def sequential(row: dict[str, Any]) -> bool:
@@ -57,14 +58,16 @@ def add_ratios(rec: Recorder, engine: EngineBench) -> None:
     """Ratios for one variant's rows; engine points not cached yet are measured now, so a ratio's
     two figures come from minutes apart on a shared machine, not from opposite ends of the run."""
     for row in rec.of("load", variant=engine.variant):
-        naive = _one(rec, "naive", row["variant"], row["scenario"])
         point = engine_reference(engine, row)
         if point is not None:
             _compare(row, point)
-        if row["server"] == "service" and naive:
-            row["vs_naive"] = row["texts_per_s"] / max(naive["texts_per_s"], 1e-9)
+        for peer in PEERS if row["server"] == "service" else ():
+            other = _one(rec, peer, row["variant"], row["scenario"])
+            if other:
+                row[f"vs_{peer}"] = row["texts_per_s"] / max(other["texts_per_s"], 1e-9)
         rec.add("compare", **{k: row.get(k) for k in ("server", "variant", "scenario", "engine_ref", "vs_engine",
-                                                       "vs_engine_cpu", "over_engine_ms", "vs_naive")})
+                                                       "vs_engine_cpu", "over_engine_ms", "vs_naive",
+                                                       "vs_infinity")})
 
 
 def _compare(row: dict[str, Any], point: EnginePoint) -> None:
