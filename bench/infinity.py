@@ -148,9 +148,9 @@ def env(home: Path) -> dict[str, str]:
 
 
 def agreement(service_url: str, infinity_url: str, tokenizer: Tokenizer) -> dict[str, float]:
-    """The same 16 texts (16 to 128 tokens) through both servers' /v1/embeddings: the lowest cosine and the
-    largest absolute difference between their vectors."""
-    texts = [t for n in (16, 128) for t in make_texts(tokenizer, n, 8, seed=7 + n)]
+    """The same 20 texts of 16, 128 and 500 tokens (past max_length: both must truncate alike) through both
+    servers' /v1/embeddings: the lowest cosine and the largest absolute difference between their vectors."""
+    texts = [t for n, count in ((16, 8), (128, 8), (500, 4)) for t in make_texts(tokenizer, n, count, seed=7 + n)]
     ours, theirs = (_vectors(url, texts) for url in (service_url, infinity_url))
     cosine = np.sum(ours * theirs, axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
     return {"texts": len(texts), "min_cosine": float(cosine.min()),
