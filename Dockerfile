@@ -53,6 +53,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     ATTNSERVE_PORT=8000 \
     ATTNSERVE_GRACEFUL_TIMEOUT_S=8 \
     ORT_DISABLE_TELEMETRY=1
+# The health probe below reads ATTNSERVE_PORT: serve on another port with -e ATTNSERVE_PORT=..., not --port.
 # docker stop waits 10 s before SIGKILL: the drain (8 s) ends inside it. Raise both together.
 # ORT_DISABLE_TELEMETRY: onnxruntime otherwise writes a device id under $HOME/.cache at every start.
 
@@ -71,7 +72,7 @@ COPY --chown=attnserve:attnserve ${BUNDLE_SRC} /bundle
 USER 10001
 EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/ready', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/ready' % os.environ['ATTNSERVE_PORT'], timeout=4)"]
 
 # The same command the integration tests start.
 ENTRYPOINT ["python", "-m", "attnserve", "serve"]

@@ -154,10 +154,10 @@ class Container:
 
     def __init__(self, tool: str, flags: list[str], image: str, bundle: Path, env: dict[str, str]) -> None:
         self.tool, self.port, self.name = tool, free_port(), f"attnserve-check-{os.getpid()}-{free_port()}"
+        env = {**env, "ATTNSERVE_PORT": str(self.port)}  # the port the image's HEALTHCHECK probes
         env_flags = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
         engine_out(tool, "run", "--detach", "--name", self.name, *flags, *env_flags,
-                   "--volume", f"{bundle.resolve()}:/bundle:ro", image,
-                   "--bundle", "/bundle", "--host", "127.0.0.1", "--port", str(self.port))
+                   "--volume", f"{bundle.resolve()}:/bundle:ro", image, "--bundle", "/bundle", "--host", "127.0.0.1")
 
     def running(self) -> bool:
         state = engine_out(self.tool, "inspect", "--format", "{{.State.Running}}", self.name, check=False)
