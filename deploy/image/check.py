@@ -150,13 +150,14 @@ def reference(bundle: Path, body: dict, logs: Path) -> np.ndarray:
 
 
 class Container:
-    """One serving container on the host network, removed on exit; its log kept for the checks."""
+    """One serving container on the host network, removed on exit; its log read by the checks."""
 
     def __init__(self, tool: str, flags: list[str], image: str, bundle: Path, env: dict[str, str]) -> None:
         self.tool, self.port, self.name = tool, free_port(), f"attnserve-check-{os.getpid()}-{free_port()}"
         env = {**env, "ATTNSERVE_PORT": str(self.port)}  # the port the image's HEALTHCHECK probes
         env_flags = [arg for key, value in env.items() for arg in ("--env", f"{key}={value}")]
-        engine_out(tool, "run", "--detach", "--name", self.name, *flags, *env_flags,
+        # A read-only root with a writable /tmp, as the Kubernetes pods run it (deploy/kubernetes/base).
+        engine_out(tool, "run", "--detach", "--name", self.name, *flags, *env_flags, "--read-only", "--tmpfs", "/tmp",
                    "--volume", f"{bundle.resolve()}:/bundle:ro", image, "--bundle", "/bundle", "--host", "127.0.0.1")
 
     def running(self) -> bool:
