@@ -40,14 +40,13 @@ engine_import() {
     esac
 }
 
-# The image's size as the engine counts it (its layers, uncompressed), in MB.
-image_bytes() {
+# The image's size as the engine counts it (its layers, uncompressed).
+image_size() {
     case $ENGINE in
-        buildah) buildah images --json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)[0]["size"])' ;;
-        *) "$ENGINE" image inspect --format '{{.Size}}' "$1" ;;
+        buildah) buildah images --format '{{.Size}}' "$1" ;;
+        *) echo "$(( $("$ENGINE" image inspect --format '{{.Size}}' "$1") / 1000000 )) MB" ;;
     esac
 }
-image_size() { echo "$(( $(image_bytes "$1") / 1000000 )) MB"; }
 
 # docker build / podman build / buildah bud with the same arguments, at nice 10 (NICE=0: full priority; docker's
 # daemon does its own scheduling). Docker's image format: the OCI format has no HEALTHCHECK.
@@ -55,6 +54,6 @@ engine_build() {
     case $ENGINE in
         docker) docker build "$@" ;;
         podman) nice -n "${NICE:-10}" podman build --isolation chroot --format docker "$@" ;;
-        buildah) nice -n "${NICE:-10}" buildah bud --isolation chroot --format docker "$@" ;;
+        buildah) nice -n "${NICE:-10}" buildah bud --isolation chroot --format docker --layers "$@" ;;
     esac
 }
