@@ -30,7 +30,7 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test install-mpnet serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths clean
+.PHONY: install install-test install-mpnet serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths image image-check clean
 
 install: $(STAMP)
 
@@ -131,6 +131,17 @@ bundle-rerank: $(RERANK_BUNDLE)/manifest.json
 # (1.8 GB); the 8,192-token points take minutes each and the graph's peak is several GB.
 bench-lengths: $(TEST_STAMP)
 	$(BIN)/python -m bench.lengths
+
+# The CPU and the GPU image from the Dockerfile, with docker, podman or buildah (whichever this host has), and a run
+# of each (deploy/README.md). Neither is part of `make test`. BASE_IMAGE unset: both build FROM a Debian 12 base
+# made here with debootstrap (no registry needed); BASE_IMAGE=debian:bookworm-slim takes the registry's.
+image:
+	deploy/image/build.sh
+
+# Runs each image: the CPU one serves $(BUNDLE) and answers as `make serve` does; the GPU one's CUDA libraries
+# resolve and it serves on CPU without a GPU. Prints each image's size; fails on any miss.
+image-check: $(STAMP) $(BUNDLE)/manifest.json
+	$(BIN)/python deploy/image/check.py --bundle $(BUNDLE)
 
 clean:
 	rm -rf $(VENV) bundles checkpoints .pytest_cache node_modules

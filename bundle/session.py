@@ -11,6 +11,8 @@ an idle session leaves the CPU to the event loop and to other sessions.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,37 @@ def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, s
     Opened by path, so onnxruntime finds a large graph's external data files beside it."""
     import onnxruntime as ort
 
+    if provider == "cuda":
+        preload_cuda_libraries()
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
     return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning),
                                 providers=providers)
+
+
+@functools.cache
+def preload_cuda_libraries() -> None:
+    """Loads the CUDA and cuDNN libraries that onnxruntime-gpu's `cuda` and `cudnn` extras install as NVIDIA wheels
+    (site-packages/nvidia/...), which the dynamic loader does not search by itself. onnxruntime >= 1.21 has
+    `preload_dlls`; an older one, or the CPU build, finds CUDA where the system keeps it or not at all. Once."""
+    import onnxruntime as ort
+
+    if hasattr(ort, "preload_dlls"):
+        ort.preload_dlls()
+
+
+def cuda_unavailable_reason() -> str:
+    """Why a session asked for CUDA did not run on it, as far as the driver can tell: no driver library (no GPU
+    passed into this container), no device, or else a library onnxruntime's CUDA provider needs."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return "the NVIDIA driver's libcuda.so.1 cannot be loaded: no GPU driver here (a container needs --gpus all)"
+    count = ctypes.c_int(0)
+    status = driver.cuInit(0)
+    if status == 0:
+        status = driver.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0:
+        return f"the NVIDIA driver cannot start CUDA (cuInit/cuDeviceGetCount error {status})"
+    if count.value == 0:
+        return "the NVIDIA driver sees no CUDA device"
+    return "onnxruntime could not create its CUDA provider; its log above names the CUDA or cuDNN library missing"

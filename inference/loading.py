@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from bundle.manifest import GraphEntry, Manifest
-from bundle.session import ORT_PROVIDERS, open_session
+from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from inference.errors import StartupError
 from inference.graphs import VIEWS, Graph, Outputs
 from inference.options import LoadOptions
@@ -80,9 +80,12 @@ def load_bundle(
     provider = choose_provider(options.provider, ort.get_available_providers())
     loaded = _open(bundle_dir, manifest, provider, options, kinds, opened)
     if provider == "cuda" and loaded.provider != "cuda":
+        reason = cuda_unavailable_reason()
         if options.provider == "cuda":
-            raise StartupError("provider 'cuda' was asked for but the onnxruntime session did not run on CUDA")
-        log.warning("CUDA is offered but a session did not run on it; serving on CPU")
+            raise StartupError(f"provider 'cuda' was asked for but the onnxruntime session did not run on CUDA: "
+                               f"{reason}")
+        log.warning("provider auto: onnxruntime offers CUDA but a session did not run on it (%s); serving on CPU",
+                    reason)
         loaded = _open(bundle_dir, manifest, "cpu", options, kinds, opened)
     log.info("loaded %s %s on %s, variants %s: %s", manifest.name, manifest.version, loaded.provider,
              loaded.variants, loaded.variant_reason)

@@ -49,7 +49,8 @@ def test_healthcheck_probes_ready() -> None:
     assert "/ready" in DOCKERFILE.read_text().split("HEALTHCHECK", 1)[1].split("\n\n", 1)[0]
 
 
-@pytest.mark.parametrize("flavour,runtime", [("cpu", "onnxruntime=="), ("gpu", "onnxruntime-gpu==")])
+# The GPU image takes CUDA and cuDNN from the Python registry (onnxruntime-gpu's extras): no CUDA base image.
+@pytest.mark.parametrize("flavour,runtime", [("cpu", "onnxruntime=="), ("gpu", "onnxruntime-gpu[cuda,cudnn]==")])
 def test_image_requirements_carry_one_onnxruntime_and_no_torch(flavour: str, runtime: str) -> None:
     lines = [line for line in (ROOT / "deploy" / f"requirements-{flavour}.txt").read_text().splitlines()
              if line and not line.startswith("#")]
@@ -64,3 +65,17 @@ def test_image_copies_the_service_side_only() -> None:
     copied = {line.split()[0] for line in _instruction("COPY") if not line.startswith("--")}
     assert {"attnserve", "bundle", "service", "jobs"} <= copied
     assert not copied & {"model", "export", "."}
+
+
+def _stages() -> list[str]:
+    return re.split(r"^FROM\s", DOCKERFILE.read_text(), flags=re.MULTILINE)[1:]
+
+
+def test_runtime_stage_copies_the_venv_and_installs_nothing() -> None:
+    """A builder stage pip-installs into /opt/venv; the runtime stage copies it and runs no pip (no build tools,
+    no pip cache); every pip install in the builder leaves no cache."""
+    builder, runtime = _stages()
+    assert "pip install" in builder
+    assert all("--no-cache-dir" in line for line in builder.splitlines() if "pip install" in line)
+    assert "pip install" not in runtime and "COPY --from=builder /opt/venv /opt/venv" in runtime
+    assert not re.search(r"\b(gcc|g\+\+|build-essential|python3-dev|python3-pip)\b", runtime)
