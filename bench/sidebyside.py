@@ -1,12 +1,13 @@
-"""python -m bench.sidebyside --bundle B TREE [TREE ...]: the server's CPU per request, two versions of the code
-side by side.
+"""python -m bench.sidebyside --bundle B SERVER [SERVER ...]: servers side by side, two versions of the code or two
+settings of one, on the bench's load scenarios.
 
-One `attnserve serve` per source tree (each a checkout of this repository: `git worktree add`, or `git archive
-REV | tar -x -C DIR`), all on the same bundle and running at once, then short load bursts on each in turn,
-round after round: 32 callers with one short text each, then one caller. What is compared is the server
-process's CPU time per request, which other jobs on a shared machine move far less than wall time, taken
-minutes apart from nothing: a version's rounds are interleaved with the other's. Prints each round and the
-medians.
+A SERVER is a source tree (a checkout of this repository: `.`, `git worktree add`, or `git archive REV | tar -x -C
+DIR`), optionally followed by settings for its environment: `.,ATTNSERVE_GRAPH_RUNS=2,ATTNSERVE_INTRA_OP_THREADS=1`.
+One `attnserve serve` per SERVER, all on the same bundle and running at once with the answer cache off (the
+scenarios repeat their bodies), then short bursts of each scenario on each server in turn, round after round, so
+each one's figures are taken seconds from the others' and a busy machine moves them alike. Prints each burst and
+the medians: texts/s, p50 and the server process's CPU ms per text (which other jobs on a shared machine move far
+less than wall time).
 """
 
 from __future__ import annotations
@@ -16,71 +17,102 @@ import asyncio
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
+from tokenizers import Tokenizer
 
 from bench import procs
-from bench.httpload import Payload, run_load
+from bench.httpload import LoadResult, run_load
+from bench.scenarios import SCENARIOS, path_of, payloads
+from bench.texts import load_tokenizer
+from bundle.manifest import Manifest
 
-CALLERS = (32, 1)
+LOAD_SCENARIOS = ("a", "b", "c", "d")  # embeddings of plain texts
+
+
+@dataclass(frozen=True)
+class Spec:
+    label: str
+    tree: Path
+    env: dict[str, str]
+
+
+def parse_spec(text: str) -> Spec:
+    """`TREE[,VAR=VALUE...]`: a checkout and the environment its server starts with."""
+    tree, *settings = text.split(",")
+    env = {}
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"{setting!r} in {text!r} is not VAR=VALUE")
+        env[name] = value
+    return Spec(text, Path(tree), env)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.sidebyside", description=__doc__.splitlines()[0])
-    parser.add_argument("trees", nargs="+", type=Path, help="source trees (repository checkouts) to serve from")
+    parser.add_argument("servers", nargs="+", type=parse_spec, metavar="TREE[,VAR=VALUE...]",
+                        help="a source tree (repository checkout) to serve from, and settings for its environment")
     parser.add_argument("--bundle", type=Path, required=True, help="the bundle every server serves")
-    parser.add_argument("--route", default="/embed", choices=("/embed", "/v1/embeddings", "/classify"),
-                        help="the route the load goes to")
-    parser.add_argument("--rounds", type=int, default=3, help="bursts per tree and number of callers")
-    parser.add_argument("--duration", type=float, default=4.0, help="seconds per burst (after 0.5 s of warm-up)")
-    return parser.parse_args(argv)
-
-
-def bodies(route: str) -> list[Payload]:
-    def body(i: int) -> bytes:
-        text = f"the film number {i} was fine and fun"
-        return orjson.dumps({"input": text, "model": "bench"} if route == "/v1/embeddings" else {"inputs": text})
-
-    return [Payload(body(i), 1, 10) for i in range(64)]
+    parser.add_argument("--scenarios", default="a,d",
+                        help=f"comma-separated bench scenarios among {','.join(LOAD_SCENARIOS)} (bench.scenarios)")
+    parser.add_argument("--rounds", type=int, default=3, help="bursts per server and scenario")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per burst (after 1 s of warm-up)")
+    args = parser.parse_args(argv)
+    args.scenarios = args.scenarios.split(",")
+    if unknown := [s for s in args.scenarios if s not in LOAD_SCENARIOS]:
+        parser.error(f"unknown scenarios {unknown}: choose among {', '.join(LOAD_SCENARIOS)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    bundle = args.bundle.resolve()
+    tokenizer = load_tokenizer(bundle, Manifest.read(bundle))
     log_dir = Path(tempfile.mkdtemp(prefix="attnserve-sidebyside-"))
     servers = []
     try:
-        for i, tree in enumerate(args.trees):
-            server = procs.launch(str(tree), procs.service_argv(args.bundle.resolve()), log_dir / f"server-{i}.log",
-                                  procs.clean_env(), cwd=tree.resolve())
+        for i, spec in enumerate(args.servers):
+            env = procs.clean_env(ATTNSERVE_CACHE_BYTES="0", **spec.env)
+            server = procs.launch(spec.label, procs.service_argv(bundle), log_dir / f"server-{i}.log", env,
+                                  cwd=spec.tree.resolve())
             servers.append(server)
             if not procs.wait_ready(server):
-                sys.exit(f"{tree}: server not ready; see {server.log_path}")
-        cpu_ms: dict[tuple[int, int], list[float]] = {(i, n): [] for i in range(len(servers)) for n in CALLERS}
+                sys.exit(f"{spec.label}: server not ready; see {server.log_path}")
+        figures: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
         for round_ in range(args.rounds):
-            for callers in CALLERS:
+            for name in args.scenarios:
                 for i, server in enumerate(servers):
-                    cpu_ms[i, callers].append(_burst(server, args.route, callers, args.duration))
-                    print(f"round {round_ + 1} {callers:2d} caller(s) {args.trees[i]}: "
-                          f"{cpu_ms[i, callers][-1]:.3f} ms CPU per request", flush=True)
-        print(f"\n| tree | {args.route}, 32 callers: CPU ms per request (median) | 1 caller |\n|---|---|---|")
-        for i, tree in enumerate(args.trees):
-            print(f"| {tree} | {statistics.median(cpu_ms[i, 32]):.3f} | {statistics.median(cpu_ms[i, 1]):.3f} |")
+                    row = _burst(server, name, tokenizer, args.duration)
+                    figures.setdefault((i, name), []).append(row)
+                    print(f"round {round_ + 1} ({name}) {args.servers[i].label}: {row[0]:.1f} texts/s, "
+                          f"p50 {row[1]:.2f} ms, {row[2]:.3f} CPU ms per text", flush=True)
+        print("\n| server | scen. | texts/s | p50 ms | CPU ms per text |\n|---|---|---|---|---|")
+        for name in args.scenarios:
+            for i, spec in enumerate(args.servers):
+                rows = figures[i, name]
+                medians = [statistics.median(row[k] for row in rows) for k in range(3)]
+                print(f"| {spec.label} | {name} | {medians[0]:.1f} | {medians[1]:.2f} | {medians[2]:.3f} |")
     finally:
         for server in servers:
             procs.terminate(server)
     return 0
 
 
-def _burst(server: procs.Server, route: str, callers: int, duration: float) -> float:
-    payloads = bodies(route)
-    asyncio.run(run_load(server.port, route, payloads, callers, 0.5))
-    result = asyncio.run(run_load(server.port, route, payloads, callers, duration,
-                                  lambda: procs.tree_cpu_s(server.proc.pid)))
+def _burst(server: procs.Server, name: str, tokenizer: Tokenizer, duration: float) -> tuple[float, float, float]:
+    """(texts/s, p50 ms, server CPU ms per text) of one burst of scenario `name`."""
+    scenario = SCENARIOS[name]
+    bodies, path = payloads(scenario, tokenizer, "embed"), path_of(scenario, "embed")
+    asyncio.run(run_load(server.port, path, bodies, scenario.workers, 1.0))
+    result: LoadResult = asyncio.run(run_load(server.port, path, bodies, scenario.workers, duration,
+                                              lambda: procs.tree_cpu_s(server.proc.pid)))
     if result.errors or not result.requests:
         raise SystemExit(f"{server.name}: {result.errors} errors ({result.statuses}); see {server.log_path}")
     assert result.server_cpu_s is not None
-    return 1000 * result.server_cpu_s / result.requests
+    latencies = sorted(result.latencies_s)
+    return (result.texts / result.wall_s, 1000 * latencies[len(latencies) // 2],
+            1000 * result.server_cpu_s / result.texts)
 
 
 if __name__ == "__main__":

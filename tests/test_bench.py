@@ -160,3 +160,17 @@ class BatchDependent:
 
 def test_a_batch_dependent_session_is_caught(sequences):
     assert invariance.batch_max_abs_diff(BatchDependent(), sequences) > 1e-3
+
+
+def test_side_by_side_servers_are_trees_with_their_settings():
+    from bench.sidebyside import parse_args
+
+    args = parse_args([".", "../old,ATTNSERVE_GRAPH_RUNS=2,ATTNSERVE_INTRA_OP_THREADS=1", "--bundle", "b",
+                       "--scenarios", "b,c"])
+    assert [(s.tree, s.env) for s in args.servers] == [
+        (Path("."), {}), (Path("../old"), {"ATTNSERVE_GRAPH_RUNS": "2", "ATTNSERVE_INTRA_OP_THREADS": "1"})]
+    assert args.scenarios == ["b", "c"]
+    with pytest.raises(SystemExit):
+        parse_args([".,GRAPH_RUNS", "--bundle", "b"])
+    with pytest.raises(SystemExit):
+        parse_args([".", "--bundle", "b", "--scenarios", "e"])
