@@ -8,12 +8,14 @@ its share, callers of a class sharing by tokens) for a batch: its head, then sam
 and the nearest lengths (less padding) under the token budget (batch size x longest sequence) and the size
 cap (with several slots free, the waiting inputs are shared out among them, so one large request keeps
 every slot busy); it runs the graph in an executor thread and fans the per-input results back out while the
-other slots run. A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive
-batch runs at once beside them in one more slot kept for it (the interactive lane), instead of waiting for
-a bulk batch to end. Bulk batches run in threads of their own, at a lower CPU priority (`inference.threads`).
-A failed batch fails every waiter in it; a request that waits past the queue timeout fails with
-`QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs compute. On stop,
-admitted work is drained before the task ends.
+other slots run.
+A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive batch runs at once
+beside them in one more slot kept for it (the interactive lane), instead of waiting for a bulk batch to end.
+Bulk batches run in threads of their own, at a lower CPU priority (`inference.threads`). Inputs of a model's
+different LoRA adapters share batches: each item carries its adapter index, and the run gets one per row
+(`inference.graphs`). A failed batch fails every waiter in it; a request that waits past the queue timeout
+fails with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs
+compute. On stop, admitted work is drained before the task ends.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from inference.options import BatchOptions
 
 log = logging.getLogger(__name__)
 
-RunFn = Callable[[str, list[np.ndarray]], Sequence[Any]]
+RunFn = Callable[[str, list[np.ndarray], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
 
 
 @dataclass(eq=False)
@@ -51,6 +53,7 @@ class WorkItem:
     ran_at: float = 0.0  # its graph run started
     done_at: float = 0.0  # its graph run ended
     urgent: bool = False  # its batch runs without waiting batch_wait_s (warm-up, readiness probes)
+    adapter: int = 0  # its LoRA adapter's index (0: the bare base): rows of different adapters share a batch
     length: int = field(init=False)  # tokens: read for every waiting input each time a batch is formed
 
     def __post_init__(self) -> None:
@@ -139,13 +142,14 @@ class Batcher:
         return Ticket(self._permits, n, caller)
 
     async def submit(
-        self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray], urgent: bool = False,
+        self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray], urgent: bool = False, adapter: int = 0,
     ) -> list[Any]:
-        """Queue one item per sequence (the ticket's caller's) and wait for all results, in order. `urgent`
-        items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
+        """Queue one item per sequence (the ticket's caller's, run with `adapter`) and wait for all results, in
+        order. `urgent` items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
-        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller, urgent=urgent) for ids in sequences]
+        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller, urgent=urgent, adapter=adapter)
+                 for ids in sequences]
         self._queue.push(items)
         self._observer.queue_depth(ticket.caller.name, self._queue.waiting(ticket.caller.name))
         self._wake.set()
@@ -293,7 +297,8 @@ class Batcher:
         self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live])
+            outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live],
+                                                 [i.adapter for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
         except Exception:

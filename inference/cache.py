@@ -2,12 +2,13 @@
 and the input's exact token ids, bounded in bytes, least recently used out first.
 
 Exact because every part of what a graph computes from an input is in the key: the model's fingerprint
-(`LoadedBundle.fingerprint`: sha256 over the served fast graph, the tokenizer and the pooling, as the
-manifest records them), the graph kind asked for (pooled outputs, or per-token vectors), and the token ids
-themselves (so a prompt, the truncation side and a chunk's window are in it). The served variants are
-batch-invariant, so an input's answer does not depend on its batch partners; and a hit returns the very
-arrays the graph returned when the entry was made (copied out of the batch's outputs, read-only): bit for
-bit what the graph answered. Two bundles of one model share entries; bundles of other models never meet.
+(`LoadedBundle.fingerprint`: sha256 over the served fast graph, the tokenizer and the pooling, as the manifest
+records them), the graph kind asked for (pooled outputs, or per-token vectors), the LoRA adapter the input
+runs with (its index among the graph's adapters; 0 the base), and the token ids themselves (so a prompt, the
+truncation side and a chunk's window are in it). The served variants are batch-invariant, so an input's answer
+does not depend on its batch partners; and a hit returns the very arrays the graph returned when the entry was
+made (copied out of the batch's outputs, read-only): bit for bit what the graph answered. Two bundles of one
+model share entries; bundles of other models never meet.
 
 Keys are sha256 digests (32 bytes) of fingerprint, kind and ids, not the ids themselves: an entry's size is
 its arrays' bytes plus a fixed allowance, and `max_bytes` bounds their sum.
@@ -34,8 +35,8 @@ IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (ever
 ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
 
 
-def key(model_fingerprint: str, kind: str, ids: np.ndarray) -> bytes:
-    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{ids.shape}/".encode())  # (T,) ids or (T, 2) with types
+def key(model_fingerprint: str, kind: str, ids: np.ndarray, adapter: int = 0) -> bytes:
+    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{adapter}/{ids.shape}/".encode())  # (T,) or (T, 2) ids
     digest.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
     return digest.digest()
 

@@ -10,6 +10,8 @@ knows about HTTP.
     │   ├── OutOfRange           a value past a size of the loaded model (layer, head, token id, dimensions)
     │   ├── Unsupported          the model cannot do it (no labels, no attention graph, no such output)
     │   ├── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
+    │   ├── UnknownTask          a task (LoRA adapter) the model does not have, or any task for a model without
+    │   │                        adapters (code no_tasks), or two that disagree (code task_conflict)
     │   └── NoInstruction        an instruction for a model without an instruction prompt, or with another prompt
     ├── ModelNotFound            no served model has the requested name (the message lists them)
     ├── Overloaded               admission full; carries how long to wait before retrying
@@ -67,6 +69,10 @@ class Unsupported(InvalidRequest):
 
 class UnknownPrompt(InvalidRequest):
     code = "unknown_prompt"
+
+
+class UnknownTask(InvalidRequest):
+    code = "unknown_task"
 
 
 class NoInstruction(InvalidRequest):

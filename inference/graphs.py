@@ -8,7 +8,9 @@ asks its session only for the outputs it serves: the fast graph's (B, T, D) `tok
 out only by the `TOKENS` graph (/embed_all), and each head's own output by its own kind (`VIEWS`): `PAIRS`
 (a cross-encoder's logits of text pairs), `SPARSE` (SPLADE's (B, V) vectors), `TOKEN_LOGITS` ((B, T, C)
 token labels), all sharing the fast graph's session. The session's inputs are fed by name: `input_ids` and
-`attention_mask`, and `token_type_ids` for a graph that takes them.
+`attention_mask`, `token_type_ids` for a graph that takes them, and `adapter` (B,) for the graphs of a bundle
+with LoRA adapters: each row's adapter index (0 the bare base, i + 1 the manifest's adapters[i]), so rows of
+different adapters share one batch.
 
 A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
 graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none.
@@ -28,6 +30,7 @@ TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token
 PAIRS, SPARSE, TOKEN_LOGITS = "pairs", "sparse", "token_logits"  # the fast graph's session, one head output each
 VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LOGITS: "token_logits"}
 PER_TOKEN = ("token_embeddings", "token_logits")  # outputs with a row per token: (B, T, ...)
+ADAPTER = "adapter"  # the graphs' per-row adapter index input, (B,) int64, in bundles with adapters
 
 
 def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
@@ -60,12 +63,18 @@ class Graph:
         self.session, self.outputs, self.pad_id = session, list(outputs), pad_id
         self._inputs = [i.name for i in session.get_inputs()]
         self._types = "token_type_ids" in self._inputs
+        self.adapted = ADAPTER in self._inputs  # takes each row's adapter index
 
-    def run(self, sequences: Sequence[np.ndarray]) -> list[Outputs]:
-        """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens."""
+    def run(self, sequences: Sequence[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
+        """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens; `adapters`: each
+        sequence's adapter index (None: the bare base for all), fed to a graph that takes them."""
         ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]
         types = [s[:, 1] if s.ndim == 2 else np.zeros_like(s) for s in sequences] if self._types else None
-        feeds = pad(ids, self.pad_id, self._inputs, type_ids=types)  # (B, T) each
+        feeds = pad(ids, self.pad_id, [n for n in self._inputs if n != ADAPTER], type_ids=types)  # (B, T) each
+        if self.adapted:
+            feeds[ADAPTER] = np.asarray(adapters if adapters is not None else [0] * len(ids), dtype=np.int64)  # (B,)
+        elif adapters is not None and any(adapters):
+            raise ValueError("adapter indices given to a graph that takes no adapter input")
         values = self.session.run(self.outputs, feeds)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])

@@ -44,8 +44,9 @@ class LoadedBundle:
     variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
     variant_reason: str = ""  # why the fast graph's variant was chosen
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        return self.graphs[kind].run(sequences)
+    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
+        """The `kind` graph's outputs per sequence; `adapters`: each row's adapter index (None: the base)."""
+        return self.graphs[kind].run(sequences, adapters)
 
     @property
     def fingerprint(self) -> str:

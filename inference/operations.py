@@ -30,13 +30,13 @@ async def embed(
 ) -> Embeddings:
     """Pooled vectors, L2-normalised when asked, cut to `dimensions` (then renormalised). Chunked: per input
     the token-weighted mean of its windows' vectors (before normalisation), or every window's vector. Texts
-    get the prompt that `instruction`, `prompt_name`, `input_type` or the model's default chooses
-    (`inference.prompts`)."""
+    get the prompt that `instruction`, `prompt_name`, `input_type`, the model's adapter (a prompt named like it)
+    or the model's default chooses (`inference.prompts`)."""
     check_dimensions(dimensions, model.bundle.manifest.embedding_size)
     if instruction is not None and chunked is not None:  # windows keep room for the model's prompts, not for it
         raise NoInstruction("an instruction cannot be given with chunking; send the text truncated, or use the "
                             "model's query prompt (input_type query)")
-    prompt = prompt_text(model.bundle.manifest, prompt_name, input_type, instruction)
+    prompt = prompt_text(model.bundle.manifest, prompt_name, input_type, instruction, model.adapter)
     values, tokens, spans = await _pooled(model, inputs, "embeddings", truncate, direction, chunked, prompt)
     return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
 
@@ -70,7 +70,7 @@ async def embed_all(
     included); refused before any graph runs when the answer would pass embed_all_cap_bytes."""
     model.require("embed_all", "give token vectors (its fast graph has no token_embeddings output)")
     hidden = model.bundle.manifest.hidden_size
-    prompt = prompt_text(model.bundle.manifest, prompt_name, instruction=instruction)
+    prompt = prompt_text(model.bundle.manifest, prompt_name, instruction=instruction, task=model.adapter)
     _, outputs = await model.run(inputs, [TOKENS], truncate, direction, prompt=prompt,
                                  check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
     return [o["token_embeddings"] for o in outputs[TOKENS]]

@@ -7,6 +7,8 @@ Which prefix a request's texts get, as sentence-transformers' `encode(prompt_nam
     input_type given    "query": the prompt named "query"; "document": the one named "document", else "passage"
                         (Cohere's and vLLM's field); a model without such a prompt embeds the text as given, so
                         a model that prompts only its queries (as many do) embeds documents bare
+    task                a request run with a LoRA adapter (its `task`) that names neither: the prompt named like
+                        the task, if the model has one (jina-embeddings-v3's `encode(task=t, prompt_name=t)`)
     neither             the model's default prompt, if it names one; else none
     instruction given   Qwen3-Embedding's (and e5-mistral's, gte-Qwen2's) format with the request's task,
                         `Instruct: {task}\nQuery:` in the spacing of the model's own instruction prompt (the
@@ -65,9 +67,9 @@ def instruction_info(prompts: dict[str, str]) -> dict[str, str] | None:
 
 
 def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: InputType | None = None,
-                instruction: str | None = None) -> str:
+                instruction: str | None = None, task: str | None = None) -> str:
     """The prefix of a request's texts ("" for none): by its instruction, else its prompt_name, else its
-    input_type, else the default."""
+    input_type, else the prompt named like its task (the adapter it runs with), else the default."""
     prompts = manifest.prompts
     if instruction is not None:
         return _instructed(prompts, instruction, prompt_name, input_type)
@@ -79,6 +81,8 @@ def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: 
     if input_type is not None:
         name = next((n for n in INPUT_TYPE_PROMPTS[input_type] if n in prompts), None)
         return prompts[name] if name is not None else ""
+    if task is not None and task in prompts:
+        return prompts[task]
     return prompts[manifest.default_prompt_name] if manifest.default_prompt_name is not None else ""
 
 

@@ -3,7 +3,10 @@ name, in the order the bundles were given; the first is the default.
 
 With one model served, any name reaches it (clients that send a `model` field keep working whatever they
 send); with several, a request names one of them or gets ModelNotFound listing the served names, and a
-request that names none goes to the first. All the models share the graph threads and `graph_runs` run
+request that names none goes to the first. `NAME:TASK` names model NAME running its LoRA adapter TASK
+(`ServedModel.with_adapter`: 422 for a task it does not have); with one model served, any other name whose
+part after its last colon is one of that model's adapters selects that adapter (a name such as `x:latest`
+still reaches the model as it is). All the models share the graph threads and `graph_runs` run
 slots (1 by default), so no more graph runs overlap on the CPU than the session threads were sized for, and
 one more thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
 tokenising. Bulk batches and the tokenising of bulk requests have threads of their own, at a lower CPU
@@ -84,13 +87,19 @@ class ModelRegistry:
         return len(self._models)
 
     def resolve(self, name: str | None) -> ServedModel:
-        """The model a request naming `name` (None: no name) goes to."""
-        if name is None or len(self._models) == 1:
+        """The model a request naming `name` (None: no name) goes to: a served name, or `base:adapter` (that
+        model with its adapter)."""
+        if name is None:
             return self.default
         model = self._models.get(name)
-        if model is None:
-            raise ModelNotFound(f"no model named {quoted(name)} is served; served models: {', '.join(self._models)}")
-        return model
+        if model is not None:
+            return model
+        base, colon, adapter = name.rpartition(":")
+        if colon and base in self._models:
+            return self._models[base].with_adapter(adapter)
+        if len(self._models) == 1:  # any name reaches it; one ending in one of its adapters selects it
+            return self.default.with_adapter(adapter) if colon and adapter in self.default.adapters else self.default
+        raise ModelNotFound(f"no model named {quoted(name)} is served; served models: {', '.join(self._models)}")
 
     async def check_ready(self) -> None:
         """NotReady naming the first model that is not ready."""
@@ -108,7 +117,7 @@ class ModelRegistry:
         Unknown names: not busy."""
         if name is None or len(self._models) == 1:
             return all(model.batcher.full_for(priority) for model in self)
-        model = self._models.get(name)
+        model = self._models.get(name) or self._models.get(name.rpartition(":")[0])  # base:adapter: the base's
         return model is not None and model.batcher.full_for(priority)
 
 

@@ -17,12 +17,18 @@ another input of the same request runs once, an input that another request is ru
 (unless that request is bulk and this one interactive), and what runs is kept for the next request. A request
 whose graphs are all of the cached kinds takes the token ids of texts seen before from the cache too, without
 tokenising them again. With the cache off (0 bytes) every input is tokenised and runs, repeats too.
+
+A bundle with LoRA adapters (the manifest's `adapters`; a request's `task` on the wire) is served by one
+`ServedModel`; `with_adapter(name)` gives a view of it whose every graph run carries that adapter's index, so
+a request made through the view runs with the adapter whatever it asks for (vectors, windows, pairs, maps),
+while its inputs share batches, permits and the answer cache (keyed by the adapter too) with every other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -35,7 +41,7 @@ from inference import chunking, timing
 from inference.batcher import Batcher, Ticket
 from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady, Unsupported
+from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
 from inference.fairqueue import Caller
 from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
@@ -64,6 +70,7 @@ class ServedModel:
         self.answers = answers if answers is not None else AnswerCache(0)  # shared by the models of a registry
         self.fingerprint = bundle.fingerprint
         self.warm = False
+        self.adapter: str | None = None  # the LoRA adapter this model's runs use (None: the bare base): with_adapter
         self._probe = asyncio.Lock()
         self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, self._run_graph)
 
@@ -84,6 +91,35 @@ class ServedModel:
         if task not in self.tasks:
             raise Unsupported(f"model {self.name} cannot {what or task.replace('_', ' ')}; it can: "
                               f"{', '.join(sorted(self.tasks))} (GET /info lists each model's tasks)")
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """The bundle's LoRA adapters by name, in index order (adapters[i] is index i + 1; 0 the bare base)."""
+        return tuple(adapter.name for adapter in self.bundle.manifest.adapters)
+
+    def with_adapter(self, name: str | None) -> ServedModel:
+        """This model with every graph run carrying adapter `name` (None, or the one it runs: itself): a shallow
+        copy sharing the batcher, sessions, admission and cache. UnknownTask (422) for a name the model does not
+        have (naming those it has), for any name when it has none, and for another name than a view's own."""
+        if name is None or name == self.adapter:
+            return self
+        if self.adapter is not None:
+            raise UnknownTask(f"the request names two tasks for model {self.name}: {self.adapter!r} and "
+                              f"{name[:64]!r}", code="task_conflict")
+        if not self.adapters:
+            raise UnknownTask(f"model {self.name} has no tasks (its bundle has no adapters); leave `task` out",
+                              code="no_tasks")
+        if name not in self.adapters:
+            raise UnknownTask(f"task {name[:64]!r} is not one of model {self.name}'s tasks (it has: "
+                              f"{', '.join(repr(a) for a in self.adapters)})")
+        view = copy.copy(self)
+        view.adapter = name
+        return view
+
+    @property
+    def adapter_index(self) -> int:
+        """The index its graph runs feed as `adapter`: 0 for the base, i + 1 for adapters[i]."""
+        return 0 if self.adapter is None else self.adapters.index(self.adapter) + 1
 
     @property
     def ready(self) -> bool:
@@ -171,13 +207,14 @@ class ServedModel:
         return windows, grouped, followed
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        """Every sequence's outputs, in order (of the cached kinds, through the cache: `inference.shared`)."""
-        return await self._shared.submit(ticket, kind, sequences)
+        """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
+        cache: `inference.shared`)."""
+        return await self._shared.submit(ticket, kind, sequences, self.adapter_index)
 
     async def _run_graph(
-        self, ticket: Ticket, kind: str, sequences: list[np.ndarray], urgent: bool = False,
+        self, ticket: Ticket, kind: str, sequences: list[np.ndarray], adapter: int = 0, urgent: bool = False,
     ) -> list[Outputs]:
-        outputs = await self.batcher.submit(ticket, kind, sequences, urgent)
+        outputs = await self.batcher.submit(ticket, kind, sequences, urgent, adapter)
         if (record := timing.current()) is not None:
             record.ran(ticket.queue_s, ticket.inference_s)
         for index, output in enumerate(outputs):

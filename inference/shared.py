@@ -25,7 +25,7 @@ from inference.graphs import Outputs
 from inference.observer import BatchObserver
 from inference.tokenize import Direction, Encoded
 
-RunGraph = Callable[[Ticket, str, list[np.ndarray]], Awaitable[list[Outputs]]]
+RunGraph = Callable[[Ticket, str, list[np.ndarray], int], Awaitable[list[Outputs]]]  # (..., adapter index)
 Tokenize = Callable[[Sequence[str]], Awaitable[list[Encoded]]]
 HashKeys = Callable[..., Awaitable[list[bytes]]]  # (fn, *args): fn(*args), on the event loop or off it
 
@@ -75,27 +75,30 @@ class SharedAnswers:
                    prompt: str) -> list[bytes]:
         return [text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
 
-    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
-        """Every sequence's outputs, in order. Of the cached kinds, with the cache on: hits from the cache (their
-        permits returned at once, never queued), sequences another request of a class at least as urgent is
-        running now from that run, and each other distinct sequence run once and kept; otherwise all run."""
+    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray], adapter: int = 0) -> list[Outputs]:
+        """Every sequence's outputs, in order, run with `adapter` (its index; 0 the base). Of the cached kinds, with
+        the cache on: hits from the cache (their permits returned at once, never queued), sequences another
+        request of a class at least as urgent is running now from that run, and each other distinct sequence run
+        once and kept; otherwise all run."""
         if kind not in CACHED_KINDS or not self.on:
-            return await self._run_graph(ticket, kind, sequences)
-        keys = [key(self.fingerprint, kind, ids) for ids in sequences]
+            return await self._run_graph(ticket, kind, sequences, adapter)
+        keys = [key(self.fingerprint, kind, ids, adapter) for ids in sequences]
         found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.cache.get(k)) is not None}
         missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
         borrowed = {k: run for k in missing if (run := self._running.get(k)) is not None
                     and (run.priority == "interactive" or ticket.caller.priority == "bulk")}
         own = {k: ids for k, ids in missing.items() if k not in borrowed}
         ticket.give_back(len(sequences) - len(missing))  # a borrowed input keeps its permit until its run ends
-        found |= await self._run_and_keep(ticket, kind, own)
+        found |= await self._run_and_keep(ticket, kind, own, adapter)
         retry = {k: missing[k] for k in await self._borrow(borrowed, found) if k not in found}
-        found |= await self._run_and_keep(ticket, kind, retry)
+        found |= await self._run_and_keep(ticket, kind, retry, adapter)
         ticket.give_back(len(borrowed) - len(retry))
         self._answered_cached(ticket.caller, len(sequences), len(own) + len(retry))
         return [found[k] for k in keys]
 
-    async def _run_and_keep(self, ticket: Ticket, kind: str, own: dict[bytes, np.ndarray]) -> dict[bytes, Outputs]:
+    async def _run_and_keep(
+        self, ticket: Ticket, kind: str, own: dict[bytes, np.ndarray], adapter: int,
+    ) -> dict[bytes, Outputs]:
         """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
         their batch. While they run, other requests asking for the same keys wait for this run (`_running`)
         instead of running them again: they get its outputs, or its queue timeout, or, if it failed otherwise
@@ -108,7 +111,7 @@ class SharedAnswers:
             if k not in self._running or run.priority == "interactive":
                 self._running[k] = run
         try:
-            ran = await self._run_graph(ticket, kind, list(own.values()))
+            ran = await self._run_graph(ticket, kind, list(own.values()), adapter)
         except QueueTimeout as timeout:
             for run in runs.values():
                 run.future.set_result(timeout)  # those waiting for it waited as long

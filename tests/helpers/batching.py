@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import numpy as np
@@ -25,12 +25,14 @@ class FakeRunner:
         self.gate = threading.Event()
         self.gate.set()
         self.waiting = 0
+        self.adapters: list[list[int]] = []  # each batch's adapter index per row
 
-    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
+    def __call__(self, kind: str, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
         self.waiting += 1
         self.gate.wait(5)
         self.waiting -= 1
         self.batches.append([len(s) for s in seqs])
+        self.adapters.append(list(adapters))
         if self.fail:
             raise RuntimeError("boom: /secret/path")
         out = [(kind, len(s)) for s in seqs]

@@ -40,7 +40,7 @@ class GatedBundle(LoadedBundle):
         fake.gate.set()
         return fake
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
+    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Sequence[Any]:
         self.waiting += 1
         try:
             self.gate.wait(60)
@@ -48,7 +48,7 @@ class GatedBundle(LoadedBundle):
             self.waiting -= 1
         if self.fault is not None:
             self.fault()
-        return super().run_batch(kind, sequences)
+        return super().run_batch(kind, sequences, adapters)
 
 
 def _plugs() -> Iterator[str]:

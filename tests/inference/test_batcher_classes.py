@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -97,13 +98,13 @@ class ThreadRunner(FakeRunner):
         self.now = self.most = 0
         self._lock = threading.Lock()
 
-    def __call__(self, kind: str, seqs: list[np.ndarray]) -> list[tuple[str, int]]:
+    def __call__(self, kind: str, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)
         try:
             self.threads[len(seqs[0])] = threading.current_thread().name
-            return super().__call__(kind, seqs)
+            return super().__call__(kind, seqs, adapters)
         finally:
             with self._lock:
                 self.now -= 1

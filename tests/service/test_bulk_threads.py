@@ -57,9 +57,9 @@ class Recording(LoadedBundle):
         fake.tokenizer.encode = recorded  # type: ignore[method-assign]
         return fake
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
+    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Sequence[Any]:
         self.where.append(("graph", threading.current_thread().name, priority()))
-        return super().run_batch(kind, sequences)
+        return super().run_batch(kind, sequences, adapters)
 
 
 def test_a_thread_lowers_its_own_priority_only() -> None:

@@ -216,13 +216,13 @@ class Overlapping(LoadedBundle):
     def around(cls, loaded: LoadedBundle) -> Overlapping:
         return cls(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray]) -> Sequence[Any]:
+    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Sequence[Any]:
         with RUNNING_LOCK:
             RUNNING["now"] += 1
             RUNNING["most"] = max(RUNNING["most"], RUNNING["now"])
         try:
             time.sleep(0.02)  # simulated work: a window in which a second graph thread would overlap
-            return super().run_batch(kind, sequences)
+            return super().run_batch(kind, sequences, adapters)
         finally:
             with RUNNING_LOCK:
                 RUNNING["now"] -= 1
