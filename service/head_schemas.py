@@ -12,8 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from service.schemas import (
     CHUNK_OVERLAP,
+    TASK,
     Index,
     Positive,
+    Tasked,
     Text,
     Texts,
     Truncation,
@@ -95,6 +97,7 @@ class CohereRerankRequest(RerankOptions):
         description="Texts, or objects with a `text` field, to rank.")
     top_n: Positive | None = Field(None, description="Return only the n most relevant documents (default: all).")
     return_documents: StrictBool = Field(False, description="Return each document with its score.")
+    task: Text | None = Field(None, description=TASK)
 
 
 class CohereDocument(BaseModel):
@@ -122,6 +125,7 @@ class ScoreRequest(TruncationFields):
     model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them).")
     text_1: Text | Texts = Field(description="A text scored against every text_2, or one text per text_2.")
     text_2: Text | Texts = Field(description="A text or texts to score against text_1.")
+    task: Text | None = Field(None, description=TASK)
 
 
 class ScoreItem(BaseModel):
@@ -140,7 +144,7 @@ class ScoreResponse(BaseModel):
 
 
 # -- token labels ----------------------------------------------------------------------------------
-class ClassifyTokensRequest(_Request):
+class ClassifyTokensRequest(Tasked, _Request):
     inputs: Text | Texts
     aggregation: Literal["none", "simple", "first", "average", "max"] = Field(
         "none", description="As transformers' token-classification pipeline: none labels each token; simple groups "

@@ -90,7 +90,8 @@ def _accepted(
         return None, None
     query = _model_query(scope) if route.model_query else None
     try:
-        served = pick_model(models, scope.setdefault("state", {}), getattr(request, "model", None), query)
+        served = pick_model(models, scope.setdefault("state", {}), getattr(request, "model", None), query,
+                            task=getattr(request, "task", None))
     except InferenceError:
         return None, None
     return served, request

@@ -5,7 +5,8 @@ left out (they answer 404).
 With several models served the bounds are the tightest of them, so that whatever the document accepts,
 every model accepts: `dimensions` up to the embedding size, layer and head indices below the model's counts,
 token ids below the vocabulary size, `chunk_overlap` below the chunking window (less the longest prompt),
-`prompt_name` one of the prompts every model has, `instruction` only when every model takes one, and on /v2
+`prompt_name` one of the prompts every model has, `task` one of the adapters every model has (only null when
+some model has none), `instruction` only when every model takes one, and on /v2
 the output names the models give; and from the settings, at most max_inputs inputs. What no document can state
 stays a 422 naming its limit: an input too long for the model with truncation off, an answer over its cap, an
 instruction beside a prompt_name or chunking, and on /v2 a tensor whose data does not fill its shape.
@@ -44,6 +45,7 @@ class Bounds:
     outputs: tuple[str, ...]  # /v2 output names
     prompts: tuple[str, ...]  # the prompt names every model has
     instructed: bool = False  # every model takes an `instruction`
+    adapters: tuple[str, ...] = ()  # the adapter names (tasks) every model has
 
 
 def bounds(models: ModelRegistry) -> Bounds:
@@ -61,6 +63,7 @@ def bounds(models: ModelRegistry) -> Bounds:
         min(windows), min(pair_windows), _agreed(windows), _agreed(pair_windows),
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
         all(instruction_of(m.prompts) is not None for m in manifests),
+        tuple(name for name in listed[0].adapters if all(name in m.adapters for m in listed)),
     )
 
 
@@ -111,6 +114,9 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name in INSTRUCTED:
         if name in schemas:
             _instruction(schemas[name]["properties"]["instruction"], served.instructed)
+    for schema in schemas.values():
+        if "task" in schema.get("properties", {}):  # every request that runs the model
+            _prompt_names(schema["properties"]["task"], served.adapters)
     for path in INFER_PATHS:
         if path in doc["paths"]:
             _infer_body(doc["paths"][path]["post"]["requestBody"], served)
@@ -130,7 +136,7 @@ def _cap(node: Any, most: int) -> None:
 
 
 def _prompt_names(node: dict[str, Any], names: tuple[str, ...]) -> None:
-    """A prompt name is one of `names`, or null; with no name every model has, only null."""
+    """A prompt (or task) name is one of `names`, or null; with no name every model has, only null."""
     branches = [b for b in node["anyOf"] if b.get("type") != "string"]
     node["anyOf"] = [{"type": "string", "enum": list(names)}, *branches] if names else branches
 
@@ -170,6 +176,7 @@ def _infer_body(body: dict[str, Any], served: Bounds) -> None:
         _cap(parameters[key], count - 1)
         _index_pattern(parameters[key], count)
     _prompt_names(parameters["prompt_name"], served.prompts)
+    _prompt_names(parameters["task"], served.adapters)
     _instruction(parameters["instruction"], served.instructed)
 
 

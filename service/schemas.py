@@ -68,6 +68,16 @@ INSTRUCTION = (
     "For queries: alone or with input_type query; refused (422, instruction_not_taken) with prompt_name, input_type "
     "document or chunking, and by a model without an instruction prompt. 1 to 2,000 characters."
 )
+TASK = (
+    "The model's LoRA adapter to run, by name: its tasks, as Jina's API calls them (jina-embeddings-v3's "
+    "retrieval.query, retrieval.passage, separation, classification, text-matching; GET /info and /v1/models list "
+    "each model's `adapters`). Every graph run of the request carries it; a model name `base:task` says the same, "
+    "and a different task beside it is refused (422, task_conflict). When the model has a prompt named like the "
+    "task and the request names no prompt_name, input_type or instruction, that prompt is put before every text "
+    "input, as jina's encode(task=t, prompt_name=t) does. A task the model does not have is refused (422, "
+    "unknown_task, listing its tasks), and so is any task on a model without adapters (422, no_tasks). "
+    "Default: the base model, no adapter."
+)
 Instruction = Annotated[str, StringConstraints(min_length=1, max_length=2000), AfterValidator(_valid_unicode)]
 RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
               "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
@@ -87,14 +97,20 @@ class _Request(_Strict):
                                "the first. With one model served, any name is accepted. Or the `model` query.")
 
 
+class Tasked(_Strict):
+    """A request that runs the model: it may name the model's adapter (task)."""
+
+    task: Text | None = Field(None, description=TASK)
+
+
 class TruncationFields(_Strict):
     truncate: StrictBool | None = Field(None, description="Cut inputs longer than the model's max length; "
                                         "false refuses them (422). Default: the server's ATTNSERVE_TRUNCATE.")
     truncation_direction: Direction = Field("Right", description="Which end of a long input is cut.")
 
 
-class Truncation(TruncationFields, _Request):
-    """Truncation fields on a route's request body."""
+class Truncation(TruncationFields, Tasked, _Request):
+    """Truncation fields on a route's request body (one that runs the model: it may name a task)."""
 
 
 class Chunked(_Request):
@@ -136,6 +152,7 @@ class OpenAIEmbeddingRequest(BaseModel):
         "`default_prompt_name`, when it names one. `usage` counts the prompt's tokens. Token-id inputs are run as "
         "given."))
     instruction: Instruction | None = Field(None, description=INSTRUCTION)
+    task: Text | None = Field(None, description=TASK)
 
 
 class OpenAIEmbedding(BaseModel):
@@ -176,6 +193,11 @@ class OpenAIModel(BaseModel):
     instruction: dict[str, str] | None = Field(description=(
         "An instruction-following embedder's format (`template`, with {instruction}) and its own task (`default`), "
         "from its instruction prompt; null for a model that takes no `instruction`."))
+    adapters: list[str] = Field(description=(
+        "The model's LoRA adapters, by name: what a request's `task` (or a model name `id:task`, listed as a "
+        "model of its own) may name; empty for a model without adapters."))
+    adapter: str | None = Field(None, description="The adapter a `name:adapter` entry runs; null for the model "
+                                "itself.")
 
 
 class OpenAIModelList(BaseModel):
@@ -242,7 +264,7 @@ class SimilarityParameters(TruncationFields, Prompted):
     """TEI's similarity parameters: truncation, and the prompt of every sentence (the source's too)."""
 
 
-class SimilarityRequest(_Request):
+class SimilarityRequest(Tasked, _Request):
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = None
 

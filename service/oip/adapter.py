@@ -11,7 +11,9 @@ shape; a row's ids where the mask is 1, used as given). Outputs: `embeddings` FP
 FP32 (as /attention, over real tokens, padded with zeros to T: [N, l, h, T, T], [N, l, T, T] or [N, T, T] by
 aggregation), `sparse` FP32 [N, V] for a masked-LM bundle (SPLADE, as /embed_sparse, dense) and
 `attention_mask` INT64 [N, T] (1 on each input's real tokens, to unpad the attentions).
-Text inputs get the model's prompt as on /embed (`instruction`, else `prompt_name`, else its default).
+Text inputs get the model's prompt as on /embed (`instruction`, else `prompt_name`, else the prompt named like
+the request's `task`, else its default). The `task` parameter (or a `base:task` model name) runs the model's
+LoRA adapter of that name.
 One request is one call of `inference.inspection.graph_outputs`: admitted and tokenised once, every cap
 checked before any graph runs, through the same batching, limits and errors as every route.
 """
@@ -78,6 +80,7 @@ def output_specs(served: ServedModel) -> dict[str, tuple[str, list[int]]]:
 
 async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, np.ndarray]) -> list[Tensor]:
     """The requested outputs, in the order asked for (default: the fast graph's)."""
+    served = served.with_adapter(request.parameters.task)
     inputs, wanted = model_inputs(tensors), requested(served, request)
     params, names = request.parameters, {name for name, _ in wanted}
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
@@ -89,7 +92,8 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
                                "binary" if binary else "float", "float32")
     views = [SPARSE] if "sparse" in names else []
     fast = bool(names & set(FAST_OUTPUTS)) or (query is None and not views)
-    prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction)
+    prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction,
+                         task=served.adapter)
     result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
                                             direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}

@@ -24,7 +24,7 @@ from pydantic import (
     field_validator,
 )
 
-from service.schemas import INSTRUCTION, Index, Instruction, integral
+from service.schemas import INSTRUCTION, TASK, Index, Instruction, integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
@@ -114,6 +114,7 @@ class InferParameters(_Strict):
                                           "`attentions` and `attention_mask` cover its tokens too. Default: the "
                                           "model's default prompt, when it names one.")
     instruction: Instruction | None = Field(None, description=INSTRUCTION)
+    task: StrictStr | None = Field(None, description=TASK)
 
 
 class InferRequest(BaseModel):

@@ -27,7 +27,7 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
     """One embedding per input, of the text after the prompt `input_type` chooses (default: the model's default
     prompt); with chunking=windows, one per window of each input, in order, each with its `input_index` and span.
     `usage` counts the tokens run (every window's, special tokens and the prompt's included)."""
-    return json_response(await embeddings_answer(body, pick(body.model), job))
+    return json_response(await embeddings_answer(body, pick(body.model, task=body.task), job))
 
 
 async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:
@@ -47,14 +47,21 @@ HOT = (HotRoute("/v1/embeddings", OpenAIEmbeddingRequest, embeddings_answer, mod
             summary="The served models, OpenAI style")
 async def list_models(models: ModelsDep) -> Response:
     """Every served model, in the order the bundles were given (the first is the default), with what it can
-    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all), its prompts and its
-    fingerprint."""
-    data = [{"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks),
-             "fingerprint": m.fingerprint,
-             "prompts": m.bundle.manifest.prompts, "default_prompt_name": m.bundle.manifest.default_prompt_name,
-             "instruction": instruction_info(m.bundle.manifest.prompts)}
-            for m in models]
+    be asked (`tasks`: embed, classify, rerank, sparse, tokens, attention, embed_all), its prompts, its
+    fingerprint and its LoRA `adapters`; after each model with adapters, `name:adapter` for each of them (that
+    model running that adapter: send it as `model`)."""
+    data = [entry for m in models for entry in _listed(m)]
     return json_response({"object": "list", "data": data})
+
+
+def _listed(m: ServedModel) -> list[dict[str, Any]]:
+    """The model's /v1/models entries: itself, then `name:adapter` for each adapter (`adapter` says which)."""
+    manifest = m.bundle.manifest
+    entry = {"id": m.name, "object": "model", "created": 0, "owned_by": "attnserve", "tasks": sorted(m.tasks),
+             "fingerprint": m.fingerprint, "prompts": manifest.prompts,
+             "default_prompt_name": manifest.default_prompt_name, "instruction": instruction_info(manifest.prompts),
+             "adapters": list(m.adapters), "adapter": None}
+    return [entry, *({**entry, "id": f"{m.name}:{name}", "adapter": name} for name in m.adapters)]
 
 
 async def _data(

@@ -41,7 +41,8 @@ async def ready(models: ModelsDep) -> Response:
 @router.get("/info", responses=errors(401, 503))
 async def info(request: Request, models: ModelsDep) -> Response:
     """The default model (bundle version and hashes, provider, variants), every served model under `models`
-    (each with its served `name`), and the limits (per model: each has its own admission permits)."""
+    (each with its served `name`, and its `adapters`: the tasks a request may name), and the limits (per
+    model: each has its own admission permits)."""
     settings: Settings = request.app.state.settings
     listed = [{"name": served.name, **model_info(served)} for served in models]
     limits = {name: getattr(settings, name) for name in LIMITS}
@@ -71,4 +72,5 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "labels": list(m.labels),
         "prompts": m.prompts, "default_prompt_name": m.default_prompt_name,
         "instruction": instruction_info(m.prompts),
+        "adapters": list(served.adapters),  # the LoRA adapters a request's `task` (or a name base:task) may name
     }

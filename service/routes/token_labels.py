@@ -20,7 +20,7 @@ async def classify_tokens(body: ClassifyTokensRequest, pick: PickDep, job: JobDe
                           model: ModelQuery = None) -> Response:
     """Per input, its labelled tokens (aggregation none: `entity`, `index`) or entity groups (`entity_group`),
     label "O" left out, with `start` and `end` in characters of the input. Long inputs are cut into windows."""
-    served = pick(body.model, model)
+    served = pick(body.model, model, task=body.task)
     given = "chunk_overlap" in body.model_fields_set
     overlap = body.chunk_overlap if given else default_overlap(window_size(served.bundle.tokenizer))
     result = await job(core.classify_tokens(served, as_list(body.inputs), aggregation=body.aggregation,
