@@ -63,6 +63,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--instruction", metavar="TEXT",
                         help="an instruction-following embedder's task (Qwen3-Embedding): every text is read as "
                              "'Instruct: TEXT\\nQuery:' + text, as /embed's instruction does (not with --prompt-name)")
+    parser.add_argument("--task", metavar="NAME",
+                        help="run the model's LoRA adapter NAME (manifest.json adapters, GET /info `adapters`) for "
+                             "every text, as a request's `task` does; its prompt too when the model has one named "
+                             "NAME and no --prompt-name or --instruction is given (default: the base model)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=True,
                         help="L2-normalise the vectors, as /embed does by default")
     parser.add_argument("--part-rows", type=int, default=10_000,
@@ -158,7 +162,7 @@ def _job(args: argparse.Namespace, max_windows: int):
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
                JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
-                         args.sparse, args.prompt_name, args.instruction),
+                         args.sparse, args.prompt_name, args.instruction, args.task),
                args.part_rows, args.overwrite)
 
 

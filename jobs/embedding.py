@@ -5,7 +5,9 @@ good ones are tokenised by the core's `TextTokenizer` (truncation as the server 
 core's `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget
 and the size cap) with at most `window` rows waiting, as in the server's queue under full load, run by
 the loaded bundle's fast `Graph`, and post-processed by `inference.postprocess` (normalisation, scores).
-Texts get the model's prompt as /embed gives it (--instruction, else --prompt-name, else the model's default).
+Texts get the model's prompt as /embed gives it (--instruction, else --prompt-name, else the prompt named like
+--task, else the model's default), and with --task every graph run carries that LoRA adapter's index, as the
+server's runs for a request's `task`.
 Same bundle, variant and batches as the server: the same vectors. With --chunking, jobs.windows cuts the
 texts into windows instead and runs them through the same `run_batched`.
 
@@ -77,13 +79,30 @@ class JobOutput:
     sparse: bool = False  # a masked-LM bundle's SPLADE vector too: a column of (index, value) lists
     prompt_name: str | None = None  # the model's prompt put before every text; None: its default, as the server's
     instruction: str | None = None  # an instruction-following embedder's task, as /embed's `instruction`
+    task: str | None = None  # the model's LoRA adapter every row runs with, as a request's `task`; None: the base
+
+
+def adapter_of(manifest: Manifest, output: JobOutput) -> int:
+    """The adapter index every graph run feeds (0: the base; i + 1: the manifest's adapters[i], named by --task);
+    JobError for a task the model does not have, or any task when it has no adapters."""
+    names = [adapter.name for adapter in manifest.adapters]
+    if output.task is None:
+        return 0
+    if not names:
+        raise JobError(f"--task: model {manifest.name} has no tasks (its bundle has no adapters)")
+    if output.task not in names:
+        raise JobError(f"--task: {output.task!r} is not one of the model's tasks (it has: "
+                       f"{', '.join(repr(n) for n in names)})")
+    return names.index(output.task) + 1
 
 
 def prompt_of(manifest: Manifest, output: JobOutput) -> str:
-    """The prefix of every text (`inference.prompts`: --instruction, else --prompt-name, else the model's default
-    prompt, as /embed chooses); JobError for a name the model does not have or an instruction it does not take."""
+    """The prefix of every text (`inference.prompts`: --instruction, else --prompt-name, else the prompt named like
+    --task, else the model's default prompt, as /embed chooses); JobError for a name the model does not have, an
+    instruction it does not take or a task it does not have."""
+    adapter_of(manifest, output)
     try:
-        return prompt_text(manifest, output.prompt_name, instruction=output.instruction)
+        return prompt_text(manifest, output.prompt_name, instruction=output.instruction, task=output.task)
     except UnknownPrompt as error:
         raise JobError(f"--prompt-name: {error.message}") from None
     except NoInstruction as error:
@@ -147,7 +166,8 @@ def embed(
     classifying."""
     sequences = tokenize(bundle, texts, prompt_of(bundle.manifest, output))
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
-    for batch in run_batched(bundle, sequences, batching, _graph(bundle, output)):
+    adapter = adapter_of(bundle.manifest, output)
+    for batch in run_batched(bundle, sequences, batching, _graph(bundle, output), adapter):
         for index, result in batch:
             results[index] = result
         if on_batch is not None:
@@ -181,17 +201,19 @@ def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[n
 
 def run_batched(
     bundle: LoadedBundle, sequences: Iterable[np.ndarray], batching: Batching, graph: Graph | None = None,
+    adapter: int = 0,
 ) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
-    """Batch by batch, the graph outputs of each sequence with its index in `sequences`. Batches are chosen by
-    the service's BatchQueue from at most `batching.window` waiting sequences; `sequences` is drawn lazily,
-    only as the queue has room."""
+    """Batch by batch, the graph outputs of each sequence (run with adapter index `adapter`) with its index in
+    `sequences`. Batches are chosen by the service's BatchQueue from at most `batching.window` waiting sequences;
+    `sequences` is drawn lazily, only as the queue has room."""
     pending = (_Item(index, ids) for index, ids in enumerate(sequences))
     queue: BatchQueue[_Item] = BatchQueue()
     queue.push(list(islice(pending, batching.window)))
     while len(queue):
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
         ids = [item.ids for item in batch]
-        outputs = graph.run(ids) if graph is not None else bundle.run_batch("fast", ids)
+        adapters = [adapter] * len(ids)
+        outputs = graph.run(ids, adapters) if graph is not None else bundle.run_batch("fast", ids, adapters)
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
         yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]

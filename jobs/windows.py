@@ -95,7 +95,8 @@ def embed(
         return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
     sequences = documents.cut(bundle.tokenizer, texts, embedding.prompt_of(bundle.manifest, output))
-    for batch in embedding.run_batched(bundle, sequences, batching):
+    adapter = embedding.adapter_of(bundle.manifest, output)  # every window runs with the --task adapter
+    for batch in embedding.run_batched(bundle, sequences, batching, adapter=adapter):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
