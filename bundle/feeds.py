@@ -7,6 +7,10 @@ Every graph takes input_ids and attention_mask; a graph whose model has two toke
 and B) may also take token_type_ids. A graph entry's `inputs` in the manifest names exactly what its graph
 takes, and onnxruntime refuses a feed it does not take, so a caller builds the feeds a graph lists:
 pad(sequences, pad_id, names=[i.name for i in entry.inputs]).
+
+A bundle with LoRA adapters (manifest `adapters`) has graphs that take one more input, `adapter` (B,) int64: each
+row's adapter index, i + 1 for the manifest's adapters[i] and 0 for the bare base. pad() builds it from `adapters`
+when given, else all 0 (every row the base).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import numpy as np
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_IDS = "token_type_ids"
-KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)
+KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)  # the (B, T) inputs
+ADAPTER = "adapter"  # (B,): each row's LoRA adapter index, 0 the base
 
 
 def input_names(session: Any) -> list[str]:
@@ -28,19 +33,22 @@ def input_names(session: Any) -> list[str]:
 
 def pad(
     sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int, names: Sequence[str] = INPUT_NAMES,
-    type_ids: Sequence[Sequence[int] | np.ndarray] | None = None,
+    type_ids: Sequence[Sequence[int] | np.ndarray] | None = None, adapters: Sequence[int] | None = None,
 ) -> dict[str, np.ndarray]:
     """Token-id sequences -> the `names` feeds, each (B, T) int64, right-padded: input_ids with pad_id,
     attention_mask 1 over each sequence, token_type_ids from `type_ids` (a pair's 0s then 1s; all 0 when
-    not given) and 0 over padding."""
-    unknown = sorted(set(names) - set(KNOWN_INPUTS))
+    not given) and 0 over padding; adapter (B,): `adapters`, one index per sequence (all 0 when not given)."""
+    unknown = sorted(set(names) - {*KNOWN_INPUTS, ADAPTER})
     if unknown:
-        raise ValueError(f"unknown graph input(s) {', '.join(unknown)}; known: {', '.join(KNOWN_INPUTS)}")
+        raise ValueError(f"unknown graph input(s) {', '.join(unknown)}; known: {', '.join((*KNOWN_INPUTS, ADAPTER))}")
+    if adapters is not None and len(adapters) != len(sequences):
+        raise ValueError(f"{len(adapters)} adapter indices for {len(sequences)} sequences")
     longest = max(len(s) for s in sequences)
     feeds = {
         "input_ids": np.full((len(sequences), longest), pad_id, dtype=np.int64),  # (B, T)
         "attention_mask": np.zeros((len(sequences), longest), dtype=np.int64),  # (B, T)
         TOKEN_TYPE_IDS: np.zeros((len(sequences), longest), dtype=np.int64),  # (B, T)
+        ADAPTER: np.asarray(adapters if adapters is not None else [0] * len(sequences), dtype=np.int64),  # (B,)
     }
     for row, ids in enumerate(sequences):
         feeds["input_ids"][row, : len(ids)] = ids

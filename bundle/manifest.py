@@ -33,6 +33,13 @@ a graph that reads a file its entry does not list. This is not a schema bump: `d
 when a graph has such files, so every other bundle is exactly a schema 3 bundle, and every older reader
 refuses one that lists them ("graphs.N.data_files: Extra inputs are not permitted": the schema forbids
 fields it does not know) before it opens a graph, instead of serving weights it never hashed.
+
+LoRA adapters (`adapters`, written only when there are some, as data_files is): many PEFT LoRA adapters over the
+one base, each graph taking one more input, `adapter` (batch,) int64, each row's adapter index: i + 1 for
+adapters[i], 0 for the bare base (bundle.feeds). Each entry records the adapter's name, rank, lora_alpha and
+scaling, our modules it adapts, the base it was trained on (PEFT's base_model_name_or_path) and its bytes. A
+bundle without adapters reads and writes as before; an older reader refuses one with them ("Extra inputs are
+not permitted") rather than serving every row the base.
 """
 
 from __future__ import annotations
@@ -131,6 +138,19 @@ class GraphEntry(_Strict):
         return digest.hexdigest()
 
 
+class AdapterEntry(_Strict):
+    """One LoRA adapter of the bundle; its index in the graphs' `adapter` input is its place in the list + 1."""
+
+    name: str
+    rank: int  # its largest rank (the graphs pad every adapter to the largest of all)
+    alpha: float  # PEFT's lora_alpha
+    scaling: float  # lora_alpha / rank (rsLoRA: / sqrt(rank)), folded into the graphs' weights
+    use_rslora: bool = False
+    targets: list[str]  # our block modules it adapts: attention.q_proj, ..., ffn.up, ffn.down
+    source: str | None = None  # the PEFT directory's base_model_name_or_path
+    bytes: int  # float32 bytes of its low-rank matrices
+
+
 class Source(_Strict):
     path: str
     kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert") or "sentence-transformers" directory
@@ -162,6 +182,7 @@ class Manifest(_Strict):
     tokenizer: str = "tokenizer.json"
     tokenizer_sha256: str
     graphs: list[GraphEntry]
+    adapters: list[AdapterEntry] = Field(default_factory=list)  # left out of the JSON when empty
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, protected_namespaces=())
 
@@ -173,6 +194,22 @@ class Manifest(_Strict):
             data = {"task": "classify" if data.get("labels") else "embed",
                     "embedding_size": data.get("hidden_size"), **data}
         return data
+
+    @model_serializer(mode="wrap")
+    def _without_empty_adapters(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not self.adapters:
+            data.pop("adapters", None)
+        return data
+
+    @model_validator(mode="after")
+    def _adapters_as_configured(self) -> Manifest:
+        """The adapters are the model config's, in its order (their index is their place), each name once."""
+        names = [a.name for a in self.adapters]
+        configured = list(self.model_config_.get("adapters") or [])
+        if names != configured:
+            raise ValueError(f"adapters {names} differ from the model config's adapters {configured}")
+        return self
 
     @field_validator("pair_format")
     @classmethod
@@ -217,6 +254,17 @@ class Manifest(_Strict):
     def causal(self) -> bool:
         """Whether a token attends only to itself and the tokens before it (a decoder's causal mask)."""
         return self.model_config_.get("mask_kind") == "causal"
+
+    def adapter_index(self, name: str | None) -> int:
+        """The `adapter` input's value for the adapter `name` (None: 0, the bare base); ValueError naming the
+        bundle's adapters for an unknown one."""
+        if name is None:
+            return 0
+        names = [a.name for a in self.adapters]
+        if name not in names:
+            raise ValueError(f"adapter {name!r} is not in bundle {self.name}; "
+                             f"its adapters: {', '.join(names) or 'none'}")
+        return names.index(name) + 1
 
     def graph(self, kind: str, variant: str) -> GraphEntry | None:
         return next((g for g in self.graphs if g.kind == kind and g.variant == variant), None)

@@ -1,7 +1,8 @@
 """verify_bundle: check a bundle directory against its manifest without torch or export code.
 
 The service calls this at start-up, so it imports only the bundle package and onnxruntime. Checks:
-the manifest parses; the tokenizer and every graph exist and match their sha256; each graph reads tensors
+the manifest parses (its adapters, if any, are its model config's); every graph takes the `adapter` input exactly
+when the bundle has adapters; the tokenizer and every graph exist and match their sha256; each graph reads tensors
 from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256;
 every graph loads in onnxruntime and its input/output names, element types and shapes are the ones the
 manifest lists.
@@ -15,6 +16,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from bundle.external_data import GraphFileError, external_locations
+from bundle.feeds import ADAPTER
 from bundle.files import sha256_file
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, TensorSpec
 
@@ -74,6 +76,10 @@ def _check_unique(manifest: Manifest) -> None:
         seen.add((entry.kind, entry.variant))
     if manifest.graph("fast", "fp32") is None:
         raise BundleError(f"{MANIFEST_NAME}: graphs has no fast fp32 graph")
+    for entry in manifest.graphs:
+        if any(i.name == ADAPTER for i in entry.inputs) != bool(manifest.adapters):
+            raise BundleError(f"{MANIFEST_NAME}: graph {entry.file} {'lacks' if manifest.adapters else 'takes'} the "
+                              f"{ADAPTER!r} input, but the bundle has {len(manifest.adapters)} adapters")
 
 
 def _check_hash(path: Path, expected: str) -> None:

@@ -6,35 +6,42 @@ Layout of a bundle directory (see docs/export.md):
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
     {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
 
+With LoRA adapters (`adapters`: name -> PEFT directory, export.adapters), the graphs hold the base once and every
+adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are gated on each adapter and
+on a batch mixing them (export.parity.adapter_sets), and the manifest lists them (`adapters`).
+
 Everything is built in a temporary sibling directory, gated, verified with bundle.verify, and only
 then renamed into place: a failed export leaves no bundle (and an existing bundle untouched).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bundle.files import sha256_file, staged_directory
-from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
+from bundle.manifest import MANIFEST_NAME, AdapterEntry, GraphEntry, Manifest, Source, TensorSpec
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import onnxfiles
 from export import variants as variants_mod
+from export.adapters import Adapter, check_names, read_adapter
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
-from export.graphs import KINDS, export_graph, input_names, output_shapes, task
+from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
 from export.measure import measure_entries
-from export.parity import Batch, ParityError, References, check_graph, check_sets
+from export.parity import Batch, ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
 from model.load import load_model
+from model.lora import adapted_encoder
 from model.tokenizer import pad_id, token_ids
 from model.weights import weight_files
 
@@ -49,21 +56,28 @@ class ExportError(RuntimeError):
 def export_bundle(
     source: Path, out_dir: Path, variants: Sequence[str] = variants_mod.DEFAULT_VARIANTS,
     name: str | None = None, version: str = "1", calibration_data: Path | None = None, reranker: str | None = None,
+    adapters: Mapping[str, Path] | None = None,
 ) -> Manifest:
     """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`: by default its exact
     variants (variants.DEFAULT_VARIANTS). The int8 variants calibrate on `calibration_data`
     (export.calibration; without it only a model trained on the Rotten Tomatoes snippets can have them).
     `reranker` names a recipe of model.lm_scorer: `source` is a causal LM exported as a one-label cross-encoder.
+    `adapters`: PEFT LoRA directories over `source` by name, served as indices 1..N in this order.
 
     Raises ParityError when a graph misses its gate; no bundle is written then.
     """
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
     _check_target(out_dir)
+    read = _read_adapters(source, adapters or {}, chosen, reranker)
     texts = _int8_texts(source, chosen, calibration_data)
     model = load_lm_scorer(source, reranker) if reranker is not None else load_model(source)
+    if read:
+        model = dataclasses.replace(model, encoder=adapted_encoder(
+            model.encoder, {a.name: a.pairs for a in read}).eval())
     with staged_directory(out_dir) as tmp:
-        manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
+        manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts,
+                          [_adapter_entry(a) for a in read])
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
         verify_bundle(tmp)
     log.info("bundle written to %s", out_dir)
@@ -94,13 +108,34 @@ def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) 
     return texts
 
 
+def _read_adapters(source: Path, adapters: Mapping[str, Path], chosen: list[str],
+                   reranker: str | None) -> list[Adapter]:
+    """Each PEFT directory read onto the base's modules, before any export work; the variants whose gates could
+    not cover them refused."""
+    if not adapters:
+        return []
+    if reranker is not None:
+        raise ExportError("--adapter and --reranker do not go together (a reranker's scoring is not adapted)")
+    if quantised := [v for v in chosen if v.startswith("int8")]:
+        raise ExportError(f"variant(s) {', '.join(quantised)} are not built with adapters: their calibration and "
+                          "gates cover the base only; export fp32, fp32-opt or fp16")
+    check_names(list(adapters))
+    return [read_adapter(name, Path(path), source) for name, path in adapters.items()]
+
+
+def _adapter_entry(adapter: Adapter) -> AdapterEntry:
+    return AdapterEntry(name=adapter.name, rank=adapter.rank, alpha=adapter.alpha, scaling=adapter.scaling,
+                        use_rslora=adapter.use_rslora, targets=list(adapter.targets), source=adapter.source,
+                        bytes=adapter.bytes)
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
 
 
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,
-           texts: TextSets | None) -> Manifest:
+           texts: TextSets | None, adapters: list[AdapterEntry]) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
     tokenizer = tmp / "tokenizer.json"
     if model.pair_format is None:
@@ -111,7 +146,9 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     graphs = []
     parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
     for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
-        references = References(model, parity, max_length, kind)  # computed a batch at a time, per graph checked
+        references: Iterable[Batch] | dict[str, References] = References(model, parity, max_length, kind)
+        if config.adapters:  # the base, each adapter, and a batch mixing them, each a set of its own
+            references = adapter_sets(model, parity, max_length, kind)
         graphs += _build_kind(model, tmp, kind, chosen, references, int8 if kind == "fast" else None)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
@@ -123,14 +160,15 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
-        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs,
+        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters,
     )
 
 
 def _build_kind(
-    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], references: Iterable[Batch],
+    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], references: Iterable[Batch] | dict[str, References],
     int8: Int8Inputs | None,
 ) -> list[GraphEntry]:
+    """Every chosen variant of `kind`, gated on `references` (a dict: named sets, each gated and reported)."""
     fp32 = tmp / f"{kind}-fp32.onnx"
     export_graph(model.encoder, kind, fp32)
     entries = []
@@ -143,7 +181,8 @@ def _build_kind(
         else:
             if variant != "fp32":
                 variants_mod.build(variant, fp32, path, model.encoder.config)
-            parity = check_graph(path, variant, providers, references)
+            parity = (check_sets(path, variant, providers, references) if isinstance(references, dict)
+                      else check_graph(path, variant, providers, references))
         log.info("%s parity %s", path.name, parity)
         entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
     return entries
@@ -177,7 +216,7 @@ def _build_int8_dynamic(fp32: Path, path: Path, config: EncoderConfig,
 def _entry(
     path: Path, kind: str, variant: str, providers: list[str], parity: dict[str, float], config: EncoderConfig,
 ) -> GraphEntry:
-    inputs = [TensorSpec(name=n, dtype="int64", shape=["batch", "sequence"]) for n in input_names(config)]
+    inputs = [TensorSpec(name=n, dtype="int64", shape=s) for n, s in input_shapes(config).items()]
     outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind).items()]
     onnxfiles.make_readable(path)
     return GraphEntry(

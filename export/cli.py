@@ -1,7 +1,7 @@
 """`attnserve export`: build a parity-gated ONNX bundle, or verify one.
 
     attnserve export SRC --out DIR [--variants fp32,fp32-opt,int8,fp16] [--calibration-data FILE]
-                     [--name N] [--version V]
+                     [--adapter NAME=DIR ...] [--name N] [--version V]
     attnserve export --verify DIR
 """
 
@@ -21,6 +21,7 @@ EPILOG = """examples:
   attnserve export checkpoints/default --out bundles/default        # fp32 and fused fp32-opt: exact
   attnserve export checkpoints/default --out bundles/default --variants fp32,fp32-opt,int8
   attnserve export MODEL_DIR --out bundles/mine --variants fp32,fp32-opt,int8 --calibration-data texts.txt
+  attnserve export MODEL_DIR --out bundles/tasks --adapter query=lora/query --adapter passage=lora/passage
   attnserve export --verify bundles/default
 
 gates (a graph that misses its gate fails the export; nothing is written):
@@ -33,6 +34,7 @@ gates (a graph that misses its gate fails the export; nothing is written):
                   set on its own (int8: static, calibrated, batch-invariant; int8-dynamic: per-batch scales,
                   served only by name; docs/int8.md)
   fp16            embedding cosine >= 0.999 (measured on CPU when CUDA is absent)
+  with --adapter  each gate on the base, on each adapter and on batches mixing them, each reported by name
 see docs/export.md for the bundle layout and the manifest fields."""
 
 
@@ -58,6 +60,12 @@ def parser(prog: str) -> argparse.ArgumentParser:
                    help="export a causal LM (...ForCausalLM) as an LLM reranker, a one-label cross-encoder scored "
                    "as its recipe says: qwen3 (Qwen3-Reranker: P(yes) against no at the last token after its "
                    "prompt; served on every rerank route)")
+    p.add_argument("--adapter", action="append", default=[], metavar="NAME=DIR", type=_adapter,
+                   help="a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) trained on "
+                   "SRC, served under NAME; repeat for more. The graphs hold the base once and every adapter "
+                   "stacked, and take one more input, adapter: each row's index (0 the base, then the adapters "
+                   "in the order given). Adapters on the attention and MLP projections only; not with int8 or "
+                   "--reranker")
     p.add_argument("--name", help="bundle name (default: the source directory's name)")
     p.add_argument("--version", default="1", help="bundle version string (default: 1)")
     p.add_argument("--verify", type=Path, metavar="DIR", help="verify the bundle at DIR instead of exporting")
@@ -65,13 +73,29 @@ def parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def _adapter(value: str) -> tuple[str, Path]:
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {value!r}")
+    return name, Path(path)
+
+
+def _adapters(pairs: list[tuple[str, Path]]) -> dict[str, Path]:
+    adapters: dict[str, Path] = {}
+    for name, path in pairs:
+        if name in adapters:
+            raise ValueError(f"--adapter {name} is given twice; each adapter needs its own name")
+        adapters[name] = path
+    return adapters
+
+
 def main(argv: list[str] | None = None, prog: str = "attnserve export") -> int:
     p = parser(prog)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # quiet onnxscript/onnxruntime tools
     log.setLevel(logging.WARNING if args.quiet else logging.INFO)
-    if args.verify is not None and (args.source is not None or args.out is not None):
-        p.error("--verify DIR takes no SRC or --out")
+    if args.verify is not None and (args.source is not None or args.out is not None or args.adapter):
+        p.error("--verify DIR takes no SRC, --out or --adapter")
     if args.verify is None and (args.source is None or args.out is None):
         p.error("give SRC and --out DIR to export, or --verify DIR")
     try:
@@ -108,7 +132,11 @@ def _export(args: argparse.Namespace) -> int:
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     manifest = export_bundle(args.source, args.out, variants, name=args.name, version=args.version,
-                             calibration_data=args.calibration_data, reranker=args.reranker)
+                             calibration_data=args.calibration_data, reranker=args.reranker,
+                             adapters=_adapters(args.adapter))
     for g in manifest.graphs:
         print(f"{args.out / g.file}: {g.kind} {g.variant} parity {g.parity}")
+    for index, adapter in enumerate(manifest.adapters, start=1):
+        print(f"adapter {index} {adapter.name}: rank {adapter.rank}, {adapter.bytes} bytes, "
+              f"on {', '.join(adapter.targets)}")
     return 0

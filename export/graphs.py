@@ -21,6 +21,10 @@ A model with two token types (BERT's segments A and B) takes token_type_ids as a
 on by default), so a cross-encoder reads (query, document) pairs with their segment embeddings; a lone text
 is all segment A (type ids 0), exactly as before. Every caller feeds what a graph entry's `inputs` lists
 (bundle.feeds.pad(..., names=...)); models with one token type or none take input_ids and attention_mask.
+
+A model with LoRA adapters (config.adapters, model/lora.py) takes one more input, after the others: `adapter`
+(B,) int64, each row's adapter index (0: the bare base). A model without adapters has no such input and no
+adapter ops.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from bundle.feeds import INPUT_NAMES, TOKEN_TYPE_IDS
+from bundle.feeds import ADAPTER, INPUT_NAMES, TOKEN_TYPE_IDS
 from export import onnxfiles
 from model.config import SEQUENCE_HEADS, EncoderConfig
 from model.encoder import Encoder
@@ -56,8 +60,15 @@ def takes_token_types(config: EncoderConfig) -> bool:
 
 
 def input_names(config: EncoderConfig, token_types: bool = True) -> list[str]:
-    """The graph's inputs: input_ids, attention_mask, and token_type_ids when asked for and meaningful."""
-    return [*INPUT_NAMES, *([TOKEN_TYPE_IDS] if token_types and takes_token_types(config) else [])]
+    """The graph's inputs: input_ids, attention_mask, token_type_ids when asked for and meaningful, and adapter
+    when the model has adapters."""
+    return [*INPUT_NAMES, *([TOKEN_TYPE_IDS] if token_types and takes_token_types(config) else []),
+            *([ADAPTER] if config.adapters else [])]
+
+
+def input_shapes(config: EncoderConfig, token_types: bool = True) -> dict[str, list[str | int]]:
+    """Symbolic shape of each input: (batch, sequence), the adapter indices (batch,)."""
+    return {name: ["batch"] if name == ADAPTER else ["batch", "sequence"] for name in input_names(config, token_types)}
 
 
 def output_names(config: EncoderConfig, kind: str) -> list[str]:
@@ -98,9 +109,10 @@ class GraphModule(nn.Module):
         self.names = output_names(encoder.config, kind)
         self.input_names = input_names(encoder.config, token_types)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> tuple[
-            Tensor, ...]:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
+                adapter: Tensor | None = None) -> tuple[Tensor, ...]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names,
+                           adapter=adapter)
         pooled = self.encoder.pooled(out.token_states, attention_mask)  # (B, E), not normalised
         values = {"embeddings": pooled, "token_embeddings": out.token_states, "logits": out.logits,
                   "token_logits": out.logits, "attentions": out.attentions}
@@ -109,14 +121,17 @@ class GraphModule(nn.Module):
         return tuple(values[name] for name in self.names)  # type: ignore[misc]
 
 
-def example_inputs(config: EncoderConfig, token_types: bool = True) -> tuple[Tensor, ...]:
-    """(2, 8) int64 ids and mask with one padded row (and type ids): sizes above 1 so no axis is specialised."""
+def example_inputs(config: EncoderConfig, token_types: bool = True) -> dict[str, Tensor]:
+    """(2, 8) int64 ids and mask with one padded row (and type ids; adapters: the base and the last adapter):
+    sizes above 1 so no axis is specialised; by input name, in graph order."""
     length = min(8, config.position_limit)
     ids = torch.arange(length).repeat(2, 1) % config.vocab_size  # (B, T)
     mask = torch.ones_like(ids)
     mask[1, length // 2:] = 0
     types = (torch.arange(length) >= length // 2).long().repeat(2, 1) * mask  # (B, T): segments A, B
-    return (ids, mask, types) if TOKEN_TYPE_IDS in input_names(config, token_types) else (ids, mask)
+    adapter = torch.tensor([0, len(config.adapters)])  # (B,)
+    values = {"input_ids": ids, "attention_mask": mask, TOKEN_TYPE_IDS: types, ADAPTER: adapter}
+    return {name: values[name] for name in input_names(config, token_types)}
 
 
 def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
@@ -131,9 +146,9 @@ def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = Tr
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module, example_inputs(encoder.config, token_types), dynamo=True, optimize=False, verbose=False,
-            input_names=module.input_names, output_names=module.names,
-            dynamic_shapes={name: axes for name in module.input_names},
+            module, (), kwargs=example_inputs(encoder.config, token_types), dynamo=True, optimize=False,
+            verbose=False, input_names=module.input_names, output_names=module.names,
+            dynamic_shapes={name: {0: batch} if name == ADAPTER else axes for name in module.input_names},
         )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")

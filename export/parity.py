@@ -10,6 +10,9 @@ over real tokens) are compared whole. Graphs are opened with the service's own s
 The parity texts are export.parity_texts': fixed sentences of mixed lengths, cut into batches of mixed sizes.
 The int8 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out review
 snippets and 200 one- to three-word texts): check_sets.
+A model with LoRA adapters (model/lora.py) is gated on sets of its own (adapter_sets): the parity texts with every
+row the base, then with every row one adapter (one set per adapter), then with the rows cycling through the base
+and every adapter (mixed); each against eager PyTorch with the same indices, each reported under its set's name.
 """
 
 from __future__ import annotations
@@ -76,6 +79,18 @@ def reference(
     return list(References(model, texts, max_length, kind, token_types))
 
 
+def adapter_sets(model: LoadedModel, texts: Sequence[Sequence[str | tuple[str, str]]], max_length: int,
+                 kind: str) -> dict[str, References]:
+    """The gate's sets for a model with adapters: "base", "adapter:{name}" for each, and "mixed" (row i of each
+    batch gets index i mod (N + 1))."""
+    names = model.encoder.config.adapters
+    indices = {"base": 0, **{f"adapter:{name}": index for index, name in enumerate(names, start=1)}}
+    sets = {label: References(model, texts, max_length, kind, adapters=[[index] * len(b) for b in texts])
+            for label, index in indices.items()}
+    mixed = [[row % (len(names) + 1) for row in range(len(b))] for b in texts]
+    return {**sets, "mixed": References(model, texts, max_length, kind, adapters=mixed)}
+
+
 # The attention maps of one parity batch, at most (a batch past it is halved, down to single texts).
 MAP_BATCH_BYTES = 256 << 20
 
@@ -86,20 +101,24 @@ class References:
     graph checked), so that a deep model's outputs of every batch are never held at once. For the attention
     graph a batch whose maps pass MAP_BATCH_BYTES is run as smaller batches, down to one text each, in order: a
     0.6B decoder's maps of one 5 x 600-token parity batch are 3.2 GB, held by PyTorch, onnxruntime and the
-    comparison at once (docs/export.md, large models)."""
+    comparison at once (docs/export.md, large models). adapters: each batch's rows' adapter indices (model/lora.py;
+    None: every row the base)."""
 
     model: LoadedModel
     texts: Sequence[Sequence[str | tuple[str, str]]]
     max_length: int
     kind: str
     token_types: bool = True
+    adapters: Sequence[Sequence[int]] | None = None
 
     def __iter__(self) -> Iterator[Batch]:
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
-        for batch in self.texts:
-            yield from self._batches(module, batch)
+        rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
+        for batch, adapters in zip(self.texts, rows, strict=True):
+            yield from self._batches(module, batch, adapters)
 
-    def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]]) -> Iterator[Batch]:
+    def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]],
+                 adapters: Sequence[int]) -> Iterator[Batch]:
         tokenizer, config = self.model.tokenizer, self.model.encoder.config
         if isinstance(batch[0], tuple):
             ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
@@ -109,12 +128,12 @@ class References:
         maps = 4 * config.num_layers * config.num_heads * len(ids) * longest * longest  # (B, L, H, T, T) float32
         if self.kind == "attention" and maps > MAP_BATCH_BYTES and len(batch) > 1:
             half = len(batch) // 2
-            yield from self._batches(module, batch[:half])
-            yield from self._batches(module, batch[half:])
+            yield from self._batches(module, batch[:half], adapters[:half])
+            yield from self._batches(module, batch[half:], adapters[half:])
             return
-        feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types)
+        feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types, adapters=adapters)
         with torch.no_grad():
-            values = module(*(torch.from_numpy(feeds[name]) for name in module.input_names))
+            values = module(**{name: torch.from_numpy(feeds[name]) for name in module.input_names})
         yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
 
 

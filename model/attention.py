@@ -41,7 +41,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model.lora import project
 from model.positions import rotate
+
+# builds a projection: (name inside the block, in features, out features, bias) -> the layer (model.lora.linear)
+Linear = Callable[[str, int, int, bool], nn.Module]
+
+
+def plain_linear(name: str, in_features: int, out_features: int, bias: bool) -> nn.Module:
+    return nn.Linear(in_features, out_features, bias=bias)
 
 
 def scaled_dot_product_attention(
@@ -105,22 +113,24 @@ def band_mask(key_padding_mask: Tensor, window: int) -> Tensor:
 
 class MultiHeadSelfAttention(nn.Module):
     """Q, K, V from three projections of one input; heads split, attended, merged, then W_o. num_kv_heads below
-    num_heads shares each key/value head among G query heads; qk_norm builds the per-head query and key norms."""
+    num_heads shares each key/value head among G query heads; qk_norm builds the per-head query and key norms;
+    linear builds the four projections (model.lora.linear: with the config's adapters where it adapts them)."""
 
     def __init__(
         self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True, *, num_kv_heads: int = 0,
         head_dim: int = 0, scale_dim: float = 0.0, out_bias: bool | None = None,
-        qk_norm: Callable[[int], nn.Module] | None = None,
+        qk_norm: Callable[[int], nn.Module] | None = None, linear: Linear = plain_linear,
     ) -> None:
         super().__init__()
         if d_model % num_heads and not head_dim:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads or num_heads
         self.d_k, self.scale_dim = head_dim or d_model // num_heads, scale_dim
-        self.q_proj = nn.Linear(d_model, num_heads * self.d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
-        self.out_proj = nn.Linear(num_heads * self.d_k, d_model, bias=bias if out_bias is None else out_bias)
+        self.q_proj = linear("attention.q_proj", d_model, num_heads * self.d_k, bias)
+        self.k_proj = linear("attention.k_proj", d_model, self.num_kv_heads * self.d_k, bias)
+        self.v_proj = linear("attention.v_proj", d_model, self.num_kv_heads * self.d_k, bias)
+        self.out_proj = linear("attention.out_proj", num_heads * self.d_k, d_model,
+                               bias if out_bias is None else out_bias)
         self.q_norm = qk_norm(self.d_k) if qk_norm is not None else None
         self.k_norm = qk_norm(self.d_k) if qk_norm is not None else None
         self.dropout = nn.Dropout(dropout)
@@ -140,15 +150,16 @@ class MultiHeadSelfAttention(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
-        rotary: tuple[Tensor, Tensor] | None = None, window: int = 0,
+        rotary: tuple[Tensor, Tensor] | None = None, window: int = 0, adapter: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
         the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k. window > 0: attend within `window`
-        over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring)."""
+        over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring).
+        adapter (B,): each row's LoRA adapter in the projections that carry them (model.lora; None: the base)."""
         B, T, _ = x.shape
-        q = self.split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, d_k)
-        k = self.split_heads(self.k_proj(x), self.num_kv_heads)  # (B, H_kv, T, d_k)
-        v = self.split_heads(self.v_proj(x), self.num_kv_heads)  # (B, H_kv, T, d_k)
+        q = self.split_heads(project(self.q_proj, x, adapter), self.num_heads)  # (B, H, T, d_k)
+        k = self.split_heads(project(self.k_proj, x, adapter), self.num_kv_heads)  # (B, H_kv, T, d_k)
+        v = self.split_heads(project(self.v_proj, x, adapter), self.num_kv_heads)  # (B, H_kv, T, d_k)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # each head's vector normalised over d_k
         if rotary is not None:
@@ -162,7 +173,7 @@ class MultiHeadSelfAttention(nn.Module):
             context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias, self.scale_dim)
         context = context.transpose(1, 2).contiguous()  # (B, T, H, d_k)
         context = context.view(B, T, self.num_heads * self.d_k)  # (B, T, H · d_k): heads merged back
-        return self.out_proj(context), weights
+        return project(self.out_proj, context, adapter), weights
 
 
 def padding_mask(attention_mask: Tensor) -> Tensor:

@@ -28,6 +28,9 @@ before an axis existed load as they did.
     pooling        pooling mode, then an optional projection (sentence-transformers' Dense; projection_chain: the
                    Dense modules after the first, EmbeddingGemma has two), then normalize
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
+    adapters       LoRA adapters over the one base (model/lora.py): their names in index order (index i + 1 is
+                   adapters[i], index 0 the bare base), the rank every adapter is padded to (adapter_rank) and
+                   the block modules that carry them (adapter_targets, e.g. "attention.q_proj", "ffn.up")
 """
 
 from __future__ import annotations
@@ -113,13 +116,19 @@ class EncoderConfig:
     head_bias: bool = True
     head_transform: bool = False  # tokens head: the transform before the classifier (ModernBERT)
     tie_decoder: bool = True  # mlm head: the decoder shares the token embedding matrix
+    # LoRA adapters (model/lora.py): names in index order (index 0 is the base), one padded rank, the targets
+    adapters: tuple[str, ...] = field(default_factory=tuple)
+    adapter_rank: int = 0
+    adapter_targets: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))
         object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        object.__setattr__(self, "adapters", tuple(self.adapters))
+        object.__setattr__(self, "adapter_targets", tuple(self.adapter_targets))
         object.__setattr__(self, "projection_chain", tuple(
             (int(size), str(act), bool(bias)) for size, act, bias in self.projection_chain))
-        for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels):
+        for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels, _check_adapters):
             check(self)
         if self.head_dim < 32:
             log.warning(
@@ -178,6 +187,8 @@ class EncoderConfig:
         data = dataclasses.asdict(self)
         data["label_names"] = list(self.label_names)
         data["layer_types"] = list(self.layer_types)
+        data["adapters"] = list(self.adapters)
+        data["adapter_targets"] = list(self.adapter_targets)
         data["projection_chain"] = [list(dense) for dense in self.projection_chain]
         return data
 
@@ -273,3 +284,22 @@ def _check_labels(c: EncoderConfig) -> None:
         raise ValueError(
             f"label_names has {len(c.label_names)} names but num_labels is {c.num_labels}"
         )
+
+
+ADAPTER_TARGETS = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.out_proj",
+                   "ffn.up", "ffn.down")  # the block projections LoRA adapters may adapt
+
+
+def _check_adapters(c: EncoderConfig) -> None:
+    if not c.adapters:
+        if c.adapter_rank or c.adapter_targets:
+            raise ValueError("adapter_rank and adapter_targets are set but there are no adapters")
+        return
+    if len(set(c.adapters)) != len(c.adapters) or not all(c.adapters):
+        raise ValueError(f"adapter names must be distinct and non-empty; got {list(c.adapters)}")
+    if c.adapter_rank <= 0 or not c.adapter_targets:
+        raise ValueError("adapters need a positive adapter_rank and at least one adapter target")
+    unknown = sorted(set(c.adapter_targets) - set(ADAPTER_TARGETS))
+    if unknown:
+        raise ValueError(f"adapter_targets {unknown} are not projections of a block; "
+                         f"supported: {', '.join(ADAPTER_TARGETS)}")

@@ -3,6 +3,9 @@
 Shape letters: B batch, T sequence length, D d_model, E pooled width, H heads, L layers, C classes,
 V vocabulary.
 
+With LoRA adapters in the config (model/lora.py), forward takes `adapter` (B,), each row's adapter index (0: the
+bare base); it reaches the adapted projections through the layer inputs every block receives.
+
 One encoder for every family the loaders know: the axes of model/config.py choose its parts (positions
 in model/positions.py, feed-forward and norms in model/layers.py, pooling in model/pooling.py, heads in
 model/heads.py). The defaults are BERT's layout (post-norm), so BERT-family checkpoints load weight for
@@ -21,6 +24,7 @@ from model.attention import MultiHeadSelfAttention, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
 from model.layers import FeedForward, norm
+from model.lora import linear
 from model.pooling import Projection, mean_pool, pool
 from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
 
@@ -43,6 +47,7 @@ class LayerInputs:
     bias: Tensor | None  # (1, H, T, T) relative-position bias
     rotary: tuple[Tensor, Tensor] | None  # cos, sin: (1, 1, T, d_k) each
     window: int = 0  # > 0: attend within it over bands (model/attention.py); mask is then the padding mask
+    adapter: Tensor | None = None  # (B,) int64: each row's LoRA adapter (model/lora.py); None: the base
 
 
 class Embeddings(nn.Module):
@@ -72,19 +77,22 @@ class Embeddings(nn.Module):
 
 class EncoderBlock(nn.Module):
     """Attention and feed-forward, each with a residual and a norm: post-norm (BERT), pre-norm (ModernBERT, the
-    decoders) or sandwich (Gemma: pre-norm, and each sub-block's output normalised before the residual)."""
+    decoders) or sandwich (Gemma: pre-norm, and each sub-block's output normalised before the residual).
+    adapted: its projections carry the config's LoRA adapters (the encoder's blocks; an attention head's is not)."""
 
-    def __init__(self, c: EncoderConfig, local: bool = False, first: bool = False) -> None:
+    def __init__(self, c: EncoderConfig, local: bool = False, first: bool = False, adapted: bool = True) -> None:
         super().__init__()
         self.pre_norm, self.local = c.norm_position in ("pre", "sandwich"), local
+        adapt = c if adapted else c.replace(adapters=(), adapter_rank=0, adapter_targets=())
         self.attention = MultiHeadSelfAttention(
             c.d_model, c.num_heads, c.attention_dropout, c.attention_bias, num_kv_heads=c.kv_heads,
             head_dim=c.head_dim, scale_dim=c.query_pre_attn_scalar, out_bias=c.attention_out_bias,
             qk_norm=(lambda width: norm(c, width)) if c.qk_norm else None,
+            linear=lambda target, width_in, width_out, bias: linear(adapt, target, width_in, width_out, bias),
         )
         skip = self.pre_norm and first and not c.first_attn_norm  # the embedding norm already normalised it
         self.attn_norm = nn.Identity() if skip else norm(c)
-        self.ffn = FeedForward(c)
+        self.ffn = FeedForward(c, adapted)
         self.ffn_norm = norm(c)
         sandwich = c.norm_position == "sandwich"
         self.attn_post_norm = norm(c) if sandwich else nn.Identity()
@@ -93,15 +101,15 @@ class EncoderBlock(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor, bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
-        window: int = 0,
+        window: int = 0, adapter: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         if self.pre_norm:
-            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window)
+            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter)
             x = x + self.dropout(self.attn_post_norm(attended))
-            return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x)))), weights
-        attended, weights = self.attention(x, mask, bias, rotary, window)
+            return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x), adapter))), weights
+        attended, weights = self.attention(x, mask, bias, rotary, window, adapter)
         x = self.attn_norm(x + self.dropout(attended))
-        return self.ffn_norm(x + self.dropout(self.ffn(x))), weights
+        return self.ffn_norm(x + self.dropout(self.ffn(x, adapter))), weights
 
 
 class Encoder(nn.Module):
@@ -134,16 +142,17 @@ class Encoder(nn.Module):
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None, output_attentions: bool = False,
+        token_type_ids: Tensor | None = None, output_attentions: bool = False, adapter: Tensor | None = None,
     ) -> EncoderOutput:
+        """adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         x = self.embeddings(input_ids, attention_mask, token_type_ids)  # (B, T, D)
-        inputs = self.layer_inputs(attention_mask, banded=not output_attentions)
+        inputs = self.layer_inputs(attention_mask, banded=not output_attentions, adapter=adapter)
         layers = []
         for block in self.blocks:
             kind = inputs["local" if block.local else "full"]
-            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window)
+            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter)
             layers.append(weights)  # (B, H, T, T); banded (B, H, N, W, 3W) in local layers when banded
         x = self.final_norm(x)
         pooled = self.pooled(x, attention_mask)  # (B, E)
@@ -154,8 +163,10 @@ class Encoder(nn.Module):
             attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
         )
 
-    def layer_inputs(self, attention_mask: Tensor, banded: bool = False) -> dict[str, LayerInputs]:
-        """Mask, relative bias and rotary angles for the global layers and, when there are any, the local ones.
+    def layer_inputs(self, attention_mask: Tensor, banded: bool = False,
+                     adapter: Tensor | None = None) -> dict[str, LayerInputs]:
+        """Mask, relative bias, rotary angles and each row's adapter for the global layers and, when there are
+        any, the local ones.
         banded: the local layers attend over bands, O(T x window), and give no (T, T) maps (not with a relative
         bias, which is (T, T) anyway, nor under a causal mask, whose window is one-sided); else through the full
         window mask, as the attention maps need."""
@@ -167,7 +178,7 @@ class Encoder(nn.Module):
             kinds["local"] = padding_mask(attention_mask) if window else build_mask(
                 attention_mask, "causal_window" if c.causal else "window", c.window_size)  # (B, 1, 1|T, T)
         return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None,
-                                  window if kind == "local" else 0) for kind, mask in kinds.items()}
+                                  window if kind == "local" else 0, adapter) for kind, mask in kinds.items()}
 
     def pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
         """The embedding before L2 normalisation: pooled, then projected when there is a projection."""
@@ -187,4 +198,4 @@ def _head(c: EncoderConfig) -> nn.Module | None:
         return MaskedLMHead(c)
     if c.head == "none":
         return None
-    return ClassificationHead(c, EncoderBlock(c) if c.head == "attention" else None)
+    return ClassificationHead(c, EncoderBlock(c, adapted=False) if c.head == "attention" else None)

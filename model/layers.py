@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import EncoderConfig
+from model.lora import linear, project
 
 
 def activate(x: Tensor, name: str) -> Tensor:
@@ -62,14 +63,17 @@ def layer_norm(c: EncoderConfig) -> nn.LayerNorm:
 
 
 class FeedForward(nn.Module):
-    def __init__(self, c: EncoderConfig) -> None:
+    """adapted: up and down carry the config's LoRA adapters where it targets them (model/lora.py)."""
+
+    def __init__(self, c: EncoderConfig, adapted: bool = True) -> None:
         super().__init__()
         self.gated, self.activation = c.gated_ffn, c.activation
-        self.up = nn.Linear(c.d_model, c.d_ff * (2 if c.gated_ffn else 1), bias=c.ffn_bias)
-        self.down = nn.Linear(c.d_ff, c.d_model, bias=c.ffn_bias)
+        adapt = c if adapted else c.replace(adapters=(), adapter_rank=0, adapter_targets=())
+        self.up = linear(adapt, "ffn.up", c.d_model, c.d_ff * (2 if c.gated_ffn else 1), c.ffn_bias)
+        self.down = linear(adapt, "ffn.down", c.d_ff, c.d_model, c.ffn_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, adapter: Tensor | None = None) -> Tensor:
         if not self.gated:
-            return self.down(activate(self.up(x), self.activation))  # (B, T, D)
-        value, gate = self.up(x).chunk(2, dim=-1)  # (B, T, F) each
-        return self.down(activate(value, self.activation) * gate)  # (B, T, D)
+            return project(self.down, activate(project(self.up, x, adapter), self.activation), adapter)  # (B, T, D)
+        value, gate = project(self.up, x, adapter).chunk(2, dim=-1)  # (B, T, F) each
+        return project(self.down, activate(value, self.activation) * gate, adapter)  # (B, T, D)

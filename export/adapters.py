@@ -1,0 +1,228 @@
+"""PEFT LoRA adapter directories -> our stacked adapters (model/lora.py), mapped by the family's weight table.
+
+A PEFT directory holds adapter_config.json (peft_type LORA, r, lora_alpha, use_rslora, target_modules,
+rank_pattern / alpha_pattern, ...) and adapter_model.safetensors, whose keys name the base model's modules:
+`base_model.model.<module>.lora_A.weight` (r, I) and `...lora_B.weight` (O, r). <module> is a name of the
+transformers model the adapter was trained on (BertModel: encoder.layer.0.attention.self.query; a head class
+adds its prefix, bert.encoder...), so it goes through the same table as the checkpoint's weights
+(model/families), head prefixes included, onto our projections:
+
+    one of ours        A as is, B · s (s = lora_alpha / r, rsLoRA lora_alpha / √r; rank_pattern and alpha_pattern
+                       matched as PEFT matches them: the whole name or a dotted suffix of it)
+    fused q/k/v        (ModernBERT's Wqkv) split in three: one shared A, B cut into q, k and v rows
+    a part of ours     (the decoders' gate_proj and up_proj, the two halves of our gated ffn.up) joined as one
+                       block-diagonal adapter: A's stacked (r_gate + r_up, I), each B in its own rows and columns
+
+Refused, naming the target and what is accepted: targets other than the blocks' attention and MLP projections
+(embeddings, norms, heads), modules_to_save, DoRA, bias other than "none", and the LoRA variants that change the
+forward (lora_bias, aLoRA, target_parameters, trainable tokens, layer replication); an adapter whose shapes do
+not fit the base (another base) is refused when it is placed (model.lora).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+
+from model.config import ADAPTER_TARGETS
+from model.families import Family, family_of
+from model.hf import _expand, hf_layers
+from model.lora import LoRAPair
+from model.sentence import read_json
+
+CONFIG_NAME, WEIGHTS_NAME = "adapter_config.json", "adapter_model.safetensors"
+PEFT_PREFIX = "base_model.model."
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RESERVED = ("base",)  # index 0, the bare base
+# adapter_config.json settings that change what the adapter computes beyond y += s · (x Aᵀ) Bᵀ: refused when set
+UNSUPPORTED = {
+    "use_dora": "DoRA (use_dora)", "lora_bias": "a bias on lora_B (lora_bias)",
+    "alora_invocation_tokens": "aLoRA (alora_invocation_tokens)", "target_parameters": "target_parameters",
+    "trainable_token_indices": "trainable tokens (trainable_token_indices)",
+    "layer_replication": "layer_replication", "modules_to_save": "modules_to_save (whole modules trained anew)",
+}
+
+
+class AdapterError(ValueError):
+    """A PEFT directory that cannot be served as a LoRA adapter of this base; the message says why."""
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One PEFT directory read onto our modules: pairs by our module name ("blocks.0.attention.q_proj")."""
+
+    name: str
+    pairs: dict[str, LoRAPair]
+    rank: int  # the largest rank of its pairs
+    alpha: float  # lora_alpha
+    scaling: float  # lora_alpha / r (rsLoRA: / √r) at the config's r
+    use_rslora: bool
+    targets: tuple[str, ...]  # our block modules ("attention.q_proj", "ffn.up", ...)
+    source: str | None  # adapter_config.json's base_model_name_or_path
+    bytes: int  # float32 bytes of its pairs
+
+
+def check_names(names: list[str]) -> None:
+    """Adapter names: distinct, not "base" (index 0), letters, digits and . _ - (jina's "retrieval.query")."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise AdapterError(f"adapter name {name!r} is given twice; each adapter needs its own name")
+        if name in RESERVED or not NAME.match(name):
+            raise AdapterError(f"adapter name {name!r} is not allowed: use letters, digits and . _ - (starting with "
+                               f"a letter or digit), and not {', '.join(RESERVED)} (the bare base)")
+        seen.add(name)
+
+
+def read_adapter(name: str, path: Path, source: Path) -> Adapter:
+    """The PEFT LoRA directory `path`, for the Hugging Face or sentence-transformers base at `source`."""
+    path, source = Path(path), Path(source)
+    peft = _read_config(path)
+    hf = read_json(source / "config.json") if (source / "config.json").is_file() else {}
+    if "model_type" not in hf:
+        raise AdapterError(f"adapter {name!r}: PEFT adapters map onto a Hugging Face checkpoint's module names; "
+                           f"{source} is not a Hugging Face or sentence-transformers directory")
+    family, kind = family_of(hf)
+    table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
+    by_module = _by_module(name, path)
+    parts: dict[str, dict[int, LoRAPair]] = {}
+    pairs: dict[str, LoRAPair] = {}
+    for module, (down, up) in by_module.items():
+        target = _target(name, module, family, table)
+        up = up * _scaling(peft, module, down.shape[0])  # (O, r), PEFT's scaling folded in
+        if isinstance(target, tuple):  # a fused q/k/v: one A, B cut into its parts' rows
+            pairs |= {t: LoRAPair(down, b) for t, b in zip(target, up.chunk(len(target)), strict=True)}
+        elif "#" in target:
+            ours, _, index = target.partition("#")
+            parts.setdefault(ours, {})[int(index)] = LoRAPair(down, up)
+        else:
+            pairs[target] = LoRAPair(down, up)
+    pairs |= {ours: block_diagonal(by_part, _part_count(table, ours)) for ours, by_part in parts.items()}
+    rank = int(peft.get("r", 8))
+    alpha = float(peft.get("lora_alpha", 8))
+    rslora = bool(peft.get("use_rslora", False))
+    return Adapter(
+        name=name, pairs=pairs, rank=max(p.rank for p in pairs.values()), alpha=alpha,
+        scaling=alpha / (math.sqrt(rank) if rslora else rank), use_rslora=rslora,
+        targets=tuple(sorted({m.split(".", 2)[2] for m in pairs})), source=peft.get("base_model_name_or_path"),
+        bytes=sum(4 * (p.down.numel() + p.up.numel()) for p in pairs.values()),
+    )
+
+
+def block_diagonal(by_part: dict[int, LoRAPair], count: int) -> LoRAPair:
+    """Parts of one of our tensors (equal row counts, joined along its rows in part order), each with its own
+    adapter, as one adapter: A's stacked, each B in its part's rows and its own rank's columns; a part without an
+    adapter gets zero rows."""
+    rows = next(iter(by_part.values())).up.shape[0]
+    rank = sum(p.rank for p in by_part.values())
+    down = torch.cat([by_part[k].down for k in sorted(by_part)])  # (r_0 + r_1 + ..., I)
+    up = torch.zeros(rows * count, rank)  # (count · O_part, r_0 + r_1 + ...)
+    column = 0
+    for k in sorted(by_part):
+        pair = by_part[k]
+        up[k * rows:(k + 1) * rows, column:column + pair.rank] = pair.up
+        column += pair.rank
+    return LoRAPair(down, up)
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise AdapterError(f"adapter directory not found: {path}")
+    for file in (CONFIG_NAME, WEIGHTS_NAME):
+        if not (path / file).is_file():
+            raise AdapterError(f"{path} is not a PEFT LoRA adapter directory: {file} is missing "
+                               f"(save_pretrained writes {CONFIG_NAME} and {WEIGHTS_NAME})")
+    peft = json.loads((path / CONFIG_NAME).read_text())
+    if peft.get("peft_type") != "LORA":
+        raise AdapterError(f"{path}: peft_type {peft.get('peft_type')!r} is not supported (LORA only)")
+    for key, what in UNSUPPORTED.items():
+        if peft.get(key):
+            raise AdapterError(f"{path}: {what} is not supported: only plain LoRA on the attention and MLP "
+                               f"projections is served ({key} = {peft[key]!r})")
+    if peft.get("bias", "none") != "none":
+        raise AdapterError(f"{path}: bias {peft['bias']!r} is not supported (bias 'none' only: a LoRA that trains "
+                           "the base's biases changes the base for every row)")
+    return peft
+
+
+def _by_module(name: str, path: Path) -> dict[str, tuple[Tensor, Tensor]]:
+    """PEFT module name -> (A (r, I), B (O, r)) in float32; keys other than lora_A / lora_B are refused."""
+    weights = load_file(str(path / WEIGHTS_NAME))
+    if not weights:
+        raise AdapterError(f"{path / WEIGHTS_NAME} holds no tensors")
+    found: dict[str, dict[str, Tensor]] = {}
+    for key, value in weights.items():
+        module, _, param = key.removeprefix(PEFT_PREFIX).rpartition(".")
+        module, _, part = module.rpartition(".")
+        if param != "weight" or part not in ("lora_A", "lora_B"):
+            raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA A or B matrix; only plain LoRA on "
+                               f"the attention and MLP projections is served ({_accepted_hint()})")
+        found.setdefault(module, {})[part] = value.float()
+    for module, ab in found.items():
+        if set(ab) != {"lora_A", "lora_B"} or ab["lora_A"].shape[0] != ab["lora_B"].shape[1]:
+            raise AdapterError(f"adapter {name!r}: {module} needs lora_A (r, in) and lora_B (out, r) of one rank")
+    return {module: (ab["lora_A"], ab["lora_B"]) for module, ab in found.items()}
+
+
+def _target(name: str, module: str, family: Family, table: dict[str, Any]) -> str | tuple[str, ...]:
+    """Our module(s) for PEFT's `module`, refused unless they are block projections."""
+    target = table.get(module.removeprefix(family.prefix))
+    accepted = _accepted(family)
+    if target is None:
+        raise AdapterError(f"adapter {name!r} targets {module}, which is not a module of this {family.name} base "
+                           f"(an adapter for another base?); accepted targets: {', '.join(accepted)}")
+    ours = target if isinstance(target, tuple) else (target,)
+    if not all(_block_target(t.partition("#")[0]) in ADAPTER_TARGETS for t in ours):
+        raise AdapterError(f"adapter {name!r} targets {module} ({', '.join(ours)} here), which is not supported: "
+                           f"adapters are accepted on the attention and MLP projections only: {', '.join(accepted)}")
+    return target
+
+
+def _accepted(family: Family) -> list[str]:
+    """The family's own names of the projections adapters may target (e.g. query, key, ..., intermediate.dense)."""
+    names = []
+    for key, value in family.table.items():
+        ours = value if isinstance(value, tuple) else (value,)
+        if "{i}" in key and all(_block_target(t.partition("#")[0].replace("{i}", "0")) in ADAPTER_TARGETS
+                                for t in ours):
+            names.append(key.split("{i}.", 1)[1])
+    return names
+
+
+def _accepted_hint() -> str:
+    return "the attention and MLP projections; not embeddings, norms, heads, modules_to_save or DoRA"
+
+
+def _block_target(ours: str) -> str:
+    parts = ours.split(".")
+    return ".".join(parts[2:]) if parts[0] == "blocks" and len(parts) > 2 else ours
+
+
+def _part_count(table: dict[str, Any], ours: str) -> int:
+    return sum(1 for v in table.values() if isinstance(v, str) and v.partition("#")[0] == ours and "#" in v)
+
+
+def _scaling(peft: dict[str, Any], module: str, rank: int) -> float:
+    """PEFT's scaling of `module`: its alpha (alpha_pattern, else lora_alpha) over its rank (rank_pattern, else r;
+    the tensors' rank must agree), or over √rank with use_rslora."""
+    r = int(_pattern(peft.get("rank_pattern") or {}, module, peft.get("r", 8)))
+    alpha = float(_pattern(peft.get("alpha_pattern") or {}, module, peft.get("lora_alpha", 8)))
+    if r != rank:
+        raise AdapterError(f"{module}: its tensors have rank {rank}, adapter_config.json says {r}")
+    return alpha / (math.sqrt(r) if peft.get("use_rslora") else r)
+
+
+def _pattern(patterns: dict[str, Any], module: str, default: Any) -> Any:
+    """PEFT's get_pattern_key: the first pattern that matches the whole module name or a dotted suffix of it."""
+    for key, value in patterns.items():
+        if re.match(rf"(.*\.)?({key})$", module):
+            return value
+    return default
