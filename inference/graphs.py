@@ -23,14 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import pad
+from bundle.feeds import ADAPTER, pad
 
 Outputs = dict[str, np.ndarray]
 TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token_embeddings only
 PAIRS, SPARSE, TOKEN_LOGITS = "pairs", "sparse", "token_logits"  # the fast graph's session, one head output each
 VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LOGITS: "token_logits"}
 PER_TOKEN = ("token_embeddings", "token_logits")  # outputs with a row per token: (B, T, ...)
-ADAPTER = "adapter"  # the graphs' per-row adapter index input, (B,) int64, in bundles with adapters
 
 
 def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
@@ -70,11 +69,9 @@ class Graph:
         sequence's adapter index (None: the bare base for all), fed to a graph that takes them."""
         ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]
         types = [s[:, 1] if s.ndim == 2 else np.zeros_like(s) for s in sequences] if self._types else None
-        feeds = pad(ids, self.pad_id, [n for n in self._inputs if n != ADAPTER], type_ids=types)  # (B, T) each
-        if self.adapted:
-            feeds[ADAPTER] = np.asarray(adapters if adapters is not None else [0] * len(ids), dtype=np.int64)  # (B,)
-        elif adapters is not None and any(adapters):
+        if not self.adapted and adapters is not None and any(adapters):
             raise ValueError("adapter indices given to a graph that takes no adapter input")
+        feeds = pad(ids, self.pad_id, self._inputs, type_ids=types, adapters=adapters)  # (B, T) each; adapter (B,)
         values = self.session.run(self.outputs, feeds)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])

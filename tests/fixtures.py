@@ -13,6 +13,8 @@
                       each exported (tests.helpers.heads): name -> Case
     family_export     case name -> that case of tests.helpers.exports exported (fp32), made on first use: every
                       family's bundle is exported once per session, whichever tests ask for it
+    task_model        a jina-v3-shaped sentence-transformers BERT with three PEFT LoRA adapters (tests.helpers.tasks)
+    task_bundle       its fp32 bundle with the adapters, name "jina"
 """
 
 from __future__ import annotations
@@ -107,3 +109,17 @@ def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], E
             made[name] = export_case(name, tmp_path_factory.mktemp(name))
         return made[name]
     return get
+
+
+@pytest.fixture(scope="session")
+def task_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.helpers.tasks import make_task_model  # torch, transformers and peft: only for the tests that ask
+
+    return make_task_model(tmp_path_factory.mktemp("tasks") / "jina")
+
+
+@pytest.fixture(scope="session")
+def task_bundle(task_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers.tasks import export_task_bundle
+
+    return export_task_bundle(task_model, tmp_path_factory.mktemp("bundles") / "jina")
