@@ -92,7 +92,7 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
                            f"{source} is not a Hugging Face or sentence-transformers directory")
     family, kind = family_of(hf)
     table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
-    by_module = _by_module(name, path)
+    by_module = _by_module(name, path, family, table)
     parts: dict[str, dict[int, LoRAPair]] = {}
     pairs: dict[str, LoRAPair] = {}
     for module, (down, up) in by_module.items():
@@ -153,29 +153,38 @@ def _read_config(path: Path) -> dict[str, Any]:
     return peft
 
 
-def _by_module(name: str, path: Path) -> dict[str, tuple[Tensor, Tensor]]:
-    """PEFT module name -> (A (r, I), B (O, r)) in float32; keys other than lora_A / lora_B are refused."""
+def _by_module(name: str, path: Path, family: Family, table: dict[str, Any]) -> dict[str, tuple[Tensor, Tensor]]:
+    """PEFT module name -> (A (r, I), B (O, r)) in float32. Every module must be one the table maps onto a block
+    projection (_target), and hold exactly a lora_A and a lora_B (not lora_embedding_A, a DoRA magnitude, ...)."""
     weights = load_file(str(path / WEIGHTS_NAME))
     if not weights:
         raise AdapterError(f"{path / WEIGHTS_NAME} holds no tensors")
     found: dict[str, dict[str, Tensor]] = {}
     for key, value in weights.items():
-        module, _, param = key.removeprefix(PEFT_PREFIX).rpartition(".")
-        module, _, part = module.rpartition(".")
-        if param != "weight" or part not in ("lora_A", "lora_B"):
-            raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA A or B matrix; only plain LoRA on "
-                               f"the attention and MLP projections is served ({_accepted_hint()})")
-        found.setdefault(module, {})[part] = value.float()
+        module, lora, rest = key.removeprefix(PEFT_PREFIX).partition(".lora_")
+        if not lora:
+            raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA tensor; only plain LoRA on the "
+                               f"attention and MLP projections is served: {', '.join(_accepted(family))}")
+        _target(name, module, family, table)
+        found.setdefault(module, {})[f"lora_{rest}"] = value.float()
+    pairs = {}
     for module, ab in found.items():
-        if set(ab) != {"lora_A", "lora_B"} or ab["lora_A"].shape[0] != ab["lora_B"].shape[1]:
-            raise AdapterError(f"adapter {name!r}: {module} needs lora_A (r, in) and lora_B (out, r) of one rank")
-    return {module: (ab["lora_A"], ab["lora_B"]) for module, ab in found.items()}
+        down, up = ab.get("lora_A.weight"), ab.get("lora_B.weight")
+        if set(ab) != {"lora_A.weight", "lora_B.weight"} or down is None or up is None or down.shape[0] != up.shape[1]:
+            raise AdapterError(f"adapter {name!r}: {module} holds {', '.join(sorted(ab))}; plain LoRA is "
+                               "lora_A.weight (r, in) and lora_B.weight (out, r) of one rank")
+        pairs[module] = (down, up)
+    return pairs
 
 
 def _target(name: str, module: str, family: Family, table: dict[str, Any]) -> str | tuple[str, ...]:
     """Our module(s) for PEFT's `module`, refused unless they are block projections."""
     target = table.get(module.removeprefix(family.prefix))
     accepted = _accepted(family)
+    if target is None and _dropped(module.removeprefix(family.prefix), family):
+        raise AdapterError(f"adapter {name!r} targets {module}, which is not supported (a module this export does "
+                           f"not serve); adapters are accepted on the attention and MLP projections only: "
+                           f"{', '.join(accepted)}")
     if target is None:
         raise AdapterError(f"adapter {name!r} targets {module}, which is not a module of this {family.name} base "
                            f"(an adapter for another base?); accepted targets: {', '.join(accepted)}")
@@ -184,6 +193,12 @@ def _target(name: str, module: str, family: Family, table: dict[str, Any]) -> st
         raise AdapterError(f"adapter {name!r} targets {module} ({', '.join(ours)} here), which is not supported: "
                            f"adapters are accepted on the attention and MLP projections only: {', '.join(accepted)}")
     return target
+
+
+def _dropped(module: str, family: Family) -> bool:
+    """A module of the checkpoint that the loader leaves out: BERT's pooler, another head kind's layers."""
+    heads = {key for table in family.heads.values() for key in table}
+    return module.startswith(family.ignored) or module in heads
 
 
 def _accepted(family: Family) -> list[str]:
@@ -195,10 +210,6 @@ def _accepted(family: Family) -> list[str]:
                                 for t in ours):
             names.append(key.split("{i}.", 1)[1])
     return names
-
-
-def _accepted_hint() -> str:
-    return "the attention and MLP projections; not embeddings, norms, heads, modules_to_save or DoRA"
 
 
 def _block_target(ours: str) -> str:

@@ -43,8 +43,8 @@ class LoRALinear(nn.Linear):
         y = F.linear(x, self.weight, self.bias)  # (B, T, O)
         if adapter is None:
             return y
-        down = self.down[adapter]  # (B, R, I)
-        up = self.up[adapter]  # (B, O, R)
+        down = self.down.index_select(0, adapter)  # (B, R, I); one Gather in the graph (indexing adds copies)
+        up = self.up.index_select(0, adapter)  # (B, O, R)
         low = x @ down.transpose(1, 2)  # (B, T, R)
         return y + low @ up.transpose(1, 2)  # (B, T, O)
 
