@@ -32,8 +32,8 @@ from typing import Any
 
 from bench.procs import ROOT
 
-SHAPE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-             max_position_embeddings=512)
+SHAPE: dict[str, Any] = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                             intermediate_size=3072, max_position_embeddings=512)
 TARGETS = ["query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense"]
 
 
@@ -69,7 +69,7 @@ def write_source(work: Path, adapters: int, rank: int, layers: int) -> dict[str,
             for name, param in adapted.named_parameters():
                 if "lora_B" in name:
                     param.normal_(0.0, 0.02)
-        adapted.save_pretrained(work / f"adapter{index}")
+        adapted.save_pretrained(str(work / f"adapter{index}"))
         sizes.append(sum(4 * p.numel() for n, p in adapted.named_parameters() if "lora_" in n))
     return {"base_bytes": sum(4 * p.numel() for p in model.parameters()), "adapter_bytes": sizes}
 

@@ -11,7 +11,9 @@ adds its prefix, bert.encoder...), so it goes through the same table as the chec
                        matched as PEFT matches them: the whole name or a dotted suffix of it)
     fused q/k/v        (ModernBERT's Wqkv) split in three: one shared A, B cut into q, k and v rows
     a part of ours     (the decoders' gate_proj and up_proj, the two halves of our gated ffn.up) joined as one
-                       block-diagonal adapter: A's stacked (r_gate + r_up, I), each B in its own rows and columns
+                       block-diagonal adapter: A's stacked (r_gate + r_up, I), each B in its own rows and columns;
+                       a fused target holding both halves (GTE's up_gate_proj) keeps its one A, its B's halves
+                       put in our order
 
 Refused, naming the target and what is accepted: targets other than the blocks' attention and MLP projections
 (embeddings, norms, heads), modules_to_save, DoRA, bias other than "none", and the LoRA variants that change the
@@ -98,13 +100,13 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
     for module, (down, up) in by_module.items():
         target = _target(name, module, family, table)
         up = up * _scaling(peft, module, down.shape[0])  # (O, r), PEFT's scaling folded in
-        if isinstance(target, tuple):  # a fused q/k/v: one A, B cut into its parts' rows
-            pairs |= {t: LoRAPair(down, b) for t, b in zip(target, up.chunk(len(target)), strict=True)}
-        elif "#" in target:
-            ours, _, index = target.partition("#")
-            parts.setdefault(ours, {})[int(index)] = LoRAPair(down, up)
-        else:
-            pairs[target] = LoRAPair(down, up)
+        split = target if isinstance(target, tuple) else (target,)  # a fused q/k/v: one A, B cut into its parts
+        for ours, b in zip(split, up.chunk(len(split)), strict=True):
+            if "#" in ours:  # part of one of ours (gate_proj, up_proj; GTE's up_gate_proj holds both)
+                module_name, _, index = ours.partition("#")
+                parts.setdefault(module_name, {})[int(index)] = LoRAPair(down, b)
+            else:
+                pairs[ours] = LoRAPair(down, b)
     pairs |= {ours: block_diagonal(by_part, _part_count(table, ours)) for ours, by_part in parts.items()}
     rank = int(peft.get("r", 8))
     alpha = float(peft.get("lora_alpha", 8))
@@ -120,10 +122,13 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
 def block_diagonal(by_part: dict[int, LoRAPair], count: int) -> LoRAPair:
     """Parts of one of our tensors (equal row counts, joined along its rows in part order), each with its own
     adapter, as one adapter: A's stacked, each B in its part's rows and its own rank's columns; a part without an
-    adapter gets zero rows."""
+    adapter gets zero rows. Parts cut from one fused target (GTE's up_gate_proj) share their A: their B's joined."""
     rows = next(iter(by_part.values())).up.shape[0]
+    downs = [by_part[k].down for k in sorted(by_part)]
+    if len(by_part) == count and all(d is downs[0] for d in downs):  # one fused target's B rows: A is shared
+        return LoRAPair(downs[0], torch.cat([by_part[k].up for k in sorted(by_part)]))  # (count · O_part, r)
     rank = sum(p.rank for p in by_part.values())
-    down = torch.cat([by_part[k].down for k in sorted(by_part)])  # (r_0 + r_1 + ..., I)
+    down = torch.cat(downs)  # (r_0 + r_1 + ..., I)
     up = torch.zeros(rows * count, rank)  # (count · O_part, r_0 + r_1 + ...)
     column = 0
     for k in sorted(by_part):
@@ -179,9 +184,9 @@ def _by_module(name: str, path: Path, family: Family, table: dict[str, Any]) -> 
 
 def _target(name: str, module: str, family: Family, table: dict[str, Any]) -> str | tuple[str, ...]:
     """Our module(s) for PEFT's `module`, refused unless they are block projections."""
-    target = table.get(module.removeprefix(family.prefix))
+    target = table.get(family.body_name(module))
     accepted = _accepted(family)
-    if target is None and _dropped(module.removeprefix(family.prefix), family):
+    if target is None and _dropped(family.body_name(module), family):
         raise AdapterError(f"adapter {name!r} targets {module}, which is not supported (a module this export does "
                            f"not serve); adapters are accepted on the attention and MLP projections only: "
                            f"{', '.join(accepted)}")

@@ -255,7 +255,8 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Ite
     return reported
 
 
-def check_sets(path: Path, variant: str, providers: Sequence[str], sets: dict[str, list[Batch]]) -> dict[str, float]:
+def check_sets(path: Path, variant: str, providers: Sequence[str],
+               sets: dict[str, list[Batch]] | dict[str, References]) -> dict[str, float]:
     """check_graph on each named set in turn (the first miss raises ParityError, naming the set). Figures are
     reported per set ("held_out_label_agreement") and as the worst over all sets (plain names)."""
     reported: dict[str, float] = {}

@@ -1,14 +1,18 @@
 """Encoder configuration: a frozen dataclass that travels with the weights.
 
 Every dimension a consumer needs (export, service) is read from here, never guessed. The families the
-loaders know (BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, ModernBERT) are one encoder with a few
+loaders know (model/families/: BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, ModernBERT, NomicBERT, GTE,
+jina-embeddings-v3 and the decoders) are one encoder with a few
 axes set differently, as x-transformers exposes them as flags; the defaults are BERT's, so configs saved
 before an axis existed load as they did.
 
     positions      position_embedding: learned "absolute" table indexed 0..T-1, "fairseq" (RoBERTa, MPNet:
                    real tokens count from pad_token_id + 1) or "none"; relative_attention_buckets > 0: MPNet's
                    bucketed relative bias, one table shared by all layers; rotary_theta > 0: rotary q/k
-                   (ModernBERT; rotary_local_theta for the local layers)
+                   (ModernBERT, NomicBERT, GTE, jina-v3, decoders; rotary_local_theta for the local layers);
+                   rotary_scaling stretches every layer's frequencies as transformers' rope type of that name:
+                   default (none), linear (/ rotary_factor), dynamic (NTK: the base grows once an input passes
+                   rotary_original_length tokens), see model/positions.py
     token types    type_vocab_size 0 (no table), 1 (one row, always 0), 2 (segment A / B)
     norms          norm_kind layer (LayerNorm), rms (RMSNorm: Llama, Qwen) or rms_one_plus (Gemma's x · (1 + w));
                    norm_position post (BERT), pre (ModernBERT, decoders) or sandwich (Gemma: pre, and a norm on
@@ -16,7 +20,8 @@ before an axis existed load as they did.
                    final norm, and first_attn_norm=False skips the first block's attention norm (its input is
                    normalised); qk_norm: an RMS norm over each head's query and key (Qwen3, Gemma3)
     feed-forward   activation; gated_ffn: up projects to 2 x d_ff, act(first half) * second half (GeGLU, SwiGLU)
-    biases         attention_bias (q, k, v), attention_out_bias (out; None: as attention_bias), ffn_bias
+    biases         attention_bias (q, k, v), attention_out_bias (out; None: as attention_bias), ffn_bias (up),
+                   ffn_down_bias (down; None: as ffn_bias; GTE's gated MLP has it on down only)
     heads          num_kv_heads < num_heads: each key/value head serves num_heads / num_kv_heads query heads
                    (grouped-query attention); head_size: a head width other than d_model / num_heads;
                    query_pre_attn_scalar: scores scaled by 1 / sqrt(it) instead of 1 / sqrt(head width)
@@ -53,6 +58,7 @@ HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
 SEQUENCE_HEADS = ("linear", "pooler", "attention")
 POSITION_EMBEDDINGS = ("absolute", "fairseq", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "tanh", "identity")
+ROTARY_SCALINGS = ("default", "linear", "dynamic")
 HEAD_POOLINGS = ("cls", "mean")
 
 
@@ -88,6 +94,9 @@ class EncoderConfig:
     relative_attention_max_distance: int = 128
     rotary_theta: float = 0.0
     rotary_local_theta: float = 0.0
+    rotary_scaling: str = "default"
+    rotary_factor: float = 1.0
+    rotary_original_length: int = 0  # dynamic scaling: the length past which the base grows
     global_attn_every: int = 1
     activation: str = "gelu"
     gated_ffn: bool = False
@@ -99,6 +108,7 @@ class EncoderConfig:
     norm_kind: str = "layer"
     qk_norm: bool = False
     attention_out_bias: bool | None = None
+    ffn_down_bias: bool | None = None  # None: as ffn_bias
     num_kv_heads: int = 0  # 0: num_heads (every query head has its own key/value head)
     head_size: int = 0  # 0: d_model / num_heads
     query_pre_attn_scalar: float = 0.0  # 0: the head width
@@ -241,7 +251,7 @@ def _check_choices(c: EncoderConfig) -> None:
     for name, allowed in (
         ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS), ("mask_kind", MASK_KINDS), ("head", HEADS),
         ("norm_kind", NORM_KINDS),
-        ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS),
+        ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS), ("rotary_scaling", ROTARY_SCALINGS),
         ("projection_activation", ACTIVATIONS), ("head_activation", ACTIVATIONS), ("head_pooling", HEAD_POOLINGS),
     ):
         if getattr(c, name) not in allowed:
@@ -267,10 +277,23 @@ def _check_positions(c: EncoderConfig) -> None:
         raise ValueError("rotary_theta and rotary_local_theta must be 0 (no rotary) or positive")
     if c.rotary_theta and c.head_dim % 2:
         raise ValueError(f"rotary positions need an even head dimension, got {c.head_dim}")
+    _check_rotary_scaling(c)
     if c.relative_attention_buckets and c.relative_attention_buckets % 4:
         raise ValueError(f"relative_attention_buckets must be a multiple of 4, got {c.relative_attention_buckets}")
     if c.position_embedding == "fairseq" and c.max_length <= c.pad_token_id + 1:
         raise ValueError("fairseq positions start at pad_token_id + 1: max_length must be larger")
+
+
+def _check_rotary_scaling(c: EncoderConfig) -> None:
+    if c.rotary_scaling != "default" and not c.rotary_theta:
+        raise ValueError(f"rotary_scaling {c.rotary_scaling!r} needs rotary positions (rotary_theta > 0)")
+    if c.rotary_factor <= 0 or (c.rotary_scaling == "default" and c.rotary_factor != 1.0):
+        raise ValueError(f"rotary_factor must be positive, and 1 without rotary scaling; got {c.rotary_factor} "
+                         f"with rotary_scaling {c.rotary_scaling!r}")
+    if (c.rotary_scaling == "dynamic") != (c.rotary_original_length > 0) or c.rotary_original_length < 0:
+        raise ValueError("rotary_original_length is the dynamic scaling's original length: positive with "
+                         f"rotary_scaling 'dynamic', 0 otherwise; got {c.rotary_original_length} with "
+                         f"{c.rotary_scaling!r}")
 
 
 def _check_labels(c: EncoderConfig) -> None:

@@ -121,9 +121,10 @@ class Encoder(nn.Module):
         self.relative_bias = RelativePositionBias(
             c.relative_attention_buckets, c.relative_attention_max_distance, c.num_heads,
         ) if c.relative_attention_buckets else None
+        scaling = (c.rotary_scaling, c.rotary_factor, c.rotary_original_length)
         self.rotary = nn.ModuleDict({
-            "full": RotaryAngles(c.head_dim, c.rotary_theta),
-            "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta),
+            "full": RotaryAngles(c.head_dim, c.rotary_theta, *scaling),
+            "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta, *scaling),
         }) if c.rotary_theta else None
         self.final_norm = norm(c) if c.norm_position in ("pre", "sandwich") else nn.Identity()
         self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias,

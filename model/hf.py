@@ -2,7 +2,7 @@
 
 Supported: the base model and the ...ForSequenceClassification, ...ForTokenClassification and
 ...ForMaskedLM heads of the encoder families in model/families/ (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-DistilBERT, MPNet, ModernBERT), and the base model, ...ForSequenceClassification and ...ForCausalLM (its body:
+DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings-v3), and the base model, ...ForSequenceClassification and ...ForCausalLM (its body:
 the embedders built on decoders ship as causal LMs) of the decoder families (Llama, Mistral, Qwen2, Qwen3,
 Gemma3); config.json's architectures says which, and anything else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
@@ -56,7 +56,7 @@ def load_hf(path: Path) -> LoadedModel:
 def sequence_head(path: Path) -> dict[str, Any]:
     """The EncoderConfig fields of the family's own sequence-classification head for the checkpoint at `path`
     (from its config.json, whatever head it was saved with; a decoder's: the bias-free linear `score` on the last
-    token): BERT's tanh pooler, RoBERTa's, XLM-R's and MPNet's
+    token): BERT's, NomicBERT's and GTE's tanh pooler, RoBERTa's, XLM-R's, jina-v3's and MPNet's
     dense-tanh-out, DistilBERT's ReLU pre-classifier, ModernBERT's dense-activation-norm over [CLS] or the mean."""
     hf = read_json(_require(Path(path), "config.json"))
     family, _ = family_of(hf)
@@ -95,7 +95,7 @@ def rename(weights: dict[str, Tensor], family: Family, kind: str, hf: dict[str, 
     out: dict[str, Tensor] = {}
     unknown = []
     for key, value in weights.items():
-        name = key.removeprefix(family.prefix)
+        name = family.body_name(key)
         module, _, param = name.rpartition(".")
         if name in table:  # a lone parameter, e.g. BERT's cls.predictions.bias
             out[str(table[name])] = value

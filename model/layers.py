@@ -7,7 +7,8 @@ Shape letters: B batch, T sequence length, D d_model, F d_ff.
                   norms have none), or RMSNorm, x / sqrt(mean(x²) + eps) · w (Llama, Qwen), or Gemma's
                   x / sqrt(mean(x²) + eps) · (1 + w), whose weights are stored as offsets from 1
     FeedForward   up -> activation -> down (BERT); gated: up projects to 2F, act(first half) * second half
-                  (GeGLU, ModernBERT's Wi/Wo; SwiGLU, the decoders' gate_proj and up_proj side by side)
+                  (GeGLU, ModernBERT's Wi/Wo; SwiGLU, the decoders', NomicBERT's and GTE's gate_proj and up_proj
+                  side by side); up and down each with or without a bias (GTE: down only)
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class FeedForward(nn.Module):
         self.gated, self.activation = c.gated_ffn, c.activation
         adapt = c if adapted else c.replace(adapters=(), adapter_rank=0, adapter_targets=())
         self.up = linear(adapt, "ffn.up", c.d_model, c.d_ff * (2 if c.gated_ffn else 1), c.ffn_bias)
-        self.down = linear(adapt, "ffn.down", c.d_ff, c.d_model, c.ffn_bias)
+        self.down = linear(adapt, "ffn.down", c.d_ff, c.d_model,
+                           c.ffn_bias if c.ffn_down_bias is None else c.ffn_down_bias)
 
     def forward(self, x: Tensor, adapter: Tensor | None = None) -> Tensor:
         if not self.gated:

@@ -20,12 +20,16 @@ in our gated `ffn.up`) as one block-diagonal adapter of rank r_gate + r_up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import EncoderConfig
+
+if TYPE_CHECKING:
+    from model.encoder import Encoder
 
 __all__ = ["LoRALinear", "LoRAPair", "adapted_encoder", "linear", "project"]
 
@@ -74,11 +78,11 @@ class LoRAPair:
         return self.down.shape[0]
 
 
-def adapted_encoder(base: nn.Module, adapters: dict[str, dict[str, LoRAPair]]) -> nn.Module:
+def adapted_encoder(base: Encoder, adapters: dict[str, dict[str, LoRAPair]]) -> Encoder:
     """A new Encoder: `base`'s weights, and `adapters` (name -> our parameter module name, e.g.
     "blocks.3.attention.q_proj" -> its pair) stacked in their order as indices 1..N, each padded to the largest
     rank of any pair; a projection no adapter targets stays a plain nn.Linear."""
-    from model.encoder import Encoder
+    from model.encoder import Encoder  # model.encoder imports this module
 
     if not adapters:
         raise ValueError("adapted_encoder needs at least one adapter")

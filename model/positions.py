@@ -9,8 +9,17 @@ Shape letters: B batch, T sequence length, D d_model, H heads, d_k head width.
               makes, and the graph then does not depend on which pad id its caller padded with.
     relative  MPNet's bias on the attention scores, T5's bidirectional buckets of the distance j - i, one
               (buckets, H) table shared by every layer.
-    rotary    q and k rotated by position-dependent angles before their dot product (ModernBERT), the
-              "rotate half" layout; each layer kind (global, local) has its own theta.
+    rotary    q and k rotated by position-dependent angles before their dot product (ModernBERT, NomicBERT,
+              GTE, jina-embeddings-v3, the decoders), the "rotate half" layout; each layer kind (global, local)
+              has its own theta. Scaling stretches the inverse frequencies 1 / theta^(2i / d_k) as transformers'
+              rope types of the same names do (modeling_rope_utils), the cos/sin factor being 1 in all three:
+                  default  none
+                  linear   every frequency divided by the factor (GTE's static NTK scaling is written this way,
+                           its theta already scaled)
+                  dynamic  NTK-aware: once an input of T tokens passes the original length L, the base becomes
+                           theta · (factor · T / L - (factor - 1))^(d_k / (d_k - 2)). T is the padded length, as
+                           transformers counts it; transformers also keeps the longest T it has seen between calls
+                           (until an input under L resets it), where this module reads each input's own T.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from model.config import ROTARY_SCALINGS
 
 
 class AbsolutePositions(nn.Embedding):
@@ -67,18 +78,40 @@ class RelativePositionBias(nn.Module):
 
 
 class RotaryAngles(nn.Module):
-    """cos and sin of position x inverse frequency for one theta: (T,) -> two (1, 1, T, d_k) tensors."""
+    """cos and sin of position x inverse frequency for one theta: (T,) -> two (1, 1, T, d_k) tensors; `scaling`
+    (default, linear, dynamic) stretches the frequencies by `factor` (module docstring), dynamic past
+    `original_length` tokens."""
 
     inv_freq: Tensor
+    exponents: Tensor
 
-    def __init__(self, head_dim: int, theta: float) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: str = "default", factor: float = 1.0,
+                 original_length: int = 0) -> None:
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))  # (d_k / 2,)
+        if scaling not in ROTARY_SCALINGS:
+            raise ValueError(f"rotary scaling {scaling!r} is not supported; supported: {', '.join(ROTARY_SCALINGS)}")
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim  # (d_k / 2,): 2i / d_k
+        inv_freq = 1.0 / (theta ** exponents)  # (d_k / 2,)
+        if scaling == "linear":
+            inv_freq = inv_freq / factor
+        self.theta, self.scaling, self.factor, self.original_length = theta, scaling, factor, original_length
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("exponents", exponents, persistent=False)
+
+    def frequencies(self, pos: Tensor) -> Tensor:
+        """(T,) positions -> (d_k / 2,) inverse frequencies; dynamic: from the input's length, computed as a tensor
+        so that an exported graph computes it for each input."""
+        if self.scaling != "dynamic":
+            return self.inv_freq
+        length = pos.max() + 1  # T, a 0-d tensor
+        d = 2 * self.exponents.numel()
+        growth = (self.factor * length / self.original_length - (self.factor - 1)) ** (d / (d - 2))
+        grown = 1.0 / ((self.theta * growth) ** self.exponents)  # (d_k / 2,)
+        return torch.where(length > self.original_length, grown, self.inv_freq)
 
     def forward(self, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
         pos = torch.arange(T, device=device, dtype=torch.float)
-        freqs = pos[:, None] * self.inv_freq[None, :]  # (T, d_k / 2)
+        freqs = pos[:, None] * self.frequencies(pos)[None, :]  # (T, d_k / 2)
         angles = torch.cat((freqs, freqs), dim=-1)[None, None]  # (1, 1, T, d_k)
         return angles.cos(), angles.sin()
 

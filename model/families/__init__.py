@@ -1,6 +1,8 @@
 """The checkpoint families the loader knows: the registry (one list) and the look-up of a config.json's family.
 
 Encoders (model/families/encoders.py): BERT, RoBERTa, XLM-R, CamemBERT, DistilBERT, MPNet, ModernBERT.
+Rotary encoders (model/families/rotary.py): NomicBERT, GTE ("new" GTE, snowflake-arctic-embed-m-v2.0),
+jina-embeddings-v3.
 Decoders used as encoders (model/families/decoders.py): Llama, Mistral, Qwen2, Qwen3, Gemma3 (text).
 """
 
@@ -11,10 +13,11 @@ from typing import Any
 from model.families.base import HEAD_KINDS, Family, Table, activation
 from model.families.decoders import DECODERS
 from model.families.encoders import ENCODERS
+from model.families.rotary import ROTARY
 
 __all__ = ["FAMILIES", "HEAD_KINDS", "Family", "Table", "activation", "family_of", "supported_classes"]
 
-FAMILIES: tuple[Family, ...] = (*ENCODERS, *DECODERS)
+FAMILIES: tuple[Family, ...] = (*ENCODERS, *ROTARY, *DECODERS)
 
 
 def supported_classes() -> list[str]:

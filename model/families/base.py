@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from model.config import ROTARY_SCALINGS
+
 Table = dict[str, str | tuple[str, ...]]
 # class-name suffix -> head kind; "lm" (a causal LM) loads its body only: the language-model head is not served
 HEAD_KINDS = {"Model": "none", "ForSequenceClassification": "sequence", "ForTokenClassification": "tokens",
@@ -36,6 +38,12 @@ class Family:
     head_config: Callable[[dict[str, Any], str], dict[str, Any]]  # (config.json, head kind) -> head fields
     ignored: tuple[str, ...] = field(default=())  # checkpoint names we do not use (e.g. BERT's pooler)
     aliases: dict[str, str] = field(default_factory=dict)  # other class names -> head kind (Gemma3ForCausalLM)
+    other_prefixes: tuple[str, ...] = field(default=())  # the body's prefix in older checkpoints (GTE's "new.")
+
+    def body_name(self, key: str) -> str:
+        """A checkpoint tensor's name without the body's prefix (a head class's), whichever of the family's it is."""
+        prefix = next((p for p in (self.prefix, *self.other_prefixes) if key.startswith(p)), "")
+        return key[len(prefix):]
 
     def class_names(self) -> dict[str, str]:
         """The transformers classes this family loads, each with its head kind: BertModel -> none, ..."""
@@ -58,16 +66,17 @@ def layers(source: str, table: Table) -> Table:
 
 
 def rope_thetas(hf: dict[str, Any], global_default: float, local_default: float | None = None,
-                global_key: str = "rope_theta", local_key: str = "rope_local_base_freq") -> tuple[float, float]:
+                global_key: str = "rope_theta", local_key: str = "rope_local_base_freq",
+                scaled: bool = False) -> tuple[float, float]:
     """(global, local) rotary theta from transformers 5's rope_parameters (flat, or one entry per layer type) or
-    the original checkpoints' keys; only the default rotary (no scaling) is supported, any other is refused."""
+    the original checkpoints' keys. Without `scaled` only the default rotary (no scaling) is accepted; with it,
+    the rope types rope_scaling reads too (the caller then applies rope_scaling's fields). Any other is refused."""
     rope = hf.get("rope_parameters") or {}
-    kinds = [rope] if "rope_theta" in rope or "rope_type" in rope else [v or {} for v in rope.values()]
-    legacy = hf.get("rope_scaling") or {}
-    for kind in [*kinds, legacy]:
-        rope_type = kind.get("rope_type", kind.get("type", "default"))
-        if rope_type != "default":
-            raise ValueError(f"rope_type {rope_type!r} is not supported (default rotary only)")
+    for kind in _rope_kinds(hf):
+        rope_type = _rope_type(kind)
+        if rope_type != "default" and not (scaled and rope_type in ROTARY_SCALINGS):
+            supported = ", ".join(ROTARY_SCALINGS if scaled else ("default",))
+            raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {supported}")
     if float(hf.get("partial_rotary_factor", 1.0)) != 1.0:
         raise ValueError(f"partial_rotary_factor {hf['partial_rotary_factor']} is not supported (full rotary only)")
     flat = rope if "rope_theta" in rope else {}
@@ -75,3 +84,37 @@ def rope_thetas(hf: dict[str, Any], global_default: float, local_default: float 
     local_fallback = hf.get(local_key, global_theta if local_default is None else local_default)
     local_theta = (rope.get("sliding_attention") or flat).get("rope_theta", local_fallback)
     return float(global_theta), float(local_theta)
+
+
+def rope_scaling(hf: dict[str, Any]) -> dict[str, Any]:
+    """EncoderConfig's rotary scaling fields (rotary_scaling, rotary_factor, rotary_original_length) from the rope
+    parameters (or the legacy rope_scaling), as transformers' ROPE_INIT_FUNCTIONS read them: linear and dynamic take
+    `factor`, dynamic grows past max_position_embeddings. One scaling for every layer: per-layer-type parameters
+    that scale differently are refused, as is any rope type but default, linear and dynamic."""
+    kinds = _rope_kinds(hf)
+    types = {_rope_type(kind) for kind in kinds}
+    if len(types) > 1 or len({float(kind.get("factor", 1.0)) for kind in kinds if _rope_type(kind) != "default"}) > 1:
+        raise ValueError(f"rope parameters that scale the layer types differently are not supported: {kinds}")
+    rope_type = types.pop() if types else "default"
+    if rope_type not in ROTARY_SCALINGS:
+        raise ValueError(f"rope_type {rope_type!r} is not supported; supported: {', '.join(ROTARY_SCALINGS)}")
+    if rope_type == "default":
+        return dict(rotary_scaling="default", rotary_factor=1.0, rotary_original_length=0)
+    factor = next((float(kind["factor"]) for kind in kinds if "factor" in kind), None)
+    if factor is None:
+        raise ValueError(f"rope_type {rope_type!r} needs a factor; the rope parameters have none: {kinds}")
+    original = int(hf.get("max_position_embeddings", 0)) if rope_type == "dynamic" else 0
+    return dict(rotary_scaling=rope_type, rotary_factor=factor, rotary_original_length=original)
+
+
+def _rope_kinds(hf: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rope parameter dicts that apply: the flat rope_parameters or one per layer type, and a legacy
+    rope_scaling (transformers 4) when there is one."""
+    rope = hf.get("rope_parameters") or {}
+    kinds = [rope] if "rope_theta" in rope or "rope_type" in rope else [v or {} for v in rope.values()]
+    legacy = hf.get("rope_scaling") or {}
+    return [kind for kind in [*kinds, legacy] if kind]
+
+
+def _rope_type(kind: dict[str, Any]) -> str:
+    return str(kind.get("rope_type", kind.get("type", "default")))

@@ -1,0 +1,130 @@
+"""The rotary encoder families, as transformers' native classes write them: NomicBERT (nomic-embed-text-v1.5),
+GTE (the "new" GTE: gte-multilingual-base, gte-*-v1.5, snowflake-arctic-embed-m-v2.0) and jina-embeddings-v3, each
+its config.json reading and its weight-name table (model/families/base.py says how tables read).
+
+    family      model_type           classes: {prefix}Model, ...ForSequenceClassification,
+                                     ...ForTokenClassification, ...ForMaskedLM
+    nomic_bert  nomic_bert           NomicBert
+    gte         gte                  Gte
+    jina_v3     jina_embeddings_v3   JinaEmbeddingsV3
+
+All three are BERT's post-norm block (a LayerNorm after each residual, one over the token and token-type
+embeddings) with rotary q and k in place of a position table: the rotate-half layout, positions counted by index
+from 0 (as transformers counts them when no position ids are given, so left padding shifts them as it does there).
+They differ on the encoder's axes:
+
+    NomicBERT  SwiGLU (gate_proj and up_proj side by side in our `up`), no bias on any projection (the LayerNorms
+               keep theirs), theta 1000 unless the config says; its sequence classifier is BERT's (tanh pooler
+               on [CLS], then a linear layer)
+    GTE        a gated MLP with no bias on gate_proj and up_proj but one on down_proj (ffn_down_bias), biased q, k,
+               v and o, theta 160000; BERT's sequence classifier. The released checkpoints' static NTK scaling is a
+               "linear" rope type in transformers (theta already scaled, every frequency / factor)
+    jina-v3    XLM-R with rotary: a GELU MLP (fc1, fc2), biases everywhere, theta 20000, pad id 1; XLM-R's
+               classification head (dense, tanh, out_proj on <s>). Its task LoRA adapters are no part of the body.
+
+Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes from base.rope_scaling; other rope
+types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
+Wqkv, fc11 / fc12 and norm1 / norm2; GTE's qkv_proj and up_gate_proj, up before gate; jina's mixer.Wqkv), which
+transformers renames on load and writes back when it saves. The masked-LM heads are BERT's transform (dense, activation, LayerNorm) and a decoder tied to
+the token embeddings: NomicBERT's activation is its hidden_act, GTE's and jina's LM heads call exact GELU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.families.base import Family, Table, activation, layers, rope_scaling, rope_thetas
+
+
+def _body(hf: dict[str, Any], architecture: str, theta: float, pad_token_id: int) -> dict[str, Any]:
+    """The fields the three families name alike (BERT's names), with rotary positions."""
+    heads = hf["num_attention_heads"]
+    global_theta, _ = rope_thetas(hf, theta, scaled=True)
+    scaling = rope_scaling(hf)
+    positions = hf.get("max_position_embeddings", 512)
+    return dict(
+        architecture=architecture, vocab_size=hf["vocab_size"], d_model=hf["hidden_size"], num_heads=heads,
+        head_size=hf.get("head_dim") or 0, num_layers=hf["num_hidden_layers"], d_ff=hf["intermediate_size"],
+        # dynamic scaling is there to reach past max_position_embeddings: up to factor times as far
+        max_length=int(positions * scaling["rotary_factor"]) if scaling["rotary_scaling"] == "dynamic" else positions,
+        dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.0),
+        pad_token_id=pad_token_id if hf.get("pad_token_id") is None else hf["pad_token_id"],
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), activation=activation(hf.get("hidden_act", "gelu")),
+        type_vocab_size=hf.get("type_vocab_size", 1), position_embedding="none", rotary_theta=global_theta,
+        head_dropout=hf.get("classifier_dropout") or hf.get("hidden_dropout_prob", 0.1), **scaling,
+    )
+
+
+def _nomic_body(hf: dict[str, Any]) -> dict[str, Any]:
+    return {**_body(hf, "nomic_bert", 1000.0, 0), "activation": activation(hf.get("hidden_act", "silu")),
+            "type_vocab_size": hf.get("type_vocab_size", 2), "gated_ffn": True, "attention_bias": False,
+            "ffn_bias": False}
+
+
+def _gte_body(hf: dict[str, Any]) -> dict[str, Any]:
+    return {**_body(hf, "gte", 160_000.0, 1), "gated_ffn": True, "ffn_bias": False, "ffn_down_bias": True}
+
+
+def _jina_body(hf: dict[str, Any]) -> dict[str, Any]:
+    return {**_body(hf, "jina_embeddings_v3", 20_000.0, 1), "layer_norm_eps": hf.get("layer_norm_eps", 1e-5)}
+
+
+def _head(lm_activation: str | None) -> Any:
+    """A family's head fields: a tanh pooler (NomicBERT's and GTE's BertPooler, jina's classifier dense) before
+    the sequence classifier; the MLM transform's activation (None: the hidden activation)."""
+    def head_config(hf: dict[str, Any], kind: str) -> dict[str, Any]:
+        mlm_activation = lm_activation or activation(hf.get("hidden_act", "silu"))
+        return {"sequence": dict(head="pooler", head_activation="tanh"), "tokens": dict(head="tokens"),
+                "mlm": dict(head="mlm", head_activation=mlm_activation, head_norm=True,
+                            tie_decoder=hf.get("tie_word_embeddings", True))}.get(kind, {})
+    return head_config
+
+
+# transformers' own module names (what its classes hold, and what a checkpoint saved in that layout holds)
+_NATIVE = {"self_attn.q_proj": "attention.q_proj", "self_attn.k_proj": "attention.k_proj",
+           "self_attn.v_proj": "attention.v_proj", "self_attn.o_proj": "attention.out_proj",
+           "post_attention_layernorm": "attn_norm", "post_mlp_layernorm": "ffn_norm"}
+_NATIVE_GATED = {"mlp.gate_proj": "ffn.up#0", "mlp.up_proj": "ffn.up#1", "mlp.down_proj": "ffn.down"}
+_NATIVE_EMBEDDINGS: Table = {"embeddings.word_embeddings": "embeddings.token",
+                             "embeddings.token_type_embeddings": "embeddings.token_type",
+                             "embeddings.LayerNorm": "embeddings.norm"}
+_QKV = ("attention.q_proj", "attention.k_proj", "attention.v_proj")
+# the released checkpoints' names, which transformers renames on load (conversion_mapping.py) and writes back on save
+_NOMIC: Table = {"emb_ln": "embeddings.norm", **layers("encoder.layers.{i}.", {
+    "attn.Wqkv": _QKV, "attn.out_proj": "attention.out_proj", "mlp.fc12": "ffn.up#0", "mlp.fc11": "ffn.up#1",
+    "mlp.fc2": "ffn.down", "norm1": "attn_norm", "norm2": "ffn_norm"})}
+_GTE: Table = layers("encoder.layer.{i}.", {
+    "attention.qkv_proj": _QKV, "attention.o_proj": "attention.out_proj", "attn_ln": "attn_norm",
+    "mlp.up_gate_proj": ("ffn.up#1", "ffn.up#0"), "mlp.down_proj": "ffn.down", "mlp_ln": "ffn_norm"})
+_JINA: Table = {"emb_ln": "embeddings.norm", **layers("encoder.layers.{i}.", {
+    "mixer.Wqkv": _QKV, "mixer.out_proj": "attention.out_proj", "mlp.fc1": "ffn.up", "mlp.fc2": "ffn.down",
+    "norm1": "attn_norm", "norm2": "ffn_norm"})}
+_BERT_SEQUENCE: Table = {"pooler.dense": "head.pooler", "classifier": "head.classifier"}
+_TOKENS: Table = {"classifier": "head.classifier"}
+_LM_HEAD: Table = {"lm_head.dense": "head.transform", "lm_head.layer_norm": "head.transform.norm",
+                   "lm_head.norm": "head.transform.norm", "lm_head.decoder": "head.decoder",
+                   "lm_head.bias": "head.decoder.bias"}
+
+NOMIC_BERT = Family(
+    "nomic_bert", ("nomic_bert",), ("NomicBert",), "nomic_bert.", _nomic_body,
+    {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, **_NATIVE_GATED}), **_NOMIC},
+    heads={"sequence": _BERT_SEQUENCE, "tokens": _TOKENS,
+           "mlm": {"cls.predictions.transform.dense": "head.transform",
+                   "cls.predictions.transform.layer_norm": "head.transform.norm",
+                   "cls.predictions.decoder": "head.decoder", "cls.predictions.bias": "head.decoder.bias"}},
+    head_config=_head(None), ignored=("pooler.",),
+)
+GTE = Family(
+    "gte", ("gte",), ("Gte",), "gte.", _gte_body,
+    {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, **_NATIVE_GATED}), **_GTE},
+    heads={"sequence": _BERT_SEQUENCE, "tokens": _TOKENS, "mlm": _LM_HEAD}, head_config=_head("gelu"),
+    ignored=("pooler.",), other_prefixes=("new.",),  # Alibaba's NewFor... classes keep the body under new.
+)
+JINA_V3 = Family(
+    "jina_v3", ("jina_embeddings_v3",), ("JinaEmbeddingsV3",), "roberta.", _jina_body,
+    {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, "mlp.fc1": "ffn.up", "mlp.fc2": "ffn.down"}), **_JINA},
+    heads={"sequence": {"classifier.dense": "head.pooler", "classifier.out_proj": "head.classifier"},
+           "tokens": _TOKENS, "mlm": _LM_HEAD},
+    head_config=_head("gelu"), ignored=("pooler.",),
+)
+ROTARY = (NOMIC_BERT, GTE, JINA_V3)
