@@ -29,7 +29,7 @@ CASES = {  # name: (architecture, head class, shape)
     "gte-dynamic-realistic": ("gte-dynamic", "Model", "realistic"),
     "jina_v3-classifier": ("jina_v3", "ForSequenceClassification", "tiny"),
 }
-FAMILY = {"nomic_bert": "nomic_bert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina_embeddings_v3"}
+FAMILY = {"nomic_bert": "nomicbert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina"}
 
 
 @pytest.fixture(scope="module", params=list(CASES))

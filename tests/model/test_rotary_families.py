@@ -33,7 +33,7 @@ from tests.helpers.tokenizers import MULTILINGUAL
 from tests.model.test_families import assert_body_matches
 
 TOLERANCE = 1e-5
-FAMILY = {"nomic_bert": "nomic_bert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina_v3"}
+FAMILY = {"nomic_bert": "nomicbert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina"}
 
 
 def first_real(states: Tensor, mask: Tensor) -> Tensor:
