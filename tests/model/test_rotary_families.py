@@ -112,7 +112,8 @@ def test_the_references_set_the_axes_the_families_read(tmp_path: Path) -> None:
     configs = {arch: load_model(tmp_path / name).encoder.config
                for arch, name in (("nomic_bert", "nomic"), ("gte", "gte"), ("jina_v3", "jina"))}
     assert not configs["nomic_bert"].attention_bias and not configs["nomic_bert"].ffn_bias
-    assert (configs["gte"].ffn_bias, configs["gte"].ffn_down_bias, configs["gte"].rotary_scaling) == (False, True, "linear")
+    gte_config = configs["gte"]
+    assert (gte_config.ffn_bias, gte_config.ffn_down_bias, gte_config.rotary_scaling) == (False, True, "linear")
     assert [c.rotary_theta for c in configs.values()] == [500.0, 40_000.0, 700.0]
     assert all(c.norm_position == "post" and c.position_embedding == "none" for c in configs.values())
 
@@ -177,7 +178,8 @@ def test_the_family_tokenizer_class_tokenises_as_tokenizer_json(tmp_path: Path, 
     model_type = json.loads((tmp_path / "config.json").read_text())["model_type"]
     name = TOKENIZER_MAPPING_NAMES[model_type]
     assert name == ("BertTokenizer" if arch == "nomic_bert" else "XLMRobertaTokenizer")
-    ours, theirs = load_model(tmp_path).tokenizer, getattr(transformers, name)(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    ours = load_model(tmp_path).tokenizer
+    theirs = getattr(transformers, name)(tokenizer_file=str(tmp_path / "tokenizer.json"))
     assert token_ids(ours, MULTILINGUAL, 512) == theirs(MULTILINGUAL, truncation=True, max_length=512)["input_ids"]
     pairs = list(zip(MULTILINGUAL, MULTILINGUAL[::-1], strict=True))
     expected = theirs([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=40)
