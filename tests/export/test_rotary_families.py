@@ -1,7 +1,7 @@
 """The exported graphs of NomicBERT, GTE and jina-embeddings-v3 against transformers itself, as
 tests/export/test_families.py checks the other families: each case (tests/helpers/rotary.py) is exported once per
-module with export.bundle.export_bundle, as `attnserve export` does (it raises unless every graph passes its parity
-gate), and onnxruntime's outputs on padded batches equal transformers' to max abs 1e-5: token states, attention
+module with export.bundle.export_bundle and `attnserve export`'s default variants (fp32, and fp32-opt, onnxruntime's
+fused graph; it raises unless every graph passes its parity gate), and onnxruntime's outputs of every graph on padded batches equal transformers' to max abs 1e-5: token states, attention
 maps, the CLS embedding and the classifiers' logits. GTE with dynamic rope scaling is exported at both shapes: its
 graph computes the grown rotary base from each input's length (24 and 320 tokens, past its original 16 and 128
 positions, and 6, under them), so the growth is in the graph, not baked in at the example's length.
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from bundle.manifest import Manifest
+from export.variants import DEFAULT_VARIANTS
 from model.load import load_model
 from tests.export.test_families import compared, run
 from tests.helpers.rotary import batches, save_rotary
@@ -41,7 +42,7 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     arch, head, shape = CASES[request.param]
     root = tmp_path_factory.mktemp(request.param)
     reference = save_rotary(root / "source", arch, head, shape)
-    export_bundle(root / "source", root / "bundle", variants=("fp32",), name=request.param)
+    export_bundle(root / "source", root / "bundle", variants=DEFAULT_VARIANTS, name=request.param)
     return request.param, root / "source", root / "bundle", reference
 
 
@@ -64,7 +65,7 @@ def test_graphs_match_transformers(exported: tuple[str, Path, Path, torch.nn.Mod
     shape = CASES[name][2]
     tokenizer = load_model(source).tokenizer
     graphs = [(g.kind, g.variant) for g in Manifest.read(bundle).graphs]
-    assert sorted(graphs) == [("attention", "fp32"), ("fast", "fp32")]
+    assert sorted(graphs) == [("attention", "fp32"), ("fast", "fp32"), ("fast", "fp32-opt")]
     for ids, mask in batches(tokenizer, shape):
         want = expected(reference, ids, mask)
         for kind, variant in graphs:
