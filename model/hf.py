@@ -2,8 +2,9 @@
 
 Supported: the base model and the ...ForSequenceClassification, ...ForTokenClassification and
 ...ForMaskedLM heads of the encoder families in model/families/ (BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings-v3), and the base model, ...ForSequenceClassification and ...ForCausalLM (its body:
-the embedders built on decoders ship as causal LMs) of the decoder families (Llama, Mistral, Qwen2, Qwen3,
+DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings-v3), and the base model,
+...ForSequenceClassification and ...ForCausalLM (its body: the embedders built on decoders ship as causal LMs) of
+the decoder families (Llama, Mistral, Qwen2, Qwen3,
 Gemma3); config.json's architectures says which, and anything else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its

@@ -4,9 +4,9 @@ its config.json reading and its weight-name table (model/families/base.py says h
 
     family      model_type           classes: {prefix}Model, ...ForSequenceClassification,
                                      ...ForTokenClassification, ...ForMaskedLM
-    nomic_bert  nomic_bert           NomicBert
+    nomicbert   nomic_bert           NomicBert
     gte         gte                  Gte
-    jina_v3     jina_embeddings_v3   JinaEmbeddingsV3
+    jina        jina_embeddings_v3   JinaEmbeddingsV3
 
 All three are BERT's post-norm block (a LayerNorm after each residual, one over the token and token-type
 embeddings) with rotary q and k in place of a position table: the rotate-half layout, positions counted by index
@@ -25,8 +25,9 @@ They differ on the encoder's axes:
 Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes from base.rope_scaling; other rope
 types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
 Wqkv, fc11 / fc12 and norm1 / norm2; GTE's qkv_proj and up_gate_proj, up before gate; jina's mixer.Wqkv), which
-transformers renames on load and writes back when it saves. The masked-LM heads are BERT's transform (dense, activation, LayerNorm) and a decoder tied to
-the token embeddings: NomicBERT's activation is its hidden_act, GTE's and jina's LM heads call exact GELU.
+transformers renames on load and writes back when it saves. The masked-LM heads are BERT's transform (dense,
+activation, LayerNorm) and a decoder tied to the token embeddings: NomicBERT's activation is its hidden_act, GTE's
+and jina's LM heads call exact GELU.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _body(hf: dict[str, Any], architecture: str, theta: float, pad_token_id: int
 
 
 def _nomic_body(hf: dict[str, Any]) -> dict[str, Any]:
-    return {**_body(hf, "nomic_bert", 1000.0, 0), "activation": activation(hf.get("hidden_act", "silu")),
+    return {**_body(hf, "nomicbert", 1000.0, 0), "activation": activation(hf.get("hidden_act", "silu")),
             "type_vocab_size": hf.get("type_vocab_size", 2), "gated_ffn": True, "attention_bias": False,
             "ffn_bias": False}
 
@@ -66,7 +67,7 @@ def _gte_body(hf: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jina_body(hf: dict[str, Any]) -> dict[str, Any]:
-    return {**_body(hf, "jina_embeddings_v3", 20_000.0, 1), "layer_norm_eps": hf.get("layer_norm_eps", 1e-5)}
+    return {**_body(hf, "jina", 20_000.0, 1), "layer_norm_eps": hf.get("layer_norm_eps", 1e-5)}
 
 
 def _head(lm_activation: str | None) -> Any:
@@ -106,7 +107,7 @@ _LM_HEAD: Table = {"lm_head.dense": "head.transform", "lm_head.layer_norm": "hea
                    "lm_head.bias": "head.decoder.bias"}
 
 NOMIC_BERT = Family(
-    "nomic_bert", ("nomic_bert",), ("NomicBert",), "nomic_bert.", _nomic_body,
+    "nomicbert", ("nomic_bert",), ("NomicBert",), "nomic_bert.", _nomic_body,
     {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, **_NATIVE_GATED}), **_NOMIC},
     heads={"sequence": _BERT_SEQUENCE, "tokens": _TOKENS,
            "mlm": {"cls.predictions.transform.dense": "head.transform",
@@ -121,7 +122,7 @@ GTE = Family(
     ignored=("pooler.",), other_prefixes=("new.",),  # Alibaba's NewFor... classes keep the body under new.
 )
 JINA_V3 = Family(
-    "jina_v3", ("jina_embeddings_v3",), ("JinaEmbeddingsV3",), "roberta.", _jina_body,
+    "jina", ("jina_embeddings_v3",), ("JinaEmbeddingsV3",), "roberta.", _jina_body,
     {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, "mlp.fc1": "ffn.up", "mlp.fc2": "ffn.down"}), **_JINA},
     heads={"sequence": {"classifier.dense": "head.pooler", "classifier.out_proj": "head.classifier"},
            "tokens": _TOKENS, "mlm": _LM_HEAD},

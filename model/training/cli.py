@@ -4,8 +4,9 @@ Three starting points:
     (default)         the real MiniLM (model.training.assets.minilm_dir()) kept frozen; only the head learns,
                       on MiniLM token states computed once and cached;
     --init DIR        a Hugging Face directory of any family model/families/ knows (the encoders BERT, RoBERTa,
-                      XLM-R, CamemBERT, DistilBERT, MPNet, ModernBERT; the decoders Llama, Mistral, Qwen2, Qwen3,
-                      Gemma3, whose classifier scores the last token) or one of our checkpoints; all layers fine-tune
+                      XLM-R, CamemBERT, DistilBERT, MPNet, ModernBERT, NomicBERT, GTE, Jina-embeddings-v3; the
+                      decoders Llama, Mistral, Qwen2, Qwen3, Gemma3, whose classifier scores the last token) or one
+                      of our checkpoints; all layers fine-tune
                       unless --freeze-encoder (then the head learns on cached features, as by default);
     --from-scratch    a WordPiece vocabulary trained on the training texts and a new Encoder.
 Without --data the Rotten Tomatoes snippets (fresh/rotten) are used. The best epoch by held-out
@@ -73,8 +74,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                       "(quick runs; the held-out split is unchanged)")
     start = parser.add_argument_group("starting point").add_mutually_exclusive_group()
     start.add_argument("--init", type=Path, help="Hugging Face model directory (BERT, RoBERTa, XLM-R, CamemBERT, "
-                       "DistilBERT, MPNet, ModernBERT; the decoders Llama, Mistral, Qwen2, Qwen3, Gemma3: their base "
-                       "model, ...ForSequenceClassification or ...ForCausalLM) or attnserve checkpoint to fine-tune")
+                       "DistilBERT, MPNet, ModernBERT, NomicBERT, GTE, Jina-embeddings-v3; the decoders Llama, "
+                       "Mistral, Qwen2, Qwen3, Gemma3: their base model, ...ForSequenceClassification or "
+                       "...ForCausalLM) or attnserve checkpoint to fine-tune")
     start.add_argument("--from-scratch", action="store_true", help="new encoder and WordPiece vocabulary")
     parser.add_argument("--freeze-encoder", action="store_true", help="with --init: train only the head "
                         "(the encoder runs once to cache features); the default model is always frozen")

@@ -130,7 +130,7 @@ def test_unknown_architecture_names_the_supported_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'BertForQuestionAnswering' is not supported; supported: BertModel, ") as err:
         load_model(tmp_path)
     assert all(name in str(err.value) for name in ("ModernBertForMaskedLM", "XLMRobertaForSequenceClassification"))
-    assert len(supported_classes()) == 10 * 4 + 4 * 3 + 3  # encoders (rotary ones too); Llama, Mistral, Qwen2, Qwen3; Gemma3
+    assert len(supported_classes()) == 10 * 4 + 4 * 3 + 3  # encoders (rotary too); decoders; Gemma3
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
     with pytest.raises(ValueError, match="model_type 'gpt2' is not supported; supported model types: bert, roberta"):
         load_model(tmp_path)
