@@ -1,10 +1,11 @@
 """The exported graphs of NomicBERT, GTE and jina-embeddings-v3 against transformers itself, as
 tests/export/test_families.py checks the other families: each case (tests/helpers/rotary.py) is exported once per
 module with export.bundle.export_bundle and `attnserve export`'s default variants (fp32, and fp32-opt, onnxruntime's
-fused graph; it raises unless every graph passes its parity gate), and onnxruntime's outputs of every graph on padded batches equal transformers' to max abs 1e-5: token states, attention
-maps, the CLS embedding and the classifiers' logits. GTE with dynamic rope scaling is exported at both shapes: its
-graph computes the grown rotary base from each input's length (24 and 320 tokens, past its original 16 and 128
-positions, and 6, under them), so the growth is in the graph, not baked in at the example's length.
+fused graph; it raises unless every graph passes its parity gate), and onnxruntime's outputs of every graph on
+padded batches equal transformers' to max abs 1e-5: token states, attention maps, the CLS embedding and the
+classifiers' logits. GTE with dynamic rope scaling is exported at both shapes: its graph computes the grown rotary
+base from each input's length (24 and 320 tokens, past its original 16 and 128 positions, and 6, under them), so the
+growth is in the graph, not baked in at the example's length.
 
 Shape letters: B batch, T sequence, L layers, H heads, D hidden, C classes.
 """

@@ -4,7 +4,7 @@ the export tests (tests/export/test_families.py: the graphs against transformers
 
     family_export("xlm-roberta-scorer") -> Exported(arch, head, source, bundle, reference)
 
-Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py) or sentence-transformers
+Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py, rotary.py) or sentence-transformers
 directory (tests/helpers/sentence.py) exported fp32 (a decoder also fp32-opt) with export.bundle.export_bundle, as
 `attnserve export` does. CamemBERT
 loads through the same family code and table as XLM-RoBERTa (model/families.py) and ships the same kind of
@@ -20,6 +20,8 @@ import torch
 
 from tests.helpers.decoders import DECODERS, save_decoder
 from tests.helpers.families import save_hf
+from tests.helpers.rotary import ARCHES as ROTARY
+from tests.helpers.rotary import save_rotary
 from tests.helpers.sentence import load_reference, save_sentence_transformer
 
 CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-transformers directory; a
@@ -39,6 +41,11 @@ CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-t
     "embeddinggemma-scorer": ("embeddinggemma", "ForSequenceClassification", "wide"),
     # Qwen3-Embedding as sentence-transformers runs it: last-token pooling, Normalize, its instruction prompt
     "qwen3-sentence": ("qwen3", "sentence", "wide"),
+    # rotary encoders (tests/helpers/rotary.py): NomicBERT (SwiGLU, no biases), GTE with dynamic NTK rotary (the
+    # full-length input runs past its original positions), jina-embeddings-v3 (XLM-R with rotary)
+    "nomicbert-classifier": ("nomic_bert", "ForSequenceClassification", "tiny"),
+    "gte-classifier": ("gte-dynamic", "ForSequenceClassification", "tiny"),
+    "jina-classifier": ("jina_v3", "ForSequenceClassification", "tiny"),
 }
 QWEN3_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
                           "Query:", "document": ""}
@@ -79,7 +86,7 @@ def export_case(name: str, root: Path) -> Exported:
     else:
         source = root / "source"
         extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
-        save = save_decoder if arch in DECODERS else save_hf
+        save = save_decoder if arch in DECODERS else save_rotary if arch in ROTARY else save_hf
         reference = save(source, arch, head, shape, **extra)
     # the decoders' graphs also through the fused fp32-opt variant and its gate (RMS norms, grouped heads)
     variants = ("fp32", "fp32-opt") if arch in DECODERS else ("fp32",)

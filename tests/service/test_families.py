@@ -156,7 +156,8 @@ def test_info_and_models_name_each_family(server: str) -> None:
     assert families == {"bert-classifier": "bert", "roberta-classifier": "roberta",
                         "xlm-roberta-scorer": "roberta", "distilbert-classifier": "distilbert",
                         "mpnet-classifier": "mpnet", "modernbert-classifier": "modernbert",
-                        "qwen3-classifier": "qwen3", "embeddinggemma-scorer": "gemma3"}
+                        "qwen3-classifier": "qwen3", "embeddinggemma-scorer": "gemma3",
+                        "nomicbert-classifier": "nomicbert", "gte-classifier": "gte", "jina-classifier": "jina"}
     windows = {m["name"]: m["attention_windows"] for m in info["models"]}
     assert windows["modernbert-classifier"] == [None, 2, None]  # local_attention 4: two tokens each side
     assert windows["bert-classifier"] == [None, None]
