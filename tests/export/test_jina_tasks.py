@@ -95,7 +95,7 @@ def assert_row_matches(got: dict[str, np.ndarray], row: int, theirs: object) -> 
 def test_the_bundle_lists_the_tasks(exported: tuple[Path, Path, dict[str, Path]]) -> None:
     _, bundle, _ = exported
     manifest = Manifest.read(bundle)
-    assert manifest.architecture == "jina_embeddings_v3"
+    assert manifest.architecture == "jina"
     assert [a.name for a in manifest.adapters] == list(TASKS)
     assert [manifest.adapter_index(name) for name in TASKS] == [1, 2, 3, 4, 5]
     assert manifest.adapters[2].targets == ["attention.k_proj", "attention.out_proj", "attention.q_proj",
