@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.large_export import process_memory
 from bench.procs import ROOT
 
 SHAPE: dict[str, Any] = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -100,24 +101,14 @@ def serve(graph: Path, adapters: int) -> dict[str, Any]:
     trim = ctypes.CDLL("libc.so.6").malloc_trim
     session = open_session(graph, "cpu")
     trim(0)
-    opened = _memory()
+    opened = process_memory()
     names = input_names(session)
     rows = [list(range(5, 133))] * 8  # (B, T) = 8 x 128
     feeds = pad(rows, 0, names, adapters=[i % (adapters + 1) for i in range(8)] if ADAPTER in names else None)
     for _ in range(2):
         session.run(None, feeds)
     trim(0)
-    return {"session_kb": opened, "after_runs_kb": _memory()}
-
-
-def _memory() -> dict[str, int]:
-    """VmRSS, VmHWM, RssAnon, RssFile of this process, kB."""
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-            fields[key] = int(value.split()[0])
-    return fields
+    return {"session_kb": opened, "after_runs_kb": process_memory()}
 
 
 def _phase(args: argparse.Namespace, phase: str, *paths: Path) -> dict[str, Any]:

@@ -100,14 +100,14 @@ def serve(bundle: Path) -> dict[str, Any]:
     from inference.loading import load_bundle
     from inference.options import LoadOptions
 
-    base = _memory()
+    base = process_memory()
     started = time.perf_counter()
     verify_bundle(bundle)
-    verified, verify_peak = time.perf_counter() - started, _memory()["VmHWM"]
+    verified, verify_peak = time.perf_counter() - started, process_memory()["VmHWM"]
     _reset_peak()
     started = time.perf_counter()
     loaded = load_bundle(bundle, LoadOptions(variant="fp32"), kinds=("fast",))
-    load_s, after = time.perf_counter() - started, _memory()
+    load_s, after = time.perf_counter() - started, process_memory()
     embed_s = asyncio.run(_embed_seconds(loaded))
     return {"verify_s": verified, "verify_peak_rss_kb": verify_peak, "load_s": load_s, "embed_s": embed_s,
             "rss_before_kb": base["VmRSS"], "load_peak_rss_kb": after["VmHWM"], "rss_after_load_kb": after["VmRSS"],
@@ -135,7 +135,7 @@ async def _embed_seconds(loaded: Any) -> float:
             executor.shutdown()
 
 
-def _memory() -> dict[str, int]:
+def process_memory() -> dict[str, int]:
     """VmRSS, VmHWM, RssAnon, RssFile of this process, kB."""
     fields = {}
     for line in Path("/proc/self/status").read_text().splitlines():
