@@ -7,14 +7,15 @@ import { formatValue } from "./colormap.js";
 /** @typedef {{label: string, score: number}} Score */
 
 /**
- * /classify's answer for each text (its labels, best first), or null for a model without a classification head.
+ * /classify's answer for each text (its labels, best first) from the model and task chosen, or null for a model
+ * without a classification head.
  * @param {string[]} texts
  * @param {import("./facts.js").Facts} facts
  * @returns {Promise<Score[][] | null>}
  */
 export async function classify(texts, facts) {
   if (facts.labels.length === 0) return null; // no classification head: nothing to ask
-  const { json } = await call("/classify", withModel({ inputs: texts }, facts.model, facts.modelCount));
+  const { json } = await call("/classify", withModel({ inputs: texts }, facts.model, facts.modelCount, facts.task));
   return /** @type {Score[][]} */ (json);
 }
 

@@ -78,14 +78,16 @@ export async function call(path, body) {
 }
 
 /**
- * `body` naming the model only when there is a choice: with one model the TEI-shaped routes (which refuse
- * unknown fields) get no `model` field.
+ * `body` naming the model only when there is a choice (with one model the TEI-shaped routes, which refuse unknown
+ * fields, get no `model` field), and the task (one of the model's LoRA adapters) only when one is chosen: without
+ * `task` the bare base model runs.
  * @template {object} T
  * @param {T} body
  * @param {string} model
  * @param {number} modelCount
- * @returns {T & {model?: string}}
+ * @param {string} [task] "" for none
+ * @returns {T & {model?: string, task?: string}}
  */
-export function withModel(body, model, modelCount) {
-  return modelCount > 1 && model ? { ...body, model } : body;
+export function withModel(body, model, modelCount, task = "") {
+  return { ...body, ...(modelCount > 1 && model ? { model } : {}), ...(task ? { task } : {}) };
 }

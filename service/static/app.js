@@ -1,14 +1,17 @@
 // @ts-check
 // The attention explorer: loads the served models' facts, runs the texts, and keeps the controls, the views
-// and the messages in step with the model chosen (its layers, heads and labels; whether it has attention).
+// and the messages in step with the model chosen (its layers, heads and labels; whether it has attention; its
+// tasks, the LoRA adapters a request may run instead of the bare base, with the task chosen).
 // Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message on the page; nothing is
 // left blank. #views carries data-state="loading" | "ready" | "error" | "unavailable" (the model chosen has
-// no attention graph) and, once drawn, data-model: the model its views are of.
+// no attention graph) and, once drawn, data-model and data-task: the model its views are of, and its task ("" for
+// the bare base).
 
 import { ApiError, setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { downloadCanvas, downloadText } from "./exporter.js";
 import { describe, factsOf, layerKind, loadServed } from "./facts.js";
+import { keepLink, linkProblem, readLink } from "./link.js";
 import { tabs, ui } from "./page.js";
 import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./views.js";
 
@@ -24,7 +27,7 @@ const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpec
 let served = { models: [], maxChars: Infinity };
 /** @type {Facts} the chosen model's */
 const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false, maxChars: Infinity,
-  labels: [], attention: false };
+  labels: [], attention: false, adapters: [], task: "" };
 /** @type {string[]} the texts last run */
 let texts = [];
 /** @type {{answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]}} what the views show */
@@ -63,17 +66,20 @@ async function loadFacts() {
 }
 
 /**
- * Takes the facts of the model called `name` (the default one when no model is): the layer and head pickers
- * list its layers and heads (the layer and head chosen are kept where it has them), its line is shown, and
- * the answers of the model before are cleared.
+ * Takes the facts of the model called `name` (the default one when no model is) with the task `task` (kept when
+ * the model has it, else the bare base): the layer and head pickers list its layers and heads (the layer and head
+ * chosen are kept where it has them), the task picker its tasks (hidden when it has none), its line is shown, and
+ * the answers of the model or task before are cleared.
  * @param {string} name
+ * @param {string} [task] "" for none: the bare base model
  */
-function useModel(name) {
-  Object.assign(facts, factsOf(served, name));
+function useModel(name, task = facts.task) {
+  Object.assign(facts, factsOf(served, name, task));
   settings.layer = Math.max(0, Math.min(settings.layer, facts.numLayers - 1));
   settings.head = Math.max(0, Math.min(settings.head, facts.numHeads - 1));
   fillSelect(ui.layer, facts.numLayers, settings.layer, (i) => layerKind(facts, i));
   fillSelect(ui.head, facts.numHeads, settings.head);
+  fillTasks();
   ui.modelInfo.textContent = describe(facts);
   ui.answers.replaceChildren();
   syncControls();
@@ -83,6 +89,13 @@ function useModel(name) {
 function fillModels(names) {
   ui.modelBox.hidden = names.length < 2;
   ui.model.replaceChildren(...names.map((name) => new Option(name, name, false, name === facts.model)));
+}
+
+// The task picker: none (the bare base) and then each of the model's adapters; hidden for a model without any.
+function fillTasks() {
+  ui.taskBox.hidden = facts.adapters.length === 0;
+  const base = new Option("none (the base model)", "", false, facts.task === "");
+  ui.task.replaceChildren(base, ...facts.adapters.map((name) => new Option(name, name, false, name === facts.task)));
 }
 
 /**
@@ -125,7 +138,7 @@ async function run() {
     return;
   }
   texts = chosen;
-  keepLink(chosen);
+  keepLink(chosen, facts);
   const mine = ++runs;
   showMessage("");
   ui.run.disabled = true;
@@ -142,33 +155,19 @@ async function run() {
 }
 
 /**
- * The page's own link (`?text=...`, `&compare=...` for a second text, `&model=...` when several models are
- * served) made to say what was run, so the address bar can be copied and opens the same run.
- * @param {string[]} chosen
- */
-function keepLink(chosen) {
-  const params = new URLSearchParams({ text: chosen[0] });
-  if (chosen.length > 1) params.set("compare", chosen[1]);
-  if (facts.modelCount > 1) params.set("model", facts.model);
-  history.replaceState(null, "", `${location.pathname}?${params}`);
-}
-
-/**
- * What a link to the page asks for (`/explore?text=...&compare=...&model=...`): its texts go in the boxes, its
- * model is chosen once the facts are loaded. Returns the model named ("" when none).
+ * What a link to the page asks for: its texts go in the boxes, its model and task are chosen once the facts are
+ * loaded. Returns what it asked for.
  */
 function fromLink() {
-  const params = new URLSearchParams(location.search);
-  const text = params.get("text");
-  const second = params.get("compare");
-  if (text !== null) ui.textA.value = text;
-  if (second !== null) {
+  const linked = readLink();
+  if (linked.text !== null) ui.textA.value = linked.text;
+  if (linked.compare !== null) {
     ui.compare.checked = true;
     ui.textBBox.hidden = false;
-    ui.textB.value = second;
+    ui.textB.value = linked.compare;
   }
-  facts.model = params.get("model") ?? "";
-  return facts.model;
+  Object.assign(facts, { model: linked.model, task: linked.task });
+  return linked;
 }
 
 async function render() {
@@ -190,7 +189,7 @@ async function render() {
   const panels = makePanels(ui.views, texts, answer.items, settings.hideSpecial);
   shown = { answer, drawings: draw(settings, facts, answer, panels, openInHeatmap) };
   Object.assign(ui.views.dataset, { state: "ready", view: settings.view, title: mapTitle(settings, facts),
-    model: facts.model });
+    model: facts.model, task: facts.task });
 }
 
 // The model chosen has no attention graph: no /attention request, a note where the views would be.
@@ -201,7 +200,8 @@ function showUnavailable() {
     + ` there is no attention to show.${facts.labels.length ? " Its labels for the text are above." : ""}`;
   ui.views.replaceChildren(note);
   shown = { answer: null, drawings: [] };
-  Object.assign(ui.views.dataset, { state: "unavailable", view: settings.view, title: "", model: facts.model });
+  Object.assign(ui.views.dataset, { state: "unavailable", view: settings.view, title: "", model: facts.model,
+    task: facts.task });
 }
 
 function rerender() {
@@ -288,6 +288,7 @@ function wire() {
   ui.compare.addEventListener("change", () => { ui.textBBox.hidden = !ui.compare.checked; });
   ui.keyForm.addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
   ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); });
+  ui.task.addEventListener("change", () => { useModel(facts.model, ui.task.value); run(); });
   ui.tabs.addEventListener("keydown", onTabKey);
   for (const tab of tabs()) tab.addEventListener("click", () => selectTab(viewOfTab(tab)));
   ui.layer.addEventListener("change", () => changeSettings({ layer: Number(ui.layer.value) }));
@@ -312,7 +313,6 @@ const linked = fromLink();
 loadFacts().then(async (ok) => {
   if (!ok) return;
   await run();
-  if (linked && facts.model !== linked && ui.message.hidden) {
-    showMessage(`The link names the model "${linked}", which this server does not serve; showing ${facts.model}.`);
-  }
+  const problem = linkProblem(linked, facts);
+  if (problem && ui.message.hidden) showMessage(problem);
 });

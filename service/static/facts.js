@@ -1,8 +1,8 @@
 // @ts-check
 // The served models' facts, from GET /info (which lists every served model under `models`): for the model
 // chosen, what the controls and requests depend on (its layers and heads, which layers attend locally, labels,
-// max length, whether it serves attention), and the limits all models share. The first model listed is the
-// server's default.
+// max length, whether it serves attention, its tasks: the LoRA adapters it carries), and the limits all models
+// share. The first model listed is the server's default.
 
 import { call } from "./api.js";
 import { reach, reachInWords } from "./matrix.js";
@@ -19,6 +19,7 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {boolean} [causal] a decoder's causal mask: a token attends to itself and the tokens before it
  * @property {string[]} labels empty for a model without a classification head
  * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
+ * @property {string[]} [adapters] its tasks: the names of the LoRA adapters its bundle carries (none: empty)
  */
 
 /**
@@ -41,6 +42,8 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {number} maxChars
  * @property {string[]} labels
  * @property {boolean} attention whether it has an attention graph (/attention answers for it)
+ * @property {string[]} adapters its tasks (LoRA adapters), which a request's `task` names; empty for none
+ * @property {string} task the task chosen, one of `adapters`; "" for none: the bare base model
  */
 
 /** @returns {Promise<Served>} */
@@ -51,18 +54,22 @@ export async function loadServed() {
 }
 
 /**
- * The facts of the model called `name`, or of the default (first) one when no served model has that name.
+ * The facts of the model called `name`, or of the default (first) one when no served model has that name, with
+ * the task `task` chosen when that model has it (the bare base otherwise).
  * @param {Served} served
  * @param {string | null} name
+ * @param {string} [task]
  * @returns {Facts}
  */
-export function factsOf(served, name) {
+export function factsOf(served, name, task = "") {
   const entry = served.models.find((m) => m.name === name) ?? served.models[0];
+  const adapters = entry.adapters ?? [];
   return {
     model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
     maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
     causal: entry.causal ?? false,
     maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
+    adapters, task: adapters.includes(task) ? task : "",
   };
 }
 
@@ -78,7 +85,7 @@ export function layerKind(facts, layer) {
 }
 
 /**
- * The line under the page's title: the model's name, size and labels, and what it cannot do.
+ * The line under the page's title: the model's name, size, labels and tasks, and what it cannot do.
  * @param {Facts} facts
  */
 export function describe(facts) {
@@ -88,6 +95,7 @@ export function describe(facts) {
   const which = local.length === 1 ? `layer ${local[0]} attends` : `layers ${local.join(", ")} attend`;
   const windows = local.length ? ` · ${which} ${reachInWords(Number(facts.windows[local[0]]), facts.causal)}` : "";
   const causal = facts.causal ? " · causal: each token sees only itself and the tokens before it" : "";
+  const tasks = facts.adapters.length ? ` · tasks: ${facts.adapters.join(", ")}` : "";
   return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · up to ${facts.maxLength}`
-    + ` tokens · ${labels}${attention}`;
+    + ` tokens · ${labels}${tasks}${attention}`;
 }

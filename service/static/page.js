@@ -25,6 +25,8 @@ export const ui = {
   textBBox: byId("text-b-box", HTMLElement),
   modelBox: byId("model-box", HTMLElement),
   model: byId("model", HTMLSelectElement),
+  taskBox: byId("task-box", HTMLElement),
+  task: byId("task", HTMLSelectElement),
   compare: byId("compare", HTMLInputElement),
   run: byId("run", HTMLButtonElement),
   message: byId("message", HTMLElement),

@@ -28,7 +28,7 @@ import { decodeItem, viewOf } from "./matrix.js";
  */
 
 /**
- * An /attention request body, less the `model` (api.withModel adds it).
+ * An /attention request body, less the `model` and `task` (api.withModel adds them).
  * @typedef {object} AttentionBody
  * @property {string[]} inputs
  * @property {"base64"} encoding
@@ -63,13 +63,13 @@ export function attentionBody(settings, texts) {
 }
 
 /**
- * The answer to `body` for the model chosen, from the cache when it was asked for lately.
+ * The answer to `body` for the model and task chosen, from the cache when it was asked for lately.
  * @param {AttentionBody} body
  * @param {Facts} facts
  * @returns {Promise<Answer>}
  */
 export async function fetchAttention(body, facts) {
-  const request = withModel(body, facts.model, facts.modelCount);
+  const request = withModel(body, facts.model, facts.modelCount, facts.task);
   const key = JSON.stringify(request);
   let answer = cache.get(key);
   if (answer === undefined) {
@@ -83,15 +83,17 @@ export async function fetchAttention(body, facts) {
 }
 
 /**
+ * What the map shows: its layer and head (or heads combined, or the rollout), and the task when one is chosen.
  * @param {Settings} settings
  * @param {Facts} facts
  */
 export function mapTitle(settings, facts) {
-  if (settings.combine === "rollout") return `rollout over ${facts.numLayers} layers`;
+  const task = facts.task ? ` · task ${facts.task}` : "";
+  if (settings.combine === "rollout") return `rollout over ${facts.numLayers} layers${task}`;
   const kind = layerKind(facts, settings.layer);
   const layer = kind ? `layer ${settings.layer} (${kind})` : `layer ${settings.layer}`;
-  if (settings.combine === "none") return `${layer} · head ${settings.head}`;
-  return `${layer} · ${settings.combine} over heads`;
+  if (settings.combine === "none") return `${layer} · head ${settings.head}${task}`;
+  return `${layer} · ${settings.combine} over heads${task}`;
 }
 
 /**
