@@ -91,7 +91,7 @@ def test_graphs_match_transformers(family_export: ExportOf, case: str) -> None:
 def test_manifest_says_what_the_bundle_is(family_export: ExportOf, case: str) -> None:
     exported = family_export(case)
     manifest = Manifest.read(exported.bundle)
-    family = {"xlm-roberta": "roberta", "embeddinggemma": "gemma3", "nomic_bert": "nomicbert", "gte-dynamic": "gte",
+    family = {"xlm-roberta": "roberta", "embeddinggemma": "gemma3", "nomic_bert": "nomicbert",
               "jina_v3": "jina"}
     assert manifest.architecture == family.get(exported.arch, exported.arch)
     assert manifest.name == case

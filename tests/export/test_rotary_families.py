@@ -1,11 +1,12 @@
-"""The exported graphs of NomicBERT, GTE and jina-embeddings-v3 against transformers itself, as
-tests/export/test_families.py checks the other families: each case (tests/helpers/rotary.py) is exported once per
-module with export.bundle.export_bundle and `attnserve export`'s default variants (fp32, and fp32-opt, onnxruntime's
-fused graph; it raises unless every graph passes its parity gate), and onnxruntime's outputs of every graph on
-padded batches equal transformers' to max abs 1e-5: token states, attention maps, the CLS embedding and the
-classifiers' logits. GTE with dynamic rope scaling is exported at both shapes: its graph computes the grown rotary
-base from each input's length (24 and 320 tokens, past its original 16 and 128 positions, and 6, under them), so the
-growth is in the graph, not baked in at the example's length.
+"""GTE's dynamic rope scaling exported and checked against transformers itself, beside the other families' cases in
+tests/export/test_families.py (NomicBERT, GTE with its checkpoints' linear scaling and jina-embeddings-v3 are
+exported there, fp32 and fp32-opt, and served over HTTP in tests/service/test_families.py). Each case
+(tests/helpers/rotary.py) is exported once per module with export.bundle.export_bundle and `attnserve export`'s
+default variants (fp32, and fp32-opt, onnxruntime's fused graph; it raises unless every graph passes its parity
+gate), and onnxruntime's outputs of every graph on padded batches equal transformers' to max abs 1e-5: token
+states, attention maps and the CLS embedding, at both shapes: the graph computes the grown rotary base from each
+input's length (24 and 320 tokens, past its original 16 and 128 positions, and 6, under them), so the growth is in
+the graph, not baked in at the example's length.
 
 Shape letters: B batch, T sequence, L layers, H heads, D hidden, C classes.
 """
@@ -24,12 +25,10 @@ from tests.export.test_families import compared, run
 from tests.helpers.rotary import batches, save_rotary
 
 TOLERANCE = 1e-5
-CASES = {  # name: (architecture, head class, shape)
-    "nomic_bert-classifier": ("nomic_bert", "ForSequenceClassification", "tiny"),
-    "gte-classifier": ("gte", "ForSequenceClassification", "tiny"),
+CASES = {  # name: (architecture, head class, shape); the three families' classifiers (GTE's linear scaling) are
+    # exported with the other families' in tests/export/test_families.py (fp32 and fp32-opt) and served over HTTP
     "gte-dynamic": ("gte-dynamic", "Model", "tiny"),
     "gte-dynamic-realistic": ("gte-dynamic", "Model", "realistic"),
-    "jina_v3-classifier": ("jina_v3", "ForSequenceClassification", "tiny"),
 }
 FAMILY = {"nomic_bert": "nomicbert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina"}
 

@@ -5,8 +5,8 @@ the export tests (tests/export/test_families.py: the graphs against transformers
     family_export("xlm-roberta-scorer") -> Exported(arch, head, source, bundle, reference)
 
 Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py, rotary.py) or sentence-transformers
-directory (tests/helpers/sentence.py) exported fp32 (a decoder also fp32-opt) with export.bundle.export_bundle, as
-`attnserve export` does. CamemBERT
+directory (tests/helpers/sentence.py) exported fp32 (a decoder or a rotary encoder also fp32-opt) with
+export.bundle.export_bundle, as `attnserve export` does. CamemBERT
 loads through the same family code and table as XLM-RoBERTa (model/families.py) and ships the same kind of
 tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
 """
@@ -41,10 +41,11 @@ CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-t
     "embeddinggemma-scorer": ("embeddinggemma", "ForSequenceClassification", "wide"),
     # Qwen3-Embedding as sentence-transformers runs it: last-token pooling, Normalize, its instruction prompt
     "qwen3-sentence": ("qwen3", "sentence", "wide"),
-    # rotary encoders (tests/helpers/rotary.py): NomicBERT (SwiGLU, no biases), GTE with dynamic NTK rotary (the
-    # full-length input runs past its original positions), jina-embeddings-v3 (XLM-R with rotary)
+    # rotary encoders (tests/helpers/rotary.py): NomicBERT (SwiGLU, no biases), GTE with its checkpoints' linear
+    # (static NTK) rotary scaling, jina-embeddings-v3 (XLM-R with rotary); GTE's dynamic scaling, whose base grows
+    # with the input inside the graph, is exported at two shapes in tests/export/test_rotary_families.py
     "nomicbert-classifier": ("nomic_bert", "ForSequenceClassification", "tiny"),
-    "gte-classifier": ("gte-dynamic", "ForSequenceClassification", "tiny"),
+    "gte-classifier": ("gte", "ForSequenceClassification", "tiny"),
     "jina-classifier": ("jina_v3", "ForSequenceClassification", "tiny"),
 }
 QWEN3_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
@@ -88,7 +89,8 @@ def export_case(name: str, root: Path) -> Exported:
         extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
         save = save_decoder if arch in DECODERS else save_rotary if arch in ROTARY else save_hf
         reference = save(source, arch, head, shape, **extra)
-    # the decoders' graphs also through the fused fp32-opt variant and its gate (RMS norms, grouped heads)
-    variants = ("fp32", "fp32-opt") if arch in DECODERS else ("fp32",)
+    # the decoders' and rotary encoders' graphs also through the fused fp32-opt variant and its gate (RMS norms,
+    # grouped heads, rotary q/k)
+    variants = ("fp32", "fp32-opt") if arch in DECODERS or arch in ROTARY else ("fp32",)
     export_bundle(source, root / "bundle", variants=variants, name=name)
     return Exported(arch, head, source, root / "bundle", reference)
