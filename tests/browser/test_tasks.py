@@ -102,7 +102,7 @@ def test_a_task_redraws_the_maps_with_its_adapter(watched: Watched, two_models: 
     page.select_option("#task", TASK)
     wait_drawn(watched, "jina", TASK, f"layer 0 · head 0 · task {TASK}")
     tasked = half_maps(two_models, TEXT, model="jina", task=TASK, layers=[0], heads=[0])[0, 0]  # (n, n)
-    assert np.abs(tasked[ROW].astype(np.float32) - base[ROW]).max() > 1e-2  # the adapter moves this row
+    assert np.abs(tasked[ROW].astype(np.float32) - base[ROW]).max() > 1e-3  # the adapter moves this row
     assert np.array_equal(drawn_row(watched, ROW), tasked[ROW])  # the page's float16 decoding, exactly
     asked = bodies(watched, "/attention", sent)
     assert asked and all(body["task"] == TASK and body["model"] == "jina" for body in asked), asked
