@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Locator, Route
 
-from tests.browser.watch import Watched
+from tests.browser.watch import Watched, half_maps
 from tests.helpers.process import running
 
 TEXT = "the acting is wooden but the soundtrack is wonderful"
@@ -35,12 +35,6 @@ def attention(base_url: str, text: str, **body: Any) -> tuple[list[dict[str, Any
     item = response.json()["data"][0]
     return item["tokens"], np.asarray(item["attention"], dtype=np.float32)
 
-
-def half_maps(base_url: str, text: str, **body: Any) -> np.ndarray:
-    """The same answer as the page asks for it (base64 float16), decoded by numpy."""
-    request = {"inputs": text, "encoding": "base64", "dtype": "float16", **body}
-    item = httpx.post(f"{base_url}/attention", json=request, timeout=30).json()["data"][0]
-    return np.frombuffer(base64.b64decode(item["attention"]), dtype="<f2").reshape(item["shape"])
 
 
 def number(node: Locator, name: str) -> float:

@@ -11,20 +11,17 @@ for the same model, fetched here with httpx.
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
-import numpy as np
 import pytest
 
 from export.bundle import export_bundle
-from tests.browser.watch import Watched
+from tests.browser.watch import Watched, bodies, half_maps, options
 from tests.helpers.process import running
 from tests.helpers.tiny import make_tiny_checkpoint
 
@@ -62,22 +59,7 @@ def three_models(
     assert server.proc.returncode == 0, server.log()
 
 
-def options(watched: Watched, select: str) -> list[str]:
-    return watched.page.locator(f"{select} option").evaluate_all("nodes => nodes.map(n => n.value)")
 
-
-def bodies(watched: Watched, path: str, since: int = 0) -> list[dict[str, Any]]:
-    """The JSON bodies of the page's requests to `path`, from its `since`-th request on."""
-    return [r.post_data_json for r in watched.requests[since:] if urlsplit(r.url).path == path]
-
-
-def half_maps(base_url: str, text: str, **body: Any) -> np.ndarray:
-    """/attention's answer as the page asks for it (base64 float16), decoded by numpy."""
-    request = {"inputs": text, "encoding": "base64", "dtype": "float16", **body}
-    response = httpx.post(f"{base_url}/attention", json=request, timeout=30)
-    assert response.status_code == 200, response.text
-    item = response.json()["data"][0]
-    return np.frombuffer(base64.b64decode(item["attention"]), dtype="<f2").reshape(item["shape"])
 
 
 def choose_model(watched: Watched, name: str) -> int:

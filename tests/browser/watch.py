@@ -1,14 +1,19 @@
 """A page under watch: every request it makes (URL, method, headers), every console message and page error,
 for the checks that the explorer stays on loopback and logs no errors; and the steps the tests repeat
-(open the explorer, run texts, wait for a view, take a screenshot)."""
+(open the explorer, run texts, wait for a view, take a screenshot), and what the tests read beside the page
+(a picker's options, the bodies it sent, /attention's float16 maps as the page asks for them)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+import numpy as np
 from playwright.sync_api import ConsoleMessage, Page, Request, Route
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,3 +104,21 @@ class Watched:
         provoked = re.compile(rf"^Failed to load resource: the server responded with a status of ({statuses}) ")
         errors = [m.text for m in self.console if m.type == "error" and not provoked.match(m.text)]
         assert not errors, errors
+
+
+def options(watched: Watched, select: str) -> list[str]:
+    return watched.page.locator(f"{select} option").evaluate_all("nodes => nodes.map(n => n.value)")
+
+
+def bodies(watched: Watched, path: str, since: int = 0) -> list[dict[str, Any]]:
+    """The JSON bodies of the page's requests to `path`, from its `since`-th request on."""
+    return [r.post_data_json for r in watched.requests[since:] if urlsplit(r.url).path == path]
+
+
+def half_maps(base_url: str, text: str, **body: Any) -> np.ndarray:
+    """/attention's answer as the page asks for it (base64 float16), decoded by numpy: (l, h, n, n)."""
+    request = {"inputs": text, "encoding": "base64", "dtype": "float16", **body}
+    response = httpx.post(f"{base_url}/attention", json=request, timeout=30)
+    assert response.status_code == 200, response.text
+    item = response.json()["data"][0]
+    return np.frombuffer(base64.b64decode(item["attention"]), dtype="<f2").reshape(item["shape"])
