@@ -240,7 +240,8 @@ trim = ctypes.CDLL("libc.so.6").malloc_trim
 session = open_session(Path(sys.argv[1]), "cpu")
 batch, length, adapters = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 names = input_names(session)
-feeds = pad([list(range(5, 5 + length))] * batch, 0, names, adapters=[i % 3 for i in range(batch)] if adapters else None)
+rows = [i % 3 for i in range(batch)] if adapters else None  # the base and both adapters
+feeds = pad([list(range(5, 5 + length))] * batch, 0, names, adapters=rows)
 trim(0)
 before = status("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
