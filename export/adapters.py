@@ -43,6 +43,7 @@ from model.families import Family, family_of
 from model.hf import _expand, hf_layers
 from model.lora import LoRAPair
 from model.sentence import read_json
+from model.weights import load_weights
 
 CONFIG_NAME, WEIGHTS_NAME = "adapter_config.json", "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
@@ -59,6 +60,7 @@ UNSUPPORTED = {
 # our embedding tables that PEFT can target but this export does not adapt, and what to call them
 OTHER_EMBEDDINGS = {"embeddings.position": "the position embeddings", "embeddings.token_type": "the token-type "
                     "embeddings"}
+SAVED_TABLE = ".base_layer.weight"  # PEFT's name for a targeted embedding's own table (save_embedding_layers)
 # the tensors PEFT saves for one target: a linear layer's, or an embedding's
 LINEAR_TENSORS, EMBEDDING_TENSORS = {"lora_A.weight", "lora_B.weight"}, {"lora_embedding_A", "lora_embedding_B"}
 
@@ -104,7 +106,7 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
                            f"{source} is not a Hugging Face or sentence-transformers directory")
     family, kind = family_of(hf)
     table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
-    by_module = _by_module(name, path, family, table)
+    by_module = _by_module(name, path, source, family, table)
     parts: dict[str, dict[int, LoRAPair]] = {}
     pairs: dict[str, LoRAPair] = {}
     for module, (down, up) in by_module.items():
@@ -168,16 +170,22 @@ def _read_config(path: Path) -> dict[str, Any]:
     return peft
 
 
-def _by_module(name: str, path: Path, family: Family, table: dict[str, Any]) -> dict[str, tuple[Tensor, Tensor]]:
+def _by_module(name: str, path: Path, source: Path, family: Family,
+               table: dict[str, Any]) -> dict[str, tuple[Tensor, Tensor]]:
     """PEFT module name -> (A (r, I), B (O, r)) in float32. Every module must be one the table maps onto the token
     embedding or a block projection (_target), and hold exactly its pair: a projection's lora_A and lora_B, the
-    token embedding's lora_embedding_A (r, V) and lora_embedding_B (D, r) (not a DoRA magnitude, ...)."""
+    token embedding's lora_embedding_A (r, V) and lora_embedding_B (D, r) (not a DoRA magnitude, ...). Beside
+    them, the token embedding's own table, which PEFT saves for a targeted embed_tokens, when it is the base's."""
     weights = load_file(str(path / WEIGHTS_NAME))
     if not weights:
         raise AdapterError(f"{path / WEIGHTS_NAME} holds no tensors")
     found: dict[str, dict[str, Tensor]] = {}
     for key, value in weights.items():
         module, lora, rest = key.removeprefix(PEFT_PREFIX).partition(".lora_")
+        table_of = family.body_name(module.removesuffix(SAVED_TABLE))
+        if not lora and module.endswith(SAVED_TABLE) and table.get(table_of) == EMBEDDING_TARGET:
+            _check_saved_table(name, key, value, source, family, table_of)
+            continue
         if not lora:
             raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA tensor; only plain LoRA on {WHERE} is "
                                f"served: {', '.join(_accepted(family))}")
@@ -185,6 +193,19 @@ def _by_module(name: str, path: Path, family: Family, table: dict[str, Any]) -> 
         found.setdefault(module, {})[f"lora_{rest}"] = value.float()
     return {module: _pair(name, module, ab, table.get(family.body_name(module)) == EMBEDDING_TARGET)
             for module, ab in found.items()}
+
+
+def _check_saved_table(name: str, key: str, saved: Tensor, source: Path, family: Family, module: str) -> None:
+    """PEFT's save_embedding_layers (on by default when embed_tokens is a target) saves the targeted embedding's
+    table (base_layer.weight) beside its LoRA, and PeftModel loads it over the base's: served when it is the base's
+    table, unchanged (the base's checkpoint is read to compare), refused when it differs (a resized or retrained
+    vocabulary changes the base for every row)."""
+    base = next((value for k, value in load_weights(source).items() if family.body_name(k) == f"{module}.weight"),
+                None)
+    if base is None or base.shape != saved.shape or not torch.equal(base.float(), saved.float()):
+        raise AdapterError(f"adapter {name!r}: {key} is a token embedding table of its own (PEFT's "
+                           "save_embedding_layers), which differs from the base's: an adapter that resizes or "
+                           "retrains the vocabulary changes the base for every row and is not served")
 
 
 def _pair(name: str, module: str, ab: dict[str, Tensor], embedding: bool) -> tuple[Tensor, Tensor]:

@@ -5,9 +5,10 @@ jina-embeddings-v3's tasks do) or beside an adapter without it, every lora_embed
 (tests/helpers/adapters.py): our encoder with adapter index k, and the exported graphs fed index k, give what
 PeftModel gives with that adapter active, per adapter and in a batch mixing the base and every adapter (hidden states
 on real tokens, the pooled vector, the attention maps: max abs 1e-5). The inputs hold the pad id and the last id of
-the vocabulary on real tokens, the edges of each adapter's rows in the flat table. The stacked table costs the graph
-its own bytes, and a run at XLM-R's vocabulary (V = 250,002) no (B, V, R) copy of it. Embeddings this export does
-not adapt (position, token-type) are refused, saying so.
+the vocabulary on real tokens, the edges of each adapter's rows in the flat table. Gemma3's scaled embed_tokens
+(whose adapter PEFT saves with the base's own table beside it) likewise. The stacked table costs the graph its own
+bytes, and a run at XLM-R's vocabulary (V = 250,002) no (B, V, R) copy of it. Embeddings this export does not adapt
+(position, token-type) are refused, saying so, and so is a saved table that is not the base's.
 
 Shape letters: B batch, T sequence, V vocabulary, R the padded rank, N adapters.
 """
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 from bundle.manifest import Manifest
 from export.adapters import AdapterError, read_adapter
@@ -32,8 +34,9 @@ from model.load import load_model
 from model.lora import LoRAEmbedding, adapted_encoder
 from tests.export.test_adapters import assert_equals_reference, graph_sizes, onnx_outputs
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
+from tests.helpers.decoders import save_decoder
 from tests.helpers.families import save_random, tokenizer_for
-from tests.model.test_lora import CHANGED, adapted, assert_rows_match, bert_loader, save_bert
+from tests.model.test_lora import CHANGED, _assert_body_equals_peft, adapted, assert_rows_match, bert_loader, save_bert
 
 ATTENTION = ["query", "key", "value", "attention.output.dense"]
 ADAPTERS = {  # the token embeddings with the attention (jina's tasks), alone, and an adapter without them
@@ -151,6 +154,34 @@ def test_each_adapter_and_a_mixed_batch_equal_peft_in_the_graphs(exported: tuple
         assert_equals_reference(got, alone, mask[row:row + 1], [row])
 
 
+def gemma3_loader(path: Path) -> torch.nn.Module:
+    return transformers.Gemma3TextModel.from_pretrained(path, attn_implementation="eager")
+
+
+def test_a_scaled_decoder_embedding_equals_peft(tmp_path: Path) -> None:
+    """Gemma3's embed_tokens (scaled by sqrt(d_model), which PEFT applies to the adapter's rows too) with q and v."""
+    save_decoder(tmp_path / "base", "gemma3", "Model", "wide")
+    adapters = {"tokens-attention": save_adapter(tmp_path / "base", tmp_path / "lora", gemma3_loader, r=4,
+                                                 target_modules=["embed_tokens", "q_proj", "v_proj"]),
+                "tokens": save_adapter(tmp_path / "base", tmp_path / "tokens", gemma3_loader, seed=2, r=2,
+                                       target_modules=["embed_tokens"])}
+    _assert_body_equals_peft(tmp_path / "base", adapters, gemma3_loader)
+
+
+def test_a_saved_table_other_than_the_bases_is_refused(tmp_path: Path) -> None:
+    """PEFT saves a targeted embed_tokens' own table beside its LoRA (read above: the base's, so served); one that
+    differs from the base's (a retrained or resized vocabulary) would change the base for every row."""
+    save_decoder(tmp_path / "base", "gemma3", "Model", "small")
+    adapter = save_adapter(tmp_path / "base", tmp_path / "lora", gemma3_loader, r=4, target_modules=["embed_tokens"])
+    key = "embed_tokens.base_layer.weight"
+    saved = load_file(str(adapter / "adapter_model.safetensors"))[f"base_model.model.{key}"]
+    assert read_adapter("lora", adapter, tmp_path / "base").targets == ("embeddings.token",)
+    _add_tensors(adapter, {key: saved + 1e-3})
+    with pytest.raises(AdapterError, match=f"base_model.model.{key} is a token embedding table of its own "
+                                           r"\(PEFT's save_embedding_layers\), which differs from the base's"):
+        read_adapter("lora", adapter, tmp_path / "base")
+
+
 REFUSALS = {
     "position_embeddings": r"targets embeddings.position_embeddings \(embeddings.position here\), which is not "
                            r"supported: LoRA on the position embeddings is not served \(only the token embeddings "
@@ -190,8 +221,6 @@ def test_an_embedding_pair_must_be_whole(exported: tuple[Path, Path, dict[str, P
 
 
 def _add_tensors(adapter: Path, extra: dict[str, torch.Tensor], drop: str | None = None) -> None:
-    from safetensors.torch import load_file, save_file
-
     file = adapter / "adapter_model.safetensors"
     tensors = {k: v for k, v in load_file(str(file)).items() if k != f"base_model.model.{drop}"}
     save_file({**tensors, **{f"base_model.model.{k}": v for k, v in extra.items()}}, str(file))
