@@ -1,11 +1,13 @@
-"""What N LoRA adapters cost a served graph: `python -m bench.adapters [--adapters 5] [--rank 16]`.
+"""What N LoRA adapters cost a served graph: `python -m bench.adapters [--adapters 5] [--rank 16] [--embeddings]`.
 
 Three kinds of fresh process, so each one's memory is its own:
 
     source  a seeded random-weight BertModel of BERT-base's shape (12 layers, 768 wide, 12 heads, feed-forward 3072,
-            vocabulary 30522) saved with save_pretrained and bench.longmodel's word-level tokenizer, and N PEFT LoRA
-            adapters of rank R over it on every attention and MLP projection (query, key, value, attention output,
-            intermediate, output), lora_B drawn at random, each saved with save_pretrained
+            vocabulary 30522, or --vocab: 250002 is XLM-R's) saved with save_pretrained and bench.longmodel's
+            word-level tokenizer, and N PEFT LoRA adapters of rank R over it on every attention and MLP projection
+            (query, key, value, attention output, intermediate, output; --embeddings: and the token embeddings,
+            word_embeddings), lora_B (and an embedding's lora_embedding_A) drawn at random, each saved with
+            save_pretrained
     graphs  the fast fp32 graph of the base alone and of the base with the N adapters (export.graphs.export_graph
             on model.lora.adapted_encoder, as `attnserve export --adapter` builds it, without the gates and
             timings): each graph's file size
@@ -13,7 +15,9 @@ Three kinds of fresh process, so each one's memory is its own:
             two runs of 8 x 128 tokens (rows spread over the base and the adapters); the process's resident set
             (VmRSS; RssAnon, mostly onnxruntime's copy of the weights) once the session is open and after the runs,
             each taken after malloc_trim(0), so that memory freed while the graph file was read (and kept by the
-            allocator) is not counted, and the peak (VmHWM), which includes it
+            allocator) is not counted, the peak (VmHWM), which includes it, and how far the runs raised the
+            resident set at their peak (run_peak_kb: VmHWM, reset through /proc/self/clear_refs once the session is
+            open, less VmRSS then)
 
 bench/ itself never imports torch: the source and graphs phases import it inside their own processes, as
 bench.large_export does. The work directory (about 1.2 GB) is removed at the end unless --keep. Prints one JSON
@@ -43,6 +47,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--adapters", type=int, default=5, help="how many adapters (default 5)")
     parser.add_argument("--rank", type=int, default=16, help="each adapter's rank (default 16)")
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"], help="layers (default 12)")
+    parser.add_argument("--vocab", type=int, default=SHAPE["vocab_size"], help="vocabulary (default 30522)")
+    parser.add_argument("--embeddings", action="store_true", help="the adapters adapt the token embeddings too")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "bench-adapters", help="work directory")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--phase", choices=("source", "graphs", "serve"), help=argparse.SUPPRESS)
@@ -50,7 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def write_source(work: Path, adapters: int, rank: int, layers: int) -> dict[str, Any]:
+def write_source(work: Path, adapters: int, rank: int, layers: int, vocab: int, embeddings: bool) -> dict[str, Any]:
     """The base and its adapters, saved under `work`; their fp32 bytes."""
     import peft
     import torch
@@ -59,16 +65,18 @@ def write_source(work: Path, adapters: int, rank: int, layers: int) -> dict[str,
     from bench.longmodel import word_level_tokenizer
 
     torch.manual_seed(0)
-    model = transformers.BertModel(transformers.BertConfig(**{**SHAPE, "num_hidden_layers": layers}))
+    model = transformers.BertModel(transformers.BertConfig(**{**SHAPE, "num_hidden_layers": layers,
+                                                              "vocab_size": vocab}))
+    targets = [*TARGETS, "word_embeddings"] if embeddings else TARGETS
     model.save_pretrained(work / "base")
     word_level_tokenizer().save(str(work / "base" / "tokenizer.json"))
     sizes = []
     for index in range(adapters):
         adapted = peft.get_peft_model(transformers.BertModel.from_pretrained(work / "base"),
-                                      peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=TARGETS))
+                                      peft.LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=targets))
         with torch.no_grad():
             for name, param in adapted.named_parameters():
-                if "lora_B" in name:
+                if "lora_B" in name or "lora_embedding_A" in name:  # PEFT's zero-initialised halves
                     param.normal_(0.0, 0.02)
         adapted.save_pretrained(str(work / f"adapter{index}"))
         sizes.append(sum(4 * p.numel() for n, p in adapted.named_parameters() if "lora_" in n))
@@ -92,7 +100,7 @@ def write_graphs(work: Path, adapters: int) -> dict[str, Any]:
 
 def serve(graph: Path, adapters: int) -> dict[str, Any]:
     """A served session on `graph` and two 8 x 128 runs: this process's memory (kB) with the session open and
-    after the runs."""
+    after the runs, and how far the runs raised it at their peak."""
     import ctypes
 
     from bundle.feeds import ADAPTER, input_names, pad
@@ -105,15 +113,18 @@ def serve(graph: Path, adapters: int) -> dict[str, Any]:
     names = input_names(session)
     rows = [list(range(5, 133))] * 8  # (B, T) = 8 x 128
     feeds = pad(rows, 0, names, adapters=[i % (adapters + 1) for i in range(8)] if ADAPTER in names else None)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     for _ in range(2):
         session.run(None, feeds)
+    run_peak = process_memory()["VmHWM"] - opened["VmRSS"]
     trim(0)
-    return {"session_kb": opened, "after_runs_kb": process_memory()}
+    return {"session_kb": opened, "after_runs_kb": process_memory(), "run_peak_kb": run_peak}
 
 
 def _phase(args: argparse.Namespace, phase: str, *paths: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "bench.adapters", "--phase", phase, "--adapters", str(args.adapters),
-            "--rank", str(args.rank), "--layers", str(args.layers), "--work", str(args.work), *map(str, paths)]
+            "--rank", str(args.rank), "--layers", str(args.layers), "--vocab", str(args.vocab), "--work",
+            str(args.work), *(["--embeddings"] if args.embeddings else []), *map(str, paths)]
     out = subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -121,7 +132,7 @@ def _phase(args: argparse.Namespace, phase: str, *paths: Path) -> dict[str, Any]
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.phase == "source":
-        print(json.dumps(write_source(args.work, args.adapters, args.rank, args.layers)))
+        print(json.dumps(write_source(args.work, args.adapters, args.rank, args.layers, args.vocab, args.embeddings)))
         return 0
     if args.phase == "graphs":
         print(json.dumps(write_graphs(args.work, args.adapters)))
@@ -132,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     try:
-        report = {"adapters": args.adapters, "rank": args.rank, "layers": args.layers,
+        report = {"adapters": args.adapters, "rank": args.rank, "layers": args.layers, "vocab": args.vocab,
+                  "embeddings": args.embeddings,
                   **_phase(args, "source"), "graph_bytes": _phase(args, "graphs")}
         report["serve"] = {name: _phase(args, "serve", args.work / f"{name}.onnx") for name in ("base", "adapted")}
     finally:

@@ -15,10 +15,14 @@ adds its prefix, bert.encoder...), so it goes through the same table as the chec
                        a fused target holding both halves (GTE's up_gate_proj) keeps its one A, its B's halves
                        put in our order
 
-Refused, naming the target and what is accepted: targets other than the blocks' attention and MLP projections
-(embeddings, norms, heads), modules_to_save, DoRA, bias other than "none", and the LoRA variants that change the
-forward (lora_bias, aLoRA, target_parameters, trainable tokens, layer replication); an adapter whose shapes do
-not fit the base (another base) is refused when it is placed (model.lora).
+    the token embedding  PEFT's embedding LoRA (word_embeddings, embed_tokens: `lora_embedding_A` (r, V),
+                       `lora_embedding_B` (D, r)) onto embeddings.token, A as is, B · s: the same pair, with x the
+                       one-hot of each id (model.lora.LoRAEmbedding)
+
+Refused, naming the target and what is accepted: targets other than the token embedding and the blocks' attention
+and MLP projections (the position and token-type embeddings, norms, heads), modules_to_save, DoRA, bias other than
+"none", and the LoRA variants that change the forward (lora_bias, aLoRA, target_parameters, trainable tokens, layer
+replication); an adapter whose shapes do not fit the base (another base) is refused when it is placed (model.lora).
 """
 
 from __future__ import annotations
@@ -34,16 +38,18 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 
-from model.config import ADAPTER_TARGETS
+from model.config import ADAPTER_TARGETS, EMBEDDING_TARGET
 from model.families import Family, family_of
 from model.hf import _expand, hf_layers
 from model.lora import LoRAPair
 from model.sentence import read_json
+from model.weights import load_weights
 
 CONFIG_NAME, WEIGHTS_NAME = "adapter_config.json", "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESERVED = ("base",)  # index 0, the bare base
+WHERE = "the token embeddings and the attention and MLP projections"  # what adapters may target, in words
 # adapter_config.json settings that change what the adapter computes beyond y += s · (x Aᵀ) Bᵀ: refused when set
 UNSUPPORTED = {
     "use_dora": "DoRA (use_dora)", "lora_bias": "a bias on lora_B (lora_bias)",
@@ -51,6 +57,12 @@ UNSUPPORTED = {
     "trainable_token_indices": "trainable tokens (trainable_token_indices)",
     "layer_replication": "layer_replication", "modules_to_save": "modules_to_save (whole modules trained anew)",
 }
+# our embedding tables that PEFT can target but this export does not adapt, and what to call them
+OTHER_EMBEDDINGS = {"embeddings.position": "the position embeddings", "embeddings.token_type": "the token-type "
+                    "embeddings"}
+SAVED_TABLE = ".base_layer.weight"  # PEFT's name for a targeted embedding's own table (save_embedding_layers)
+# the tensors PEFT saves for one target: a linear layer's, or an embedding's
+LINEAR_TENSORS, EMBEDDING_TENSORS = {"lora_A.weight", "lora_B.weight"}, {"lora_embedding_A", "lora_embedding_B"}
 
 
 class AdapterError(ValueError):
@@ -67,7 +79,7 @@ class Adapter:
     alpha: float  # lora_alpha
     scaling: float  # lora_alpha / r (rsLoRA: / √r) at the config's r
     use_rslora: bool
-    targets: tuple[str, ...]  # our block modules ("attention.q_proj", "ffn.up", ...)
+    targets: tuple[str, ...]  # our modules ("embeddings.token", "attention.q_proj", "ffn.up", ...)
     source: str | None  # adapter_config.json's base_model_name_or_path
     bytes: int  # float32 bytes of its pairs
 
@@ -94,7 +106,7 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
                            f"{source} is not a Hugging Face or sentence-transformers directory")
     family, kind = family_of(hf)
     table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
-    by_module = _by_module(name, path, family, table)
+    by_module = _by_module(name, path, source, family, table)
     parts: dict[str, dict[int, LoRAPair]] = {}
     pairs: dict[str, LoRAPair] = {}
     for module, (down, up) in by_module.items():
@@ -114,7 +126,7 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
     return Adapter(
         name=name, pairs=pairs, rank=max(p.rank for p in pairs.values()), alpha=alpha,
         scaling=alpha / (math.sqrt(rank) if rslora else rank), use_rslora=rslora,
-        targets=tuple(sorted({m.split(".", 2)[2] for m in pairs})), source=peft.get("base_model_name_or_path"),
+        targets=tuple(sorted({_block_target(m) for m in pairs})), source=peft.get("base_model_name_or_path"),
         bytes=sum(4 * (p.down.numel() + p.up.numel()) for p in pairs.values()),
     )
 
@@ -150,53 +162,81 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise AdapterError(f"{path}: peft_type {peft.get('peft_type')!r} is not supported (LORA only)")
     for key, what in UNSUPPORTED.items():
         if peft.get(key):
-            raise AdapterError(f"{path}: {what} is not supported: only plain LoRA on the attention and MLP "
-                               f"projections is served ({key} = {peft[key]!r})")
+            raise AdapterError(f"{path}: {what} is not supported: only plain LoRA on {WHERE} is served "
+                               f"({key} = {peft[key]!r})")
     if peft.get("bias", "none") != "none":
         raise AdapterError(f"{path}: bias {peft['bias']!r} is not supported (bias 'none' only: a LoRA that trains "
                            "the base's biases changes the base for every row)")
     return peft
 
 
-def _by_module(name: str, path: Path, family: Family, table: dict[str, Any]) -> dict[str, tuple[Tensor, Tensor]]:
-    """PEFT module name -> (A (r, I), B (O, r)) in float32. Every module must be one the table maps onto a block
-    projection (_target), and hold exactly a lora_A and a lora_B (not lora_embedding_A, a DoRA magnitude, ...)."""
+def _by_module(name: str, path: Path, source: Path, family: Family,
+               table: dict[str, Any]) -> dict[str, tuple[Tensor, Tensor]]:
+    """PEFT module name -> (A (r, I), B (O, r)) in float32. Every module must be one the table maps onto the token
+    embedding or a block projection (_target), and hold exactly its pair: a projection's lora_A and lora_B, the
+    token embedding's lora_embedding_A (r, V) and lora_embedding_B (D, r) (not a DoRA magnitude, ...). Beside
+    them, the token embedding's own table, which PEFT saves for a targeted embed_tokens, when it is the base's."""
     weights = load_file(str(path / WEIGHTS_NAME))
     if not weights:
         raise AdapterError(f"{path / WEIGHTS_NAME} holds no tensors")
     found: dict[str, dict[str, Tensor]] = {}
     for key, value in weights.items():
         module, lora, rest = key.removeprefix(PEFT_PREFIX).partition(".lora_")
+        table_of = family.body_name(module.removesuffix(SAVED_TABLE))
+        if not lora and module.endswith(SAVED_TABLE) and table.get(table_of) == EMBEDDING_TARGET:
+            _check_saved_table(name, key, value, source, family, table_of)
+            continue
         if not lora:
-            raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA tensor; only plain LoRA on the "
-                               f"attention and MLP projections is served: {', '.join(_accepted(family))}")
+            raise AdapterError(f"adapter {name!r}: tensor {key} is not a LoRA tensor; only plain LoRA on {WHERE} is "
+                               f"served: {', '.join(_accepted(family))}")
         _target(name, module, family, table)
         found.setdefault(module, {})[f"lora_{rest}"] = value.float()
-    pairs = {}
-    for module, ab in found.items():
-        down, up = ab.get("lora_A.weight"), ab.get("lora_B.weight")
-        if set(ab) != {"lora_A.weight", "lora_B.weight"} or down is None or up is None or down.shape[0] != up.shape[1]:
-            raise AdapterError(f"adapter {name!r}: {module} holds {', '.join(sorted(ab))}; plain LoRA is "
-                               "lora_A.weight (r, in) and lora_B.weight (out, r) of one rank")
-        pairs[module] = (down, up)
-    return pairs
+    return {module: _pair(name, module, ab, table.get(family.body_name(module)) == EMBEDDING_TARGET)
+            for module, ab in found.items()}
+
+
+def _check_saved_table(name: str, key: str, saved: Tensor, source: Path, family: Family, module: str) -> None:
+    """PEFT's save_embedding_layers (on by default when embed_tokens is a target) saves the targeted embedding's
+    table (base_layer.weight) beside its LoRA, and PeftModel loads it over the base's: served when it is the base's
+    table, unchanged (the base's checkpoint is read to compare), refused when it differs (a resized or retrained
+    vocabulary changes the base for every row)."""
+    base = next((value for k, value in load_weights(source).items() if family.body_name(k) == f"{module}.weight"),
+                None)
+    if base is None or base.shape != saved.shape or not torch.equal(base.float(), saved.float()):
+        raise AdapterError(f"adapter {name!r}: {key} is a token embedding table of its own (PEFT's "
+                           "save_embedding_layers), which differs from the base's: an adapter that resizes or "
+                           "retrains the vocabulary changes the base for every row and is not served")
+
+
+def _pair(name: str, module: str, ab: dict[str, Tensor], embedding: bool) -> tuple[Tensor, Tensor]:
+    """A module's (A, B): exactly the two tensors PEFT saves for its kind of layer, of one rank."""
+    keys = sorted(EMBEDDING_TENSORS if embedding else LINEAR_TENSORS)
+    down, up = ab.get(keys[0]), ab.get(keys[1])
+    if set(ab) != set(keys) or down is None or up is None or down.shape[0] != up.shape[1]:
+        what = "an embedding" if embedding else "a projection"
+        raise AdapterError(f"adapter {name!r}: {module} holds {', '.join(sorted(ab))}; plain LoRA on {what} is "
+                           f"{keys[0]} (r, in) and {keys[1]} (out, r) of one rank")
+    return down, up
 
 
 def _target(name: str, module: str, family: Family, table: dict[str, Any]) -> str | tuple[str, ...]:
-    """Our module(s) for PEFT's `module`, refused unless they are block projections."""
+    """Our module(s) for PEFT's `module`, refused unless they are the token embedding or block projections."""
     target = table.get(family.body_name(module))
-    accepted = _accepted(family)
+    accepted = f"adapters are accepted on {WHERE} only: {', '.join(_accepted(family))}"
     if target is None and _dropped(family.body_name(module), family):
         raise AdapterError(f"adapter {name!r} targets {module}, which is not supported (a module this export does "
-                           f"not serve); adapters are accepted on the attention and MLP projections only: "
-                           f"{', '.join(accepted)}")
+                           f"not serve); {accepted}")
     if target is None:
         raise AdapterError(f"adapter {name!r} targets {module}, which is not a module of this {family.name} base "
-                           f"(an adapter for another base?); accepted targets: {', '.join(accepted)}")
+                           f"(an adapter for another base?); {accepted}")
+    if target in OTHER_EMBEDDINGS:
+        raise AdapterError(f"adapter {name!r} targets {module} ({target} here), which is not supported: LoRA on "
+                           f"{OTHER_EMBEDDINGS[target]} is not served (only the token embeddings take an embedding "
+                           f"LoRA); {accepted}")
     ours = target if isinstance(target, tuple) else (target,)
     if not all(_block_target(t.partition("#")[0]) in ADAPTER_TARGETS for t in ours):
         raise AdapterError(f"adapter {name!r} targets {module} ({', '.join(ours)} here), which is not supported: "
-                           f"adapters are accepted on the attention and MLP projections only: {', '.join(accepted)}")
+                           f"{accepted}")
     return target
 
 
@@ -207,8 +247,9 @@ def _dropped(module: str, family: Family) -> bool:
 
 
 def _accepted(family: Family) -> list[str]:
-    """The family's own names of the projections adapters may target (e.g. query, key, ..., intermediate.dense)."""
-    names = []
+    """The family's own names of what adapters may target: its token embedding (embeddings.word_embeddings,
+    embed_tokens) and its projections (attention.self.query, ..., intermediate.dense)."""
+    names = [key for key, value in family.table.items() if value == EMBEDDING_TARGET]
     for key, value in family.table.items():
         ours = value if isinstance(value, tuple) else (value,)
         if "{i}" in key and all(_block_target(t.partition("#")[0].replace("{i}", "0")) in ADAPTER_TARGETS
@@ -218,6 +259,7 @@ def _accepted(family: Family) -> list[str]:
 
 
 def _block_target(ours: str) -> str:
+    """"blocks.3.attention.q_proj" -> "attention.q_proj"; anything else ("embeddings.token") as is."""
     parts = ours.split(".")
     return ".".join(parts[2:]) if parts[0] == "blocks" and len(parts) > 2 else ours
 

@@ -64,8 +64,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
                    help="a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) trained on "
                    "SRC, served under NAME; repeat for more. The graphs hold the base once and every adapter "
                    "stacked, and take one more input, adapter: each row's index (0 the base, then the adapters "
-                   "in the order given). Adapters on the attention and MLP projections only; not with int8 or "
-                   "--reranker")
+                   "in the order given). Adapters on the token embeddings and the attention and MLP projections "
+                   "only; not with int8 or --reranker")
     p.add_argument("--name", help="bundle name (default: the source directory's name)")
     p.add_argument("--version", default="1", help="bundle version string (default: 1)")
     p.add_argument("--verify", type=Path, metavar="DIR", help="verify the bundle at DIR instead of exporting")

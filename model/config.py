@@ -35,7 +35,8 @@ before an axis existed load as they did.
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
     adapters       LoRA adapters over the one base (model/lora.py): their names in index order (index i + 1 is
                    adapters[i], index 0 the bare base), the rank every adapter is padded to (adapter_rank) and
-                   the block modules that carry them (adapter_targets, e.g. "attention.q_proj", "ffn.up")
+                   the modules that carry them (adapter_targets: the token embedding "embeddings.token" and block
+                   projections such as "attention.q_proj", "ffn.up")
 """
 
 from __future__ import annotations
@@ -309,8 +310,10 @@ def _check_labels(c: EncoderConfig) -> None:
         )
 
 
-ADAPTER_TARGETS = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention.out_proj",
-                   "ffn.up", "ffn.down")  # the block projections LoRA adapters may adapt
+# what LoRA adapters may adapt: the token embedding table (the one target outside the blocks) and the block projections
+EMBEDDING_TARGET = "embeddings.token"
+ADAPTER_TARGETS = (EMBEDDING_TARGET, "attention.q_proj", "attention.k_proj", "attention.v_proj",
+                   "attention.out_proj", "ffn.up", "ffn.down")
 
 
 def _check_adapters(c: EncoderConfig) -> None:
@@ -324,5 +327,5 @@ def _check_adapters(c: EncoderConfig) -> None:
         raise ValueError("adapters need a positive adapter_rank and at least one adapter target")
     unknown = sorted(set(c.adapter_targets) - set(ADAPTER_TARGETS))
     if unknown:
-        raise ValueError(f"adapter_targets {unknown} are not projections of a block; "
+        raise ValueError(f"adapter_targets {unknown} are not the token embedding or projections of a block; "
                          f"supported: {', '.join(ADAPTER_TARGETS)}")

@@ -4,7 +4,8 @@ Shape letters: B batch, T sequence length, D d_model, E pooled width, H heads, L
 V vocabulary.
 
 With LoRA adapters in the config (model/lora.py), forward takes `adapter` (B,), each row's adapter index (0: the
-bare base); it reaches the adapted projections through the layer inputs every block receives.
+bare base); it reaches the token embedding (when adapted) directly and the adapted projections through the layer
+inputs every block receives.
 
 One encoder for every family the loaders know: the axes of model/config.py choose its parts (positions
 in model/positions.py, feed-forward and norms in model/layers.py, pooling in model/pooling.py, heads in
@@ -24,7 +25,7 @@ from model.attention import MultiHeadSelfAttention, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
 from model.layers import FeedForward, norm
-from model.lora import linear
+from model.lora import embed, embedding, linear
 from model.pooling import Projection, mean_pool, pool
 from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
 
@@ -52,11 +53,12 @@ class LayerInputs:
 
 class Embeddings(nn.Module):
     """Token embeddings (times embedding_scale) + position + token-type embeddings (each where the config has it),
-    then a norm (where the config has it)."""
+    then a norm (where the config has it). The token table may carry LoRA adapters (model/lora.py), added to the
+    looked-up rows before the scale, as PEFT scales a scaled embedding's adapter output too."""
 
     def __init__(self, c: EncoderConfig) -> None:
         super().__init__()
-        self.token = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_token_id)
+        self.token = embedding(c, c.vocab_size, c.d_model, c.pad_token_id)
         self.position = None if c.position_embedding == "none" else AbsolutePositions(
             c.max_length, c.d_model, c.pad_token_id if c.position_embedding == "fairseq" else None)
         self.token_type = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
@@ -64,8 +66,9 @@ class Embeddings(nn.Module):
         self.scale = c.embedding_scale
         self.dropout = nn.Dropout(c.dropout)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        x = self.token(input_ids)  # (B, T, D)
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
+                adapter: Tensor | None = None) -> Tensor:
+        x = embed(self.token, input_ids, adapter)  # (B, T, D)
         if self.scale != 1.0:
             x = x * self.scale
         if self.position is not None:
@@ -148,7 +151,7 @@ class Encoder(nn.Module):
         """adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base)."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        x = self.embeddings(input_ids, attention_mask, token_type_ids)  # (B, T, D)
+        x = self.embeddings(input_ids, attention_mask, token_type_ids, adapter)  # (B, T, D)
         inputs = self.layer_inputs(attention_mask, banded=not output_attentions, adapter=adapter)
         layers = []
         for block in self.blocks:

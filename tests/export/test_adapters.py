@@ -151,9 +151,11 @@ def test_verify_refuses_adapters_the_graphs_do_not_take(exported: tuple[Path, Pa
 
 
 REFUSALS = {
-    "embedding": (dict(target_modules=["word_embeddings", "query"]),
-                  r"targets embeddings.word_embeddings \(embeddings.token here\), which is not supported: adapters "
-                  r"are accepted on the attention and MLP projections only: attention.self.query, attention.self.key"),
+    "position": (dict(target_modules=["position_embeddings", "query"]),
+                 r"targets embeddings.position_embeddings \(embeddings.position here\), which is not supported: LoRA "
+                 r"on the position embeddings is not served \(only the token embeddings take an embedding LoRA\); "
+                 r"adapters are accepted on the token embeddings and the attention and MLP projections only: "
+                 r"embeddings.word_embeddings, attention.self.query, attention.self.key"),
     "dora": (dict(target_modules=["query"], use_dora=True), "DoRA \\(use_dora\\) is not supported"),
     "modules_to_save": (dict(target_modules=["query"], modules_to_save=["pooler"]),
                         "modules_to_save .* is not supported"),

@@ -1,10 +1,11 @@
 """jina-embeddings-v3's tasks as LoRA adapters over one base, in one bundle, against transformers + PEFT 0.21.
 
 A random JinaEmbeddingsV3Model (XLM-R with rotary q and k, model/families/rotary.py) and five PEFT LoRA adapters
-named as jina's tasks, on its attention and MLP projections, each with a random lora_B (tests/helpers/adapters.py),
-exported with export_bundle(adapters=...): for each task, and for one batch mixing the base and every task, the
-graphs' hidden states on real tokens, pooled vector and attention maps equal PeftModel's with that task's adapter
-active (max abs 1e-5).
+named as jina's tasks: three, as jina's own, on the token embeddings (word_embeddings, PEFT's lora.Embedding) and
+the attention projections (one with the MLP too), two on the attention or the MLP alone; each with random lora_B
+and lora_embedding_A / _B (tests/helpers/adapters.py). Our encoder, and the graphs export_bundle(adapters=...)
+writes, for each task and for one batch mixing the base and every task: hidden states on real tokens, pooled vector
+and attention maps equal PeftModel's with that task's adapter active (max abs 1e-5).
 
 Shape letters: B batch, T sequence, L layers, H heads.
 """
@@ -25,15 +26,17 @@ from export.bundle import export_bundle
 from tests.helpers import tokenizers
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
 from tests.helpers.families import save_random
+from tests.model.test_lora import CHANGED, adapted, assert_rows_match
 
 TOLERANCE = 1e-5
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
-TASKS = {  # name -> LoRA: jina's tasks use rank 4 on every projection; two differ here so padding is exercised
-    "retrieval.query": dict(r=4, lora_alpha=1, target_modules=[*ATTENTION, "fc1", "fc2"]),
-    "retrieval.passage": dict(r=4, lora_alpha=1, target_modules=[*ATTENTION, "fc1", "fc2"]),
+TASKS = {  # name -> LoRA: jina's tasks adapt the token embeddings and the attention at rank 4; two differ here so
+    # that padding (rank and the embedding table's rows) is exercised
+    "retrieval.query": dict(r=4, lora_alpha=1, target_modules=["word_embeddings", *ATTENTION]),
+    "retrieval.passage": dict(r=4, lora_alpha=1, target_modules=["word_embeddings", *ATTENTION]),
     "separation": dict(r=8, lora_alpha=4, target_modules=ATTENTION),
     "classification": dict(r=2, lora_alpha=2, use_rslora=True, target_modules=["fc1", "fc2"]),
-    "text-matching": dict(r=4, lora_alpha=1, target_modules=[*ATTENTION, "fc1", "fc2"]),
+    "text-matching": dict(r=4, lora_alpha=1, target_modules=["word_embeddings", *ATTENTION, "fc1", "fc2"]),
 }
 PAD = 1  # XLM-R's <pad>
 
@@ -62,10 +65,12 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
     return root / "base", root / "bundle", adapters
 
 
-def batch(vocab: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, 40) random ids, every other row right-padded to a shorter length."""
+def batch(vocab: int, rows: int, length: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, length) random ids (row 0 holds the pad id and the vocabulary's last id among its real tokens), every
+    other row right-padded to a shorter length."""
     generator = torch.Generator().manual_seed(3)
-    ids = torch.randint(5, vocab, (rows, 40), generator=generator)  # (B, T)
+    ids = torch.randint(5, vocab, (rows, length), generator=generator)  # (B, T)
+    ids[0, 2], ids[0, 3] = PAD, vocab - 1
     mask = torch.ones_like(ids)
     for row in range(1, rows, 2):
         mask[row, 10 + 3 * row:] = 0
@@ -98,8 +103,37 @@ def test_the_bundle_lists_the_tasks(exported: tuple[Path, Path, dict[str, Path]]
     assert manifest.architecture == "jina"
     assert [a.name for a in manifest.adapters] == list(TASKS)
     assert [manifest.adapter_index(name) for name in TASKS] == [1, 2, 3, 4, 5]
+    assert manifest.adapters[0].targets == ["attention.k_proj", "attention.out_proj", "attention.q_proj",
+                                            "attention.v_proj", "embeddings.token"]
     assert manifest.adapters[2].targets == ["attention.k_proj", "attention.out_proj", "attention.q_proj",
                                             "attention.v_proj"]
+
+
+@pytest.mark.parametrize("length", [40, 120])
+def test_each_task_and_a_mixed_batch_equal_peft_in_pytorch(exported: tuple[Path, Path, dict[str, Path]],
+                                                           length: int) -> None:
+    base, _, adapters = exported
+    ours = adapted(base, adapters)
+    reference = peft_reference(base, jina_loader, {peft_name(task): path for task, path in adapters.items()})
+    names: list[str | None] = [None, *map(peft_name, TASKS)]
+    ids, mask = batch(reference.config.vocab_size, len(names), length)
+    plain = None
+    for index, name in enumerate(names):
+        with torch.no_grad():
+            out = ours(ids, mask, output_attentions=True, adapter=torch.full((len(names),), index))
+        assert_rows_match(out, run_reference(reference, name, input_ids=ids, attention_mask=mask,
+                                             output_attentions=True), mask)
+        if plain is None:
+            plain = out.token_states
+        else:
+            assert (out.token_states - plain)[mask.bool()].abs().max() > CHANGED
+    rows = torch.tensor([3, 1, 0, 5, 2, 4])  # every task and the base, in another order
+    with torch.no_grad():
+        out = ours(ids, mask, output_attentions=True, adapter=rows)
+    for row, index in enumerate(rows.tolist()):
+        alone = run_reference(reference, names[index], input_ids=ids[row:row + 1], attention_mask=mask[row:row + 1],
+                              output_attentions=True)
+        assert_rows_match(out, alone, mask[row:row + 1], [row])
 
 
 @pytest.mark.parametrize("graph", ["fast-fp32.onnx", "fast-fp32-opt.onnx", "attention-fp32.onnx"])

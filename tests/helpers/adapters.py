@@ -3,9 +3,10 @@
     save_adapter(base_dir, adapter_dir, target_modules=["query", "value"], r=4, seed=1) -> the adapter's dir
     reference = peft_reference(base_dir, arch, head, {"one": dir1, "two": dir2})
 
-PEFT initialises lora_B to zeros, so an adapter fresh from get_peft_model changes nothing; every lora_B here is
-re-drawn at random (std 0.1, about the size of a trained one relative to these tiny weights), so an adapter that is
-read wrongly (wrong module, scaling, transposition, block) shows in the outputs.
+PEFT initialises lora_B to zeros (an embedding's lora_embedding_A), so an adapter fresh from get_peft_model changes
+nothing; every lora_B, lora_embedding_A and lora_embedding_B here is re-drawn at random (std 0.1, about the size of
+a trained one relative to these tiny weights), so an adapter that is read wrongly (wrong module, scaling,
+transposition, block, table row) shows in the outputs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def save_adapter(base_dir: Path, adapter_dir: Path, loader: Callable[[Path], tor
         model = peft.get_peft_model(loader(base_dir), peft.LoraConfig(**lora))
         with torch.no_grad():
             for name, param in model.named_parameters():
-                if "lora_B" in name:
+                if "lora_B" in name or "lora_embedding_" in name:
                     param.normal_(0.0, 0.1)
     model.save_pretrained(adapter_dir)
     return adapter_dir
