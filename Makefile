@@ -94,7 +94,7 @@ lint-js: $(NODE_STAMP)
 		test -z "$$missing" || { echo "no // @ts-check line in: $$missing"; exit 1; }
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The wall-clock limit checks (marker `reliability`, deselected from `make test`) at full duration (overload
 # 60 s, soak 10 min): each figure is printed next to its limit, and a missed limit fails the target. Then
