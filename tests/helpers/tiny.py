@@ -13,6 +13,7 @@ from model.checkpoint import save_checkpoint
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import train_wordpiece
+from tests.helpers.tokenizers import frozen
 
 SENTENCES = [
     "a warm and funny film", "the acting is wooden", "a delightful comedy with a great cast",
@@ -63,7 +64,7 @@ def make_tiny_checkpoint(dir: Path, head: bool = True, size: str = "tiny", **cha
     pieces: tokenising English costs what it costs a served model; the 200-piece one splits most words into
     letters, 1 ms a 128-token text). `changes` replace fields of the config (e.g. num_layers=3, num_heads=4)."""
     dir = Path(dir)
-    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1) if size == "tiny" else minilm_tokenizer()
+    tokenizer = tiny_wordpiece() if size == "tiny" else minilm_tokenizer()
     vocab = tokenizer.get_vocab_size()
     config = (tiny_config(head, vocab_size=vocab) if size == "tiny" else wider_config(size, vocab)).replace(**changes)
     with torch.random.fork_rng():
@@ -71,6 +72,12 @@ def make_tiny_checkpoint(dir: Path, head: bool = True, size: str = "tiny", **cha
         encoder = Encoder(config).eval()
     save_checkpoint(dir, encoder, tokenizer)
     return dir
+
+
+@frozen
+def tiny_wordpiece() -> Tokenizer:
+    """The tiny models' WordPiece: 200 pieces trained on SENTENCES (saved: tests.helpers.tokenizers.FROZEN)."""
+    return train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
 
 
 def minilm_tokenizer() -> Tokenizer:
@@ -83,7 +90,7 @@ def make_tiny_hf_bert(directory: Path) -> Path:
     """A seeded 2-layer BertForSequenceClassification plus a tokenizer.json, HF directory layout."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    tokenizer = train_wordpiece(SENTENCES, vocab_size=200, min_frequency=1)
+    tokenizer = tiny_wordpiece()
     config = BertConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=64, id2label={0: "neg", 1: "pos"},

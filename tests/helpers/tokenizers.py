@@ -1,6 +1,6 @@
-"""Tokenizers of the kinds real checkpoints ship, trained offline on MULTILINGUAL in well under a second,
-each with its family's special tokens (ids 0-4, as the configs in tests/helpers/families.py expect) and
-post-processor:
+"""Tokenizers of the kinds real checkpoints ship, trained offline on MULTILINGUAL in well under a second (and
+saved, so every run reads the same pieces: FROZEN), each with its family's special tokens (ids 0-4, as the
+configs in tests/helpers/families.py expect) and post-processor:
 
     wordpiece         BERT's: lower-cased WordPiece, [CLS] A [SEP] B [SEP] with type ids 0 / 1
     wordpiece_fairseq MPNet's: WordPiece with <s> A </s></s> B </s> (RobertaProcessing)
@@ -14,11 +14,33 @@ post-processor:
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from model.tokenizer import train_wordpiece
+
+# The trainers break ties between equally frequent pairs in the order of a Rust HashMap, which is seeded anew in
+# every process: trained twice, a tokenizer can hold other pieces with other ids, and every random model built on
+# it other numbers. So each tokenizer these helpers make at its default size is trained once, saved here, and read
+# back by every run (`python -m tests.helpers.tokenizers` trains and saves them again).
+FROZEN = Path(__file__).with_name("frozen")
+
+
+def frozen(make: Callable[[], Tokenizer]) -> Callable[..., Tokenizer]:
+    """`make` at its default arguments read from FROZEN/<its name>.json (trained when that file is missing);
+    with other arguments, trained as asked."""
+    @functools.wraps(make)
+    def made(*args: object, **kwargs: object) -> Tokenizer:
+        if args or kwargs:
+            return make(*args, **kwargs)  # type: ignore[call-arg]
+        path = FROZEN / f"{make.__name__}.json"
+        return Tokenizer.from_file(str(path)) if path.is_file() else make()
+    made.train = make  # type: ignore[attr-defined]  # the trainer itself, for saving the files again
+    return made
 
 MULTILINGUAL = [
     "Café crème, naïve façade: déjà vu à Zürich and São Paulo.",
@@ -36,10 +58,12 @@ FAIRSEQ_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4: pad 
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # ids 0..4: pad 0
 
 
+@frozen
 def wordpiece(vocab_size: int = 300) -> Tokenizer:
     return train_wordpiece(MULTILINGUAL * 3, vocab_size=vocab_size, min_frequency=1)
 
 
+@frozen
 def wordpiece_fairseq(vocab_size: int = 300) -> Tokenizer:
     """MPNet's vocabulary has both <unk> (id 3) and the [UNK] its WordPiece model and tokenizer class use."""
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -63,6 +87,7 @@ def _byte_level(vocab_size: int, specials: list[str]) -> Tokenizer:
     return tokenizer
 
 
+@frozen
 def byte_level_bpe(vocab_size: int = 400) -> Tokenizer:
     tokenizer = _byte_level(vocab_size, FAIRSEQ_SPECIALS)
     tokenizer.post_processor = processors.RobertaProcessing(
@@ -70,6 +95,7 @@ def byte_level_bpe(vocab_size: int = 400) -> Tokenizer:
     return tokenizer
 
 
+@frozen
 def modernbert_bpe(vocab_size: int = 400) -> Tokenizer:
     tokenizer = _byte_level(vocab_size, BERT_SPECIALS)
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -77,6 +103,7 @@ def modernbert_bpe(vocab_size: int = 400) -> Tokenizer:
     return tokenizer
 
 
+@frozen
 def unigram(vocab_size: int = 300) -> Tokenizer:
     tokenizer = Tokenizer(models.Unigram())
     tokenizer.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")])
@@ -97,6 +124,7 @@ QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0..2
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]  # ids 0..4, as Gemma's
 
 
+@frozen
 def qwen_bpe(vocab_size: int = 500) -> Tokenizer:
     """Qwen3-Embedding's pipeline: NFC, Qwen's regex split then bytes, byte-level BPE without an unknown token,
     and the post-processor its tokenizer.json carries (added by Qwen after release; transformers' Qwen2Tokenizer
@@ -118,6 +146,7 @@ def qwen_bpe(vocab_size: int = 500) -> Tokenizer:
     return tokenizer
 
 
+@frozen
 def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
     """Gemma's SentencePiece BPE: spaces as "▁", no pre-tokenizer, byte fallback to <0x00>..<0xFF> for characters
     outside the vocabulary (its alphabet here is kept small, so the emoji and rarer scripts fall back), and
@@ -141,3 +170,13 @@ def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
         single="<bos>:0 $A:0 <eos>:0", pair="<bos>:0 $A:0 <eos>:0 <bos>:1 $B:1 <eos>:1",
         special_tokens=[("<bos>", 2), ("<eos>", 1)])
     return tokenizer
+
+
+ALL = (wordpiece, wordpiece_fairseq, byte_level_bpe, modernbert_bpe, unigram, qwen_bpe, gemma_bpe)
+
+if __name__ == "__main__":
+    from tests.helpers.tiny import tiny_wordpiece
+
+    FROZEN.mkdir(exist_ok=True)
+    for helper in (*ALL, tiny_wordpiece):
+        helper.train().save(str(FROZEN / f"{helper.__name__}.json"))  # type: ignore[attr-defined]
