@@ -4,6 +4,8 @@
     tiny_bundle       its fp32 bundle (fast + attention graphs, no fp32-opt: auto serves fp32), name "tiny",
                       version "7": exported once
     tiny_plain_bundle the same model without a classification head: an embedding-only bundle, name "plain"
+    variants_bundle   tiny_checkpoint exported with every variant (fp32, fp32-opt, int8, int8-dynamic, fp16), int8
+                      calibrated and gated on tests.helpers.tiny.review_texts(400) (--calibration-data)
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
     small_bundle      a wider, deeper, 128-token model whose graph time dominates (the traffic checks)
@@ -49,6 +51,20 @@ def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **opti
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _exported(tiny_checkpoint, tmp_path_factory, "tiny", name="tiny", version="7")
+
+
+@pytest.fixture(scope="session")
+def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every variant of the tiny model, exported once for the export checks (tests/export/test_variants.py) and
+    the serving ones (tests/service/test_cache.py)."""
+    from export.bundle import export_bundle
+    from tests.helpers.tiny import review_texts
+
+    made = tmp_path_factory.mktemp("variants")
+    texts, out = made / "texts.txt", made / "tiny-all"
+    texts.write_text("\n".join(review_texts(400)) + "\n")
+    export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "int8-dynamic", "fp16"), calibration_data=texts)
+    return out
 
 
 @pytest.fixture(scope="session")
