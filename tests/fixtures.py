@@ -4,6 +4,10 @@
     tiny_bundle       its fp32 bundle (fast + attention graphs, no fp32-opt: auto serves fp32), name "tiny",
                       version "7": exported once
     tiny_plain_bundle the same model without a classification head: an embedding-only bundle, name "plain"
+    variants_bundle   tiny_checkpoint exported with every variant (fp32, fp32-opt, int8, int8-dynamic, fp16), int8
+                      calibrated and gated on tests.helpers.tiny.review_texts(400) (--calibration-data)
+    cli_bundle        tiny_checkpoint exported by `attnserve export` in a subprocess with the default variants (fp32,
+                      fp32-opt), as a user runs it: (the bundle, the finished process with its output)
     tiny_hf_dir       a seeded transformers BertForSequenceClassification saved with save_pretrained
     tiny_hf_bundle    its fp32 bundle
     small_bundle      a wider, deeper, 128-token model whose graph time dominates (the traffic checks)
@@ -19,6 +23,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +55,30 @@ def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **opti
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _exported(tiny_checkpoint, tmp_path_factory, "tiny", name="tiny", version="7")
+
+
+@pytest.fixture(scope="session")
+def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every variant of the tiny model, exported once for the export checks (tests/export/test_variants.py) and
+    the serving ones (tests/service/test_cache.py)."""
+    from export.bundle import export_bundle
+    from tests.helpers.tiny import review_texts
+
+    made = tmp_path_factory.mktemp("variants")
+    texts, out = made / "texts.txt", made / "tiny-all"
+    texts.write_text("\n".join(review_texts(400)) + "\n")
+    export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "int8-dynamic", "fp16"), calibration_data=texts)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cli_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory,
+               ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The CLI's export of the tiny model, once for the CLI's checks (tests/export/test_bundle.py) and the default
+    export's (tests/export/test_fusion.py); no --variants, so the defaults."""
+    out = tmp_path_factory.mktemp("cli") / "tiny"
+    argv = [sys.executable, "-m", "attnserve", "export", str(tiny_checkpoint), "--out", str(out)]
+    return out, subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
 
 
 @pytest.fixture(scope="session")

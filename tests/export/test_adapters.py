@@ -125,12 +125,12 @@ def test_the_cli_exports_a_classifier_with_adapters(tmp_path: Path) -> None:
         assert np.abs(got["logits"] - logits).max() <= TOLERANCE
 
 
-def test_a_bundle_without_adapters_is_unchanged(tmp_path: Path) -> None:
-    save_hf(tmp_path / "base", "bert", "Model", "small")
-    manifest = export_bundle(tmp_path / "base", tmp_path / "bundle", ["fp32"])
+def test_a_bundle_without_adapters_is_unchanged(tiny_hf_bundle: Path) -> None:
+    """A transformers BERT exported fp32 without --adapter (tests/fixtures.py): no adapter input, no adapters key."""
+    manifest = Manifest.read(tiny_hf_bundle)
     assert [i.name for i in manifest.graphs[0].inputs] == ["input_ids", "attention_mask", "token_type_ids"]
-    assert "adapters" not in json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    assert Manifest.read(tmp_path / "bundle").adapters == []
+    assert "adapters" not in json.loads((tiny_hf_bundle / "manifest.json").read_text())
+    assert manifest.adapters == []
 
 
 def test_verify_refuses_adapters_the_graphs_do_not_take(exported: tuple[Path, Path, dict[str, Path]],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -159,14 +160,9 @@ def test_schema_1_and_2_bundles_still_read_and_newer_ones_are_refused(tiny_bundl
         verify_bundle(copy)
 
 
-def test_the_cli_export_prints_its_own_lines_only(tiny_checkpoint: Path, tmp_path: Path) -> None:
-    """`attnserve export` as a user runs it: its log lines, none of torch.onnx's warnings about torchvision (which
-    a text model never needs, and a plain install lacks)."""
-    import subprocess
-    import sys
-
-    argv = [sys.executable, "-m", "attnserve", "export", str(tiny_checkpoint), "--out", str(tmp_path / "b"),
-            "--variants", "fp32"]
-    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+def test_the_cli_export_prints_its_own_lines_only(cli_bundle: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """`attnserve export` as a user runs it (tests/fixtures.py): its log lines, none of torch.onnx's warnings about
+    torchvision (which a text model never needs, and a plain install lacks)."""
+    _, done = cli_bundle
     assert done.returncode == 0, done.stderr[-2000:]
     assert "bundle written to" in done.stderr and "torchvision" not in done.stderr + done.stdout, done.stderr

@@ -22,12 +22,11 @@ import torch
 from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
-from export.graphs import export_graph
 from model.heads import sparse_vector
 from model.load import load_model
 from model.tokenizer import encode, pad_id, pair_ids
 from tests.helpers.exports import CASES, Exported, pooled
-from tests.helpers.families import padded_batches, save_hf
+from tests.helpers.families import padded_batches
 from tests.helpers.sentence import PROMPTS, load_reference
 from tests.helpers.tokenizers import MULTILINGUAL
 
@@ -135,13 +134,12 @@ def test_modernbert_graph_attends_locally_in_local_layers(family_export: ExportO
         assert bool((outside == 0).all()) == (layer % 2 == 1), layer
 
 
-def test_token_type_input_gives_pairs_their_segments(tmp_path: Path) -> None:
-    """export_graph(token_types=True): a BERT cross-encoder reads (query, passage) pairs with type ids 0 / 1,
-    and its logits equal transformers' with the same token_type_ids."""
-    reference = save_hf(tmp_path / "source", "bert", "ForSequenceClassification")
-    loaded = load_model(tmp_path / "source")
-    export_graph(loaded.encoder, "fast", tmp_path / "pairs.onnx", token_types=True)
-    session = open_session(tmp_path / "pairs.onnx")
+def test_token_type_input_gives_pairs_their_segments(family_export: ExportOf) -> None:
+    """export_graph(token_types=True), as the bundle's fast graph of a BERT cross-encoder has it: it reads (query,
+    passage) pairs with type ids 0 / 1, and its logits equal transformers' with the same token_type_ids."""
+    exported = family_export("bert-classifier")
+    loaded = load_model(exported.source)
+    session = open_session(exported.bundle / "fast-fp32.onnx")
     names = [i.name for i in session.get_inputs()]
     assert names == ["input_ids", "attention_mask", "token_type_ids"]
     ids, types = pair_ids(loaded.tokenizer, list(zip(MULTILINGUAL, MULTILINGUAL[::-1], strict=True)), 32)
@@ -149,7 +147,7 @@ def test_token_type_input_gives_pairs_their_segments(tmp_path: Path) -> None:
     assert feeds["token_type_ids"].any()
     (logits,) = session.run(["logits"], feeds)
     with torch.no_grad():
-        expected_logits = reference(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
+        expected_logits = exported.reference(**{k: torch.from_numpy(v) for k, v in feeds.items()}).logits.numpy()
     assert np.abs(logits - expected_logits).max() <= TOLERANCE
 
 

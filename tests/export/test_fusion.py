@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,6 @@ import pytest
 
 from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
-from export.bundle import export_bundle
 from export.cli import parser
 from export.fusion import expand_position_ids
 
@@ -20,9 +20,10 @@ LAYERS = 2  # tests.helpers.tiny
 
 
 @pytest.fixture(scope="module")
-def default_export(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("default") / "tiny"
-    export_bundle(tiny_checkpoint, out)
+def default_export(cli_bundle: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """The tiny model exported with the default variants, by `attnserve export` (tests/fixtures.py)."""
+    out, done = cli_bundle
+    assert done.returncode == 0, done.stderr[-2000:]
     return out
 
 

@@ -10,21 +10,15 @@ import pytest
 
 from bundle.manifest import Manifest
 from bundle.verify import verify_bundle
-from export.bundle import export_bundle
 from export.parity import CUDA_MEASURED
 from export.variants import attention_projections
 from model.load import load_model
-from tests.helpers.tiny import review_texts
 
 
 @pytest.fixture(scope="module")
-def all_variants(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Manifest:
-    """Every variant; int8 calibrated and gated on texts written for the tiny model (--calibration-data)."""
-    out = tmp_path_factory.mktemp("variants") / "tiny-all"
-    texts = out.parent / "texts.txt"
-    texts.write_text("\n".join(review_texts(400)) + "\n")
-    export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "int8-dynamic", "fp16"), calibration_data=texts)
-    return verify_bundle(out)
+def all_variants(variants_bundle: Path) -> Manifest:
+    """Every variant; int8 calibrated and gated on texts written for the tiny model (tests/fixtures.py)."""
+    return verify_bundle(variants_bundle)
 
 
 def test_all_variants_listed(all_variants: Manifest) -> None:

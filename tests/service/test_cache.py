@@ -24,20 +24,9 @@ from inference.tokenize import Encoded, TextTokenizer
 from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
 from tests.helpers.serving import graph_runs, serving
-from tests.helpers.tiny import SENTENCES, review_texts
+from tests.helpers.tiny import SENTENCES
 
 CPU_VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic")
-
-
-@pytest.fixture(scope="module")
-def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.bundle import export_bundle
-
-    made = tmp_path_factory.mktemp("cache")
-    texts, out = made / "texts.txt", made / "variants"
-    texts.write_text("\n".join(review_texts(400)) + "\n")  # int8's calibration texts, as tests/export's
-    export_bundle(tiny_checkpoint, out, variants=CPU_VARIANTS[1:], calibration_data=texts)
-    return out
 
 
 async def vectors_bytes(client, text: str) -> tuple[bytes, bytes, int]:  # noqa: ANN001
