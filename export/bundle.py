@@ -160,7 +160,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
-        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters,
+        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters, multi_vector=model.multi_vector,
     )
 
 

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bundle.files import staged_directory
+from bundle.manifest import MultiVectorSpec
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer
@@ -35,6 +36,8 @@ class LoadedModel:
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
     default_prompt_name: str | None = None
     pair_format: str | None = None  # an LLM reranker's pair as one text (model.lm_scorer)
+    # a multi-vector model's (ColBERT, bge-m3): how its token outputs become the reference's, written to the manifest
+    multi_vector: MultiVectorSpec | None = None
 
 
 def is_checkpoint(path: Path) -> bool:
