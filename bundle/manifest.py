@@ -199,7 +199,7 @@ class MultiVectorSpec(_Strict):
 
 class Source(_Strict):
     path: str
-    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert") or "sentence-transformers" directory
+    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory
     sha256: str
 
 
