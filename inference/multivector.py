@@ -42,13 +42,20 @@ def token_vectors(vectors: np.ndarray, input_ids: np.ndarray, keep: np.ndarray, 
     """(T, M) raw vectors of one input -> (N, M): the positions `keep` (T,) marks (its attention mask, or an expanded
     query's expansion positions too) in order, less the first when spec.skip_first_token, less a document's
     spec.skip_ids, normalised when spec.normalize."""
+    chosen = np.asarray(vectors, dtype=np.float32)[kept_positions(input_ids, keep, spec, document)]  # (N, M)
+    return normalize(chosen) if spec.normalize else chosen
+
+
+def kept_positions(input_ids: np.ndarray, keep: np.ndarray, spec: MultiVectorSpec,
+                   document: bool = False) -> np.ndarray:
+    """(N,) the positions whose vectors token_vectors keeps, in order: those `keep` (T,) marks, less the first when
+    spec.skip_first_token, less a document's spec.skip_ids."""
     kept = np.flatnonzero(np.asarray(keep).astype(bool))  # (N,) positions, in order
     if spec.skip_first_token:
         kept = kept[1:]
     if document and spec.skip_ids:
         kept = kept[~np.isin(np.asarray(input_ids)[kept], spec.skip_ids)]
-    chosen = np.asarray(vectors, dtype=np.float32)[kept]  # (N, M)
-    return normalize(chosen) if spec.normalize else chosen
+    return kept
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
