@@ -52,10 +52,12 @@ class MultiOutputs:
 async def encode(
     model: ServedModel, inputs: Inputs, *, input_type: InputKind = "document", outputs: Collection[Output] = MULTI_ONLY,
     dimensions: int | None = None, truncate: bool | None = None, direction: Direction = "right",
+    normalize: bool | None = None,
 ) -> MultiOutputs:
     """The outputs asked for, from one run: `multi` each input's token vectors as the model keeps them for a query
     or a document (cut to `dimensions` and renormalised, Matryoshka style), `dense` its pooled vector (cut the
-    same way), `sparse` its lexical weights."""
+    same way; L2-normalised as `normalize` says, by default as the model's manifest does), `sparse` its lexical
+    weights."""
     wanted = set(outputs)
     if not wanted:
         raise InvalidRequest("ask for at least one of the outputs dense, sparse, multi", code="no_outputs")
@@ -75,7 +77,8 @@ async def encode(
     dense = sparse = multi = positions = None
     if "dense" in wanted:
         pooled = np.stack([o["embeddings"] for o in ran])  # (N, D)
-        dense = postprocess.embeddings(pooled, model.bundle.manifest.normalize, dimensions)
+        unit = model.bundle.manifest.normalize if normalize is None else normalize
+        dense = postprocess.embeddings(pooled, unit, dimensions)
     if "sparse" in wanted:
         sparse = [lexical(o["token_weights"], e.ids, spec.sparse_drop_ids) for o, e in zip(ran, encoded, strict=True)]
     if "multi" in wanted:

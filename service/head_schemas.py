@@ -1,7 +1,8 @@
 """Request and response models of the routes for the other heads of a retrieval stack: rerank and pair scores
 (TEI's /rerank, Cohere's and Jina's /v1/rerank and /v2/rerank, vLLM's /score), sparse vectors (TEI's
-/embed_sparse), token labels (/classify_tokens) and token vectors for late interaction (Jina's /v1/multi-vector). Each request is its ecosystem's own shape; attnserve's
-additions (`chunking`, `chunk_overlap`, `explain`, `model`) are optional fields.
+/embed_sparse), token labels (/classify_tokens) and token vectors for late interaction (Jina's
+/v1/multi-vector). Each request is its ecosystem's own shape; attnserve's additions (`chunking`,
+`chunk_overlap`, `explain`, `model`) are optional fields.
 """
 
 from __future__ import annotations

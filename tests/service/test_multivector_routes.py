@@ -1,6 +1,6 @@
 """A multi-vector model served: a random bge-m3 (tests.helpers.bge_m3) beside a plain bundle, over HTTP. Jina's
 /v1/multi-vector gives BGEM3FlagModel's colbert_vecs (float and base64, cut to `dimensions`), /embed_sparse its
-lexical weights, the rerank routes and /score its colbert_score (MaxSim, averaged over the query's tokens as
+lexical weights, /v2 all three from one graph run (counted), the rerank routes and /score its colbert_score (MaxSim, averaged over the query's tokens as
 bge-m3 does), `explain` each query token's best document token; the answer-size cap refuses before any run; a
 model without multi-vector outputs is refused with what it can do.
 """
@@ -8,7 +8,8 @@ model without multi-vector outputs is refused with what it can do.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,9 @@ import pytest
 import pytest_asyncio
 
 from export.bundle import export_bundle
+from inference.loading import LoadedBundle
 from tests.helpers import bge_m3
+from tests.helpers.fakes import GatedBundle
 from tests.helpers.serving import assert_error, post_ok, serving, worst
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -45,12 +48,35 @@ def expected(reference: Any) -> dict[str, Any]:
     return bge_m3.encode_reference(reference, [*TEXTS, QUERY, *DOCUMENTS], 64)
 
 
+@dataclasses.dataclass
+class Counting(GatedBundle):
+    """The real bundle, recording the kind of each graph run."""
+
+    kinds: list[str] = dataclasses.field(default_factory=list)
+
+    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Any:
+        self.kinds.append(kind)
+        return super().run_batch(kind, sequences, adapters)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, Counting]:
+    return {}
+
+
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(source: Path, tiny_plain_bundle: Path) -> AsyncIterator[httpx.AsyncClient]:
-    """bge-m3 first (fp32, with its attention graph), a plain bundle second."""
+async def client(source: Path, tiny_plain_bundle: Path, runs: dict[str, Counting]) -> AsyncIterator[httpx.AsyncClient]:
+    """bge-m3 first (fp32, with its attention graph), a plain bundle second; each bundle's runs counted."""
     bundle = source.parent / "bundle"
     export_bundle(source, bundle, variants=["fp32"])
-    async with serving([f"m3={bundle}", f"plain={tiny_plain_bundle}"], intra_op_threads=1) as (_, served):
+
+    def counting(loaded: LoadedBundle) -> Counting:
+        fake = Counting(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
+        fake.gate.set()
+        runs[loaded.manifest.name] = fake
+        return fake
+
+    async with serving([f"m3={bundle}", f"plain={tiny_plain_bundle}"], counting, intra_op_threads=1) as (_, served):
         yield served
 
 
@@ -135,3 +161,25 @@ async def test_a_model_without_multi_vectors_is_refused(client) -> None:
     assert "cannot give multi-vector outputs" in assert_error(refused, 422, "unsupported")["message"]
     tasks = {m["name"]: m["tasks"] for m in (await client.get("/info")).json()["models"]}
     assert {"multi_vector", "sparse", "rerank"} <= set(tasks["m3"]) and "multi_vector" not in tasks["plain"]
+
+
+async def test_v2_gives_all_three_outputs_from_one_run(client, expected, runs) -> None:
+    m3 = next(fake for fake in runs.values() if fake.manifest.multi_vector is not None)
+    before = len(m3.kinds)
+    body = {"inputs": [{"name": "text", "shape": [len(TEXTS)], "datatype": "BYTES", "data": TEXTS}],
+            "outputs": [{"name": n} for n in ("embeddings", "sparse", "multi_vectors", "multi_vector_mask")]}
+    answer = await post_ok(client, "/v2/models/m3/infer", body)
+    assert m3.kinds[before:] == ["multi"]  # one run of the fast graph's session, every output from it
+    out = {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in answer["outputs"]}
+    assert worst(out["embeddings"], np.asarray(expected["dense_vecs"][:len(TEXTS)], dtype=np.float32)) <= TOLERANCE
+    for row, want in enumerate(_vectors(expected, 0, len(TEXTS))):
+        kept = out["multi_vector_mask"][row].astype(bool)
+        assert kept.sum() == len(want) and worst(out["multi_vectors"][row][kept], want) <= TOLERANCE
+        assert not out["multi_vectors"][row][~kept].any()
+        weights = expected["lexical_weights"][row]
+        dense = np.zeros(out["sparse"].shape[1], dtype=np.float32)
+        dense[[int(i) for i in weights]] = [float(w) for w in weights.values()]
+        assert worst(out["sparse"][row], dense) <= TOLERANCE
+    refused = await client.post("/v2/models/m3/infer", json={**body, "outputs": [{"name": "sparse"},
+                                                                                 {"name": "attentions"}]})
+    assert refused.status_code == 422 and "request of their own" in refused.json()["error"]  # the protocol's shape
