@@ -1,0 +1,104 @@
+"""ColBERT checkpoints (PyLate folders, colbert-ai checkpoints) loaded by model.load and run in PyTorch, fed and
+post-processed by the torch-free inference/colbert.py and inference/multivector.py, equal their own libraries
+(tests/helpers/colbert.py): every query token vector (the expansion [MASK]s included), every document token vector
+left after the skip-list, and the MaxSim scores, to 1e-5, at the tiny and the realistic shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from inference import colbert as feeds
+from inference.multivector import maxsim
+from model.load import load_model
+from tests.helpers import colbert as ref
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module", params=["tiny", "realistic"])
+def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both layouts of one shape with their references' vectors and scores; realistic queries attend to their
+    expansion tokens (PyLate's attend_to_expansion_tokens, colbert-ai's attend_to_mask_tokens)."""
+    root, attend = tmp_path_factory.mktemp(f"colbert-{request.param}"), request.param == "realistic"
+    pylate_dir, pylate_model = ref.save_pylate(root, request.param, attend_to_expansion=attend)
+    colbert_ai_dir = ref.save_colbert_ai(root, request.param, attend_to_expansion=attend, seed=3)
+    mve, checkpoint = ref.mve_reference(pylate_dir), ref.colbert_ai_reference(colbert_ai_dir)
+    pylate = dict(queries=ref.mve_queries(mve, ref.QUERIES),
+                  documents=ref.pylate_vectors(pylate_model, ref.DOCUMENTS, is_query=False))
+    colbert_ai = dict(queries=ref.colbert_ai_vectors(checkpoint, ref.QUERIES, is_query=True),
+                      documents=ref.colbert_ai_vectors(checkpoint, ref.DOCUMENTS, is_query=False))
+    pylate["scores"] = ref.pylate_scores(pylate["queries"], pylate["documents"])
+    colbert_ai["scores"] = ref.colbert_ai_scores(checkpoint, ref.QUERIES, ref.DOCUMENTS)
+    return dict(shape=request.param, pylate_dir=pylate_dir, colbert_ai_dir=colbert_ai_dir, pylate=pylate,
+                colbert_ai=colbert_ai, pylate_model=pylate_model)
+
+
+def ours(path: Path, expand: bool = True) -> dict[str, Any]:
+    """Our vectors and scores: model.load's encoder in PyTorch, fed and post-processed torch-free."""
+    loaded = load_model(path)
+    spec = loaded.multi_vector if expand else loaded.multi_vector.model_copy(update={"query_length": 0})
+    assert spec is not None
+    max_length = loaded.encoder.config.max_seq_length
+    out = {}
+    for kind, make, texts in (("queries", feeds.query_feed, ref.QUERIES),
+                              ("documents", feeds.document_feed, ref.DOCUMENTS)):
+        feed = make(loaded.tokenizer, texts, spec, max_length)
+        with torch.no_grad():
+            result = loaded.encoder(torch.from_numpy(feed.input_ids), torch.from_numpy(feed.attention_mask))
+        out[kind] = feeds.token_vectors(result.multi_vectors.numpy(), feed, spec)
+    out["scores"] = np.array([[maxsim(q, d, spec.reduction) for d in out["documents"]] for q in out["queries"]])
+    return out
+
+
+def assert_equal_vectors(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    assert [g.shape for g in got] == [w.shape for w in want]
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
+    assert worst <= TOLERANCE, worst
+
+
+@pytest.mark.parametrize("layout", ["pylate", "colbert_ai"])
+def test_equal_to_the_reference(case: dict[str, Any], layout: str) -> None:
+    got, want = ours(case[f"{layout}_dir"]), case[layout]
+    assert_equal_vectors(got["queries"], want["queries"])
+    assert_equal_vectors(got["documents"], want["documents"])
+    np.testing.assert_allclose(got["scores"], want["scores"], rtol=0, atol=TOLERANCE)
+
+
+def test_the_layouts_and_their_settings_are_read(case: dict[str, Any]) -> None:
+    pylate, colbert_ai = load_model(case["pylate_dir"]), load_model(case["colbert_ai_dir"])
+    s = ref.SHAPES[case["shape"]]
+    for loaded, kind in ((pylate, "pylate"), (colbert_ai, "colbert-ai")):
+        spec = loaded.multi_vector
+        assert loaded.kind == kind and spec is not None
+        assert (spec.size, spec.query_length, spec.document_length) == (s["size"], s["query_length"],
+                                                                       s["document_length"])
+        assert spec.attend_to_expansion == (case["shape"] == "realistic")
+        assert spec.expansion_token_id == loaded.tokenizer.token_to_id("[MASK]")
+        assert not loaded.encoder.config.multi_vector_bias
+    assert pylate.multi_vector.query_prefix_ids == [pylate.tokenizer.token_to_id("[Q] ")]
+    assert colbert_ai.multi_vector.document_prefix_ids == [colbert_ai.tokenizer.token_to_id("[unused1]")]
+    model = case["pylate_model"]  # PyLate's own skip-list ids (the [UNK] id for punctuation outside the vocabulary)
+    assert pylate.multi_vector.skip_ids == sorted(set(model.skiplist))
+    assert pylate.tokenizer.token_to_id("[UNK]") in pylate.multi_vector.skip_ids
+
+
+def test_the_skip_list_drops_what_theirs_drops(case: dict[str, Any]) -> None:
+    """The punctuation-heavy document loses the same number of tokens in ours and in both references, and some."""
+    loaded = load_model(case["pylate_dir"])
+    feed = feeds.document_feed(loaded.tokenizer, ref.DOCUMENTS, loaded.multi_vector, 512)
+    real = feed.attention_mask.sum(1)
+    kept = [len(v) for v in case["pylate"]["documents"]]
+    assert kept[-1] < real[-1]  # something was skipped
+    assert kept == [len(v) for v in ours(case["pylate_dir"])["documents"]]
+
+
+def test_without_expansion_the_queries_differ(case: dict[str, Any]) -> None:
+    """Broken on purpose: queries fed without their [MASK] expansion lose the expansion vectors and the scores move."""
+    got, want = ours(case["colbert_ai_dir"], expand=False), case["colbert_ai"]
+    assert [len(q) for q in got["queries"]] != [len(q) for q in want["queries"]]
+    assert np.abs(got["scores"] - want["scores"]).max() > 1e-3
