@@ -42,7 +42,7 @@ QUERIES = ["What is the capital of France?", "quick fox", "Москва и Са�
 DOCUMENTS = [
     "Paris is the capital of France, on the Seine.",
     "The quick brown fox jumps over the lazy dog 123 times!",
-    " ".join(MULTILINGUAL[:5]),  # ~100 tokens, many scripts and punctuation
+    " ".join(MULTILINGUAL[:9]),  # ~100 tokens, many scripts and punctuation
     " ".join(MULTILINGUAL * 2),  # past 180 tokens: truncated to the document length
     "§§ ## $$ %% &&: punctuation, unknown (~) symbols; and ^text^.",
 ]
@@ -215,6 +215,30 @@ def colbert_ai_scores(checkpoint: Any, queries: list[str], documents: list[str])
         d, d_mask = checkpoint.doc(ids, mask, keep_dims="return_mask")
         return np.stack([colbert_score(q[i:i + 1], d, d_mask, config=checkpoint.colbert_config).float().numpy()
                          for i in range(len(q))])
+
+
+def build_case(root: Path, shape: str) -> dict[str, Any]:
+    """Both layouts at `shape` under `root` with their references' vectors and scores of QUERIES and DOCUMENTS; the
+    realistic shape's queries attend to their expansion tokens (PyLate's attend_to_expansion_tokens, colbert-ai's
+    attend_to_mask_tokens), the tiny one's do not."""
+    attend = shape == "realistic"
+    pylate_dir, pylate_model = save_pylate(root, shape, attend_to_expansion=attend)
+    colbert_ai_dir = save_colbert_ai(root, shape, attend_to_expansion=attend, seed=3)
+    mve, checkpoint = mve_reference(pylate_dir), colbert_ai_reference(colbert_ai_dir)
+    pylate = dict(queries=mve_queries(mve, QUERIES), documents=pylate_vectors(pylate_model, DOCUMENTS, is_query=False))
+    colbert_ai = dict(queries=colbert_ai_vectors(checkpoint, QUERIES, is_query=True),
+                      documents=colbert_ai_vectors(checkpoint, DOCUMENTS, is_query=False))
+    pylate["scores"] = pylate_scores(pylate["queries"], pylate["documents"])
+    colbert_ai["scores"] = colbert_ai_scores(checkpoint, QUERIES, DOCUMENTS)
+    return dict(shape=shape, pylate_dir=pylate_dir, colbert_ai_dir=colbert_ai_dir, pylate=pylate,
+                colbert_ai=colbert_ai, pylate_model=pylate_model)
+
+
+def assert_equal_vectors(got: list[np.ndarray], want: list[np.ndarray], tolerance: float = 1e-5) -> None:
+    """As many vectors per input as the reference's, each within `tolerance` (max abs)."""
+    assert [g.shape for g in got] == [w.shape for w in want]
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
+    assert worst <= tolerance, worst
 
 
 def metadata(path: Path) -> dict[str, Any]:

@@ -22,20 +22,7 @@ TOLERANCE = 1e-5
 
 @pytest.fixture(scope="module", params=["tiny", "realistic"])
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Both layouts of one shape with their references' vectors and scores; realistic queries attend to their
-    expansion tokens (PyLate's attend_to_expansion_tokens, colbert-ai's attend_to_mask_tokens)."""
-    root, attend = tmp_path_factory.mktemp(f"colbert-{request.param}"), request.param == "realistic"
-    pylate_dir, pylate_model = ref.save_pylate(root, request.param, attend_to_expansion=attend)
-    colbert_ai_dir = ref.save_colbert_ai(root, request.param, attend_to_expansion=attend, seed=3)
-    mve, checkpoint = ref.mve_reference(pylate_dir), ref.colbert_ai_reference(colbert_ai_dir)
-    pylate = dict(queries=ref.mve_queries(mve, ref.QUERIES),
-                  documents=ref.pylate_vectors(pylate_model, ref.DOCUMENTS, is_query=False))
-    colbert_ai = dict(queries=ref.colbert_ai_vectors(checkpoint, ref.QUERIES, is_query=True),
-                      documents=ref.colbert_ai_vectors(checkpoint, ref.DOCUMENTS, is_query=False))
-    pylate["scores"] = ref.pylate_scores(pylate["queries"], pylate["documents"])
-    colbert_ai["scores"] = ref.colbert_ai_scores(checkpoint, ref.QUERIES, ref.DOCUMENTS)
-    return dict(shape=request.param, pylate_dir=pylate_dir, colbert_ai_dir=colbert_ai_dir, pylate=pylate,
-                colbert_ai=colbert_ai, pylate_model=pylate_model)
+    return ref.build_case(tmp_path_factory.mktemp(f"colbert-{request.param}"), request.param)
 
 
 def ours(path: Path, expand: bool = True) -> dict[str, Any]:
@@ -55,17 +42,11 @@ def ours(path: Path, expand: bool = True) -> dict[str, Any]:
     return out
 
 
-def assert_equal_vectors(got: list[np.ndarray], want: list[np.ndarray]) -> None:
-    assert [g.shape for g in got] == [w.shape for w in want]
-    worst = max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
-    assert worst <= TOLERANCE, worst
-
-
 @pytest.mark.parametrize("layout", ["pylate", "colbert_ai"])
 def test_equal_to_the_reference(case: dict[str, Any], layout: str) -> None:
     got, want = ours(case[f"{layout}_dir"]), case[layout]
-    assert_equal_vectors(got["queries"], want["queries"])
-    assert_equal_vectors(got["documents"], want["documents"])
+    ref.assert_equal_vectors(got["queries"], want["queries"])
+    ref.assert_equal_vectors(got["documents"], want["documents"])
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=0, atol=TOLERANCE)
 
 
