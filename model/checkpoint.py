@@ -31,7 +31,7 @@ FORMAT_VERSION = 1
 class LoadedModel:
     encoder: Encoder
     tokenizer: Tokenizer
-    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta") or "sentence-transformers"
+    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta"), "sentence-transformers" or "bge-m3"
     path: Path
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
     default_prompt_name: str | None = None
