@@ -7,9 +7,16 @@
     save_colbert_ai(directory, ...)   a colbert-ai checkpoint: HF_ColBERT (bert.* + a bias-free linear) saved by
                                       save_pretrained, its tokenizer and artifact.metadata (ColBERTConfig)
     colbert_ai_reference                      the colbert-ai checkpoint loaded back by colbert-ai (CPU, eager)
+    mve_reference / mve_queries               sentence-transformers 6.3's MultiVectorEncoder reading the PyLate
+                                              folder, and its expanded queries: PyLate 1.6 itself no longer expands
+                                              queries under sentence-transformers 6.3 (see pylate_vectors)
     pylate_vectors / colbert_ai_vectors       their per-text token vectors (queries: every expanded position;
                                               documents: the skip-list and padding dropped), as numpy
     pylate_scores / colbert_ai_scores         their MaxSim of each query against each document
+    build_case(root, shape)                   both layouts at a shape with all of the above computed once
+
+The PyLate documents' reference is PyLate's own encode, not the MultiVectorEncoder: sentence-transformers 6.3 leaves
+the [UNK] id out of the skip-list (it warns so), where PyLate drops a document's unknown tokens.
 
 Shapes: "tiny" (hidden 32, 2 layers, 2 heads of 16, M 16, queries of 12, documents of 48) and "realistic" (hidden
 128, 4 layers, 2 heads of 64, M 32, queries of 32, documents of 180: DOCUMENTS' longest runs past 100 tokens). The

@@ -1,10 +1,14 @@
 """ColBERT checkpoints (PyLate folders, colbert-ai checkpoints) loaded by model.load and run in PyTorch, fed and
 post-processed by the torch-free inference/colbert.py and inference/multivector.py, equal their own libraries
 (tests/helpers/colbert.py): every query token vector (the expansion [MASK]s included), every document token vector
-left after the skip-list, and the MaxSim scores, to 1e-5, at the tiny and the realistic shape."""
+left after the skip-list, and the MaxSim scores, to 1e-5, at the tiny and the realistic shape. PyLate's own query
+path agrees where no expansion is needed; settings the loader cannot reproduce are refused; without the query
+expansion the scores move (broken on purpose)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +87,30 @@ def test_without_expansion_the_queries_differ(case: dict[str, Any]) -> None:
     got, want = ours(case["colbert_ai_dir"], expand=False), case["colbert_ai"]
     assert [len(q) for q in got["queries"]] != [len(q) for q in want["queries"]]
     assert np.abs(got["scores"] - want["scores"]).max() > 1e-3
+
+
+def test_pylate_itself_agrees_on_full_length_queries(case: dict[str, Any]) -> None:
+    """PyLate's own encode (whose queries sentence-transformers 6.3 no longer pads) on the queries that fill the query
+    length without expansion: its prefix, truncation and vectors are ours too."""
+    length = ref.SHAPES[case["shape"]]["query_length"]
+    theirs = ref.pylate_vectors(case["pylate_model"], ref.QUERIES, is_query=True)
+    full = [i for i, v in enumerate(theirs) if len(v) == length]
+    assert full  # the long query at least
+    got = ours(case["pylate_dir"])["queries"]
+    ref.assert_equal_vectors([got[i] for i in full], [theirs[i] for i in full], TOLERANCE)
+
+
+@pytest.mark.parametrize("edit", ["no expansion", "dense activation", "l2 similarity"])
+def test_what_cannot_be_reproduced_is_refused(case: dict[str, Any], edit: str, tmp_path: Path) -> None:
+    """A setting the loader does not reproduce is refused by name, not served differently from the library."""
+    layout = "colbert_ai_dir" if edit == "l2 similarity" else "pylate_dir"
+    copy = Path(shutil.copytree(case[layout], tmp_path / "copy"))
+    file, key, value = {
+        "no expansion": ("config_sentence_transformers.json", "do_query_expansion", False),
+        "dense activation": ("1_Dense/config.json", "activation_function", "torch.nn.modules.activation.Tanh"),
+        "l2 similarity": ("artifact.metadata", "similarity", "l2"),
+    }[edit]
+    config = json.loads((copy / file).read_text())
+    (copy / file).write_text(json.dumps({**config, key: value}))
+    with pytest.raises(ValueError, match="not supported"):
+        load_model(copy)
