@@ -86,9 +86,12 @@ def save_bert(directory: Path, shape: str, seed: int = 0) -> Path:
     return Path(directory)
 
 
-def save_pylate(directory: Path, shape: str, attend_to_expansion: bool = False, seed: int = 0) -> tuple[Path, Any]:
+def save_pylate(directory: Path, shape: str, attend_to_expansion: bool = False, seed: int = 0,
+                modernbert: bool = False) -> tuple[Path, Any]:
     """A PyLate folder at directory/"pylate" (its BERT saved first under directory/"hf"), written by PyLate, and
-    the PyLate model that wrote it (eager attention), the reference.
+    the PyLate model that wrote it (eager attention), the reference. `modernbert`: over tests/helpers/families.py's
+    "wide" ModernBERT instead (hidden 48, local layers), its window (24) wider than a query's expansion tail, as
+    GTE-ModernColBERT's (128) is wider than its 32-token queries.
 
     Built from modules (a Transformer and PyLate's bias-free Dense), as PyLate's docs also do: with the
     sentence-transformers 6.3 the tests pin, ColBERT(model_name_or_path=a bare BERT) gets a Pooling module from
@@ -99,12 +102,18 @@ def save_pylate(directory: Path, shape: str, attend_to_expansion: bool = False, 
     from sentence_transformers.models import Transformer
 
     s = SHAPES[shape]
-    source = save_bert(Path(directory) / "hf", shape, seed)
+    if modernbert:
+        from tests.helpers.families import save_hf
+
+        source, hidden = Path(directory) / "hf", 48
+        save_hf(source, "modernbert", "Model", "wide", seed=seed, local_attention=24)
+    else:
+        source, hidden = save_bert(Path(directory) / "hf", shape, seed), s["hidden"]
     with warnings.catch_warnings(), torch.random.fork_rng():
         warnings.simplefilter("ignore")
         torch.manual_seed(seed + 1)  # the Dense projection's and the added [Q] / [D] embeddings' initialisation
         transformer = Transformer(str(source), model_kwargs={"attn_implementation": "eager"})
-        dense = Dense(s["hidden"], s["size"], bias=False)
+        dense = Dense(hidden, s["size"], bias=False)
         model = ColBERT(modules=[transformer, dense], device="cpu", query_length=s["query_length"],
                         document_length=s["document_length"], attend_to_expansion_tokens=attend_to_expansion)
         model._model_config = model._get_model_config()  # ColBERT.save reads it; sentence-transformers 6 renamed it
