@@ -45,10 +45,10 @@ def served(bundle: Path, expand: bool = True) -> dict[str, Any]:
         spec = spec.model_copy(update={"query_length": 0})
     tokenizer = Tokenizer.from_file(str(bundle / manifest.tokenizer))
     session = open_session(bundle / "fast-fp32.onnx")
+    feeder = feeds.ColbertFeeder(tokenizer, spec, manifest.max_length)
     out: dict[str, Any] = {}
-    for kind, make, texts in (("queries", feeds.query_feed, ref.QUERIES),
-                              ("documents", feeds.document_feed, ref.DOCUMENTS)):
-        feed = make(tokenizer, texts, spec, manifest.max_length)
+    for kind, make, texts in (("queries", feeder.queries, ref.QUERIES), ("documents", feeder.documents, ref.DOCUMENTS)):
+        feed = make(texts)
         inputs = {"input_ids": feed.input_ids, "attention_mask": feed.attention_mask}
         if "token_type_ids" in input_names(session):
             inputs["token_type_ids"] = np.zeros_like(feed.input_ids)
