@@ -87,11 +87,11 @@ def save_bert(directory: Path, shape: str, seed: int = 0) -> Path:
 
 
 def save_pylate(directory: Path, shape: str, attend_to_expansion: bool = False, seed: int = 0,
-                modernbert: bool = False) -> tuple[Path, Any]:
+                modernbert: bool = False, bias: bool = False) -> tuple[Path, Any]:
     """A PyLate folder at directory/"pylate" (its BERT saved first under directory/"hf"), written by PyLate, and
     the PyLate model that wrote it (eager attention), the reference. `modernbert`: over tests/helpers/families.py's
     "wide" ModernBERT instead (hidden 48, local layers), its window (24) wider than a query's expansion tail, as
-    GTE-ModernColBERT's (128) is wider than its 32-token queries.
+    GTE-ModernColBERT's (128) is wider than its 32-token queries. `bias`: a Dense with a bias (PyLate's bias=True).
 
     Built from modules (a Transformer and PyLate's bias-free Dense), as PyLate's docs also do: with the
     sentence-transformers 6.3 the tests pin, ColBERT(model_name_or_path=a bare BERT) gets a Pooling module from
@@ -113,7 +113,10 @@ def save_pylate(directory: Path, shape: str, attend_to_expansion: bool = False, 
         warnings.simplefilter("ignore")
         torch.manual_seed(seed + 1)  # the Dense projection's and the added [Q] / [D] embeddings' initialisation
         transformer = Transformer(str(source), model_kwargs={"attn_implementation": "eager"})
-        dense = Dense(hidden, s["size"], bias=False)
+        dense = Dense(hidden, s["size"], bias=bias)
+        if bias:
+            with torch.no_grad():
+                dense.linear.bias.normal_(0.0, 0.5)  # off its start, so a missing bias shows
         model = ColBERT(modules=[transformer, dense], device="cpu", query_length=s["query_length"],
                         document_length=s["document_length"], attend_to_expansion_tokens=attend_to_expansion)
         model._model_config = model._get_model_config()  # ColBERT.save reads it; sentence-transformers 6 renamed it

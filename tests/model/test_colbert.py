@@ -116,14 +116,17 @@ def test_what_cannot_be_reproduced_is_refused(case: dict[str, Any], edit: str, t
         load_model(copy)
 
 
-def test_a_modernbert_colbert_equals_pylate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("variant", ["modernbert", "bias"])
+def test_other_pylate_folders_equal_pylate(tmp_path: Path, variant: str) -> None:
     """The loader is the families' (model/families): a PyLate folder over ModernBERT (byte-level BPE, local layers,
-    its own [MASK] id) equals PyLate on its documents and sentence-transformers' reading on its expanded queries."""
-    directory, model = ref.save_pylate(tmp_path, "tiny", modernbert=True)
+    its own [MASK] id), and one whose Dense has a bias, equal PyLate on their documents and sentence-transformers'
+    reading on their expanded queries."""
+    directory, model = ref.save_pylate(tmp_path, "tiny", **{variant: True})
     queries = ref.mve_queries(ref.mve_reference(directory), ref.QUERIES)
     documents = ref.pylate_vectors(model, ref.DOCUMENTS, is_query=False)
     got = ours(directory)
-    assert load_model(directory).encoder.config.window_size == 12
+    config = load_model(directory).encoder.config
+    assert (config.window_size, config.multi_vector_bias) == ((12, False) if variant == "modernbert" else (0, True))
     ref.assert_equal_vectors(got["queries"], queries, TOLERANCE)
     ref.assert_equal_vectors(got["documents"], documents, TOLERANCE)
     np.testing.assert_allclose(got["scores"], ref.pylate_scores(queries, documents), rtol=0, atol=TOLERANCE)
