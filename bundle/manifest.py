@@ -199,7 +199,8 @@ class MultiVectorSpec(_Strict):
 
 class Source(_Strict):
     path: str
-    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory
+    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory,
+    # or a ColBERT checkpoint: "pylate" folder or "colbert-ai" checkpoint (model/colbert.py)
     sha256: str
 
 
