@@ -36,6 +36,8 @@ class Feed:
     attention_mask: np.ndarray  # (B, T) int64: what the graph attends to
     keep: np.ndarray  # (B, T) bool: the positions whose vectors are kept (before the skip-list)
     document: bool  # documents drop spec.skip_ids; queries keep every kept position
+    offsets: list[list[tuple[int, int]]]  # per input, each fed token's characters in its text ((0, 0): added)
+    lengths: list[int]  # per input, the positions fed (its real tokens, and a query's expansion tokens)
 
 
 class ColbertFeeder:
@@ -50,20 +52,22 @@ class ColbertFeeder:
 
     def queries(self, texts: Sequence[str]) -> Feed:
         spec = self.spec
-        ids = _prefixed(self._queries, [spec.query_prefix + t for t in texts], spec.query_prefix_ids)
+        ids, offsets = _prefixed(self._queries, texts, spec.query_prefix, spec.query_prefix_ids)
         if not spec.query_length:
-            return _padded(ids, self.pad, document=False)
+            return _padded(ids, offsets, self.pad, document=False)
         assert spec.expansion_token_id is not None  # MultiVectorSpec requires it with query_length
         input_ids = np.full((len(ids), self.query_length), spec.expansion_token_id, dtype=np.int64)  # (B, T)
         attention_mask = np.full((len(ids), self.query_length), int(spec.attend_to_expansion), dtype=np.int64)
         for row, sequence in enumerate(ids):
             input_ids[row, :len(sequence)], attention_mask[row, :len(sequence)] = sequence, 1
-        return Feed(input_ids, attention_mask, np.ones_like(input_ids, dtype=bool), document=False)
+        expanded = [spans + [(0, 0)] * (self.query_length - len(spans)) for spans in offsets]
+        return Feed(input_ids, attention_mask, np.ones_like(input_ids, dtype=bool), False, expanded,
+                    [self.query_length] * len(ids))
 
     def documents(self, texts: Sequence[str]) -> Feed:
         spec = self.spec
-        ids = _prefixed(self._documents, [spec.document_prefix + t for t in texts], spec.document_prefix_ids)
-        return _padded(ids, self.pad, document=True)
+        ids, offsets = _prefixed(self._documents, texts, spec.document_prefix, spec.document_prefix_ids)
+        return _padded(ids, offsets, self.pad, document=True)
 
 
 def query_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorSpec, max_length: int) -> Feed:
@@ -91,18 +95,26 @@ def _truncating(tokenizer: Tokenizer, length: int) -> Tokenizer:
     return cutting
 
 
-def _prefixed(cutting: Tokenizer, texts: Sequence[str], prefix_ids: Sequence[int]) -> list[list[int]]:
-    """Token ids (cut by `cutting` to the length less the prefix), the prefix ids inserted after the first token."""
-    return [ids[:1] + list(prefix_ids) + ids[1:] for ids in (e.ids for e in cutting.encode_batch(list(texts)))]
+def _prefixed(cutting: Tokenizer, texts: Sequence[str], prefix: str,
+              prefix_ids: Sequence[int]) -> tuple[list[list[int]], list[list[tuple[int, int]]]]:
+    """Token ids of `prefix` + each text (cut by `cutting` to the length less the prefix ids), the prefix ids
+    inserted after the first token; and each token's characters in its text (the prefix's and the inserted
+    ids': (0, 0))."""
+    ids, offsets = [], []
+    for encoding in cutting.encode_batch([prefix + t for t in texts]):
+        ids.append(encoding.ids[:1] + list(prefix_ids) + encoding.ids[1:])
+        spans = [(max(a - len(prefix), 0), max(b - len(prefix), 0)) for a, b in encoding.offsets]
+        offsets.append(spans[:1] + [(0, 0)] * len(prefix_ids) + spans[1:])
+    return ids, offsets
 
 
-def _padded(ids: list[list[int]], pad: int, document: bool) -> Feed:
+def _padded(ids: list[list[int]], offsets: list[list[tuple[int, int]]], pad: int, document: bool) -> Feed:
     width = max(len(sequence) for sequence in ids)
     input_ids = np.full((len(ids), width), pad, dtype=np.int64)  # (B, T)
     attention_mask = np.zeros((len(ids), width), dtype=np.int64)  # (B, T)
     for row, sequence in enumerate(ids):
         input_ids[row, :len(sequence)], attention_mask[row, :len(sequence)] = sequence, 1
-    return Feed(input_ids, attention_mask, attention_mask.astype(bool), document=document)
+    return Feed(input_ids, attention_mask, attention_mask.astype(bool), document, offsets, [len(s) for s in ids])
 
 
 def _pad_id(tokenizer: Tokenizer) -> int:

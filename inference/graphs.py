@@ -14,7 +14,9 @@ takes them, and `adapter` (B,) for the graphs of a bundle with LoRA adapters: ea
 bare base, i + 1 the manifest's adapters[i]), so rows of different adapters share one batch.
 
 A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
-graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none.
+graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none. A
+(T, 3) sequence also says which of its tokens are attended (its attention_mask; ColBERT's expansion tokens are
+fed and give vectors but may not be attended): its outputs still cover all T tokens.
 """
 
 from __future__ import annotations
@@ -75,6 +77,9 @@ class Graph:
         if not self.adapted and adapters is not None and any(adapters):
             raise ValueError("adapter indices given to a graph that takes no adapter input")
         feeds = pad(ids, self.pad_id, self._inputs, type_ids=types, adapters=adapters)  # (B, T) each; adapter (B,)
+        for row, s in enumerate(sequences):
+            if s.ndim == 2 and s.shape[1] == 3:  # which of its tokens are attended (ColBERT's expansion: not all)
+                feeds["attention_mask"][row, :len(s)] = s[:, 2]
         values = self.session.run(self.outputs, feeds)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])

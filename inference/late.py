@@ -20,15 +20,15 @@ from typing import Literal
 import numpy as np
 
 from bundle.manifest import MultiVectorSpec
-from inference import chunking, multivector, postprocess
+from inference import chunking, colbert, multivector, postprocess
 from inference.errors import InvalidRequest, ResponseTooLarge, Unsupported
-from inference.graphs import MULTI
-from inference.limits import Inputs, check_dimensions, estimated_bytes
+from inference.graphs import MULTI, Outputs
+from inference.limits import Inputs, check_dimensions, check_inputs, estimated_bytes
 from inference.options import RequestLimits
 from inference.results import Match, Ranking, Span, SparseVector
 from inference.served import ServedModel
 from inference.sparse import lexical
-from inference.tokenize import Direction, Encoded
+from inference.tokenize import Direction
 
 InputKind = Literal["query", "document"]
 Output = Literal["dense", "sparse", "multi"]
@@ -40,13 +40,13 @@ MULTI_ONLY: tuple[Output, ...] = ("multi",)
 class MultiOutputs:
     """What one run gave, per input, for the outputs asked for (None: not asked for)."""
 
-    tokens: int  # tokens run, special tokens included
-    encoded: list[Encoded]
+    tokens: int  # tokens run, special tokens (and ColBERT's markers and expansion tokens) included
+    lengths: list[int]  # per input, the tokens it ran
+    offsets: list[list[tuple[int, int]]]  # per input, each token's characters in its text ((0, 0): added tokens)
     dense: np.ndarray | None = None  # (N, D') pooled, normalised as the model is, cut to `dimensions`
     sparse: list[SparseVector] | None = None  # per input, its lexical weights
     multi: list[np.ndarray] | None = None  # per input, (k, M') token vectors
     positions: list[np.ndarray] | None = None  # per input, (k,) the token position of each vector
-    prefix: int = 0  # characters of the prefix put before each text (its offsets count them)
 
 
 async def encode(
@@ -57,7 +57,8 @@ async def encode(
     """The outputs asked for, from one run: `multi` each input's token vectors as the model keeps them for a query
     or a document (cut to `dimensions` and renormalised, Matryoshka style), `dense` its pooled vector (cut the
     same way; L2-normalised as `normalize` says, by default as the model's manifest does), `sparse` its lexical
-    weights."""
+    weights. A ColBERT model's inputs are fed as its references feed them (inference.colbert: markers, queries
+    expanded, cut at its query or document length whatever `truncate` says)."""
     wanted = set(outputs)
     if not wanted:
         raise InvalidRequest("ask for at least one of the outputs dense, sparse, multi", code="no_outputs")
@@ -70,24 +71,60 @@ async def encode(
     spec = _spec(model)
     check_dimensions(dimensions, spec.size if "multi" in wanted else model.bundle.manifest.embedding_size)
     width = (dimensions or spec.size) if "multi" in wanted else 0
-    prefix = spec.query_prefix if input_type == "query" else spec.document_prefix
-    encoded, runs = await model.run(inputs, [MULTI], truncate, direction, prompt=prefix,
-                                    check=lambda e: check_multi_size(model.limits, e, width))
-    ran, document = runs[MULTI], input_type == "document"
+    document = input_type == "document"
+    if _fed(spec):
+        ids, keep, offsets, ran = await _run_fed(model, inputs, document, width)
+    else:
+        prefix = spec.document_prefix if document else spec.query_prefix
+        encoded, runs = await model.run(inputs, [MULTI], truncate, direction, prompt=prefix,
+                                        check=lambda e: check_multi_size(model.limits, [x.length for x in e], width))
+        ran, ids = runs[MULTI], [e.ids for e in encoded]
+        keep = [np.ones_like(e.ids) for e in encoded]  # the run's outputs are over real tokens only
+        offsets = [[(max(a - len(prefix), 0), max(b - len(prefix), 0)) for a, b in e.offsets] for e in encoded]
     dense = sparse = multi = positions = None
     if "dense" in wanted:
         pooled = np.stack([o["embeddings"] for o in ran])  # (N, D)
         unit = model.bundle.manifest.normalize if normalize is None else normalize
         dense = postprocess.embeddings(pooled, unit, dimensions)
     if "sparse" in wanted:
-        sparse = [lexical(o["token_weights"], e.ids, spec.sparse_drop_ids) for o, e in zip(ran, encoded, strict=True)]
+        sparse = [lexical(o["token_weights"], i, spec.sparse_drop_ids) for o, i in zip(ran, ids, strict=True)]
     if "multi" in wanted:
-        everything = [np.ones_like(e.ids) for e in encoded]  # (n,) the run's outputs are over real tokens only
-        positions = [multivector.kept_positions(e.ids, keep, spec, document)
-                     for e, keep in zip(encoded, everything, strict=True)]
-        multi = [_cut(multivector.token_vectors(o["multi_vectors"], e.ids, keep, spec, document), dimensions)
-                 for o, e, keep in zip(ran, encoded, everything, strict=True)]
-    return MultiOutputs(sum(e.length for e in encoded), encoded, dense, sparse, multi, positions, len(prefix))
+        positions = [multivector.kept_positions(i, k, spec, document) for i, k in zip(ids, keep, strict=True)]
+        multi = [_cut(multivector.token_vectors(o["multi_vectors"], i, k, spec, document), dimensions)
+                 for o, i, k in zip(ran, ids, keep, strict=True)]
+    lengths = [len(i) for i in ids]
+    return MultiOutputs(sum(lengths), lengths, offsets, dense, sparse, multi, positions)
+
+
+def _fed(spec: MultiVectorSpec) -> bool:
+    """Whether the model's inputs are fed as ColBERT's references feed them (marker ids, query expansion)."""
+    return bool(spec.query_prefix_ids or spec.document_prefix_ids or spec.query_length or spec.document_length)
+
+
+_FEEDERS: dict[tuple[str, str, int], colbert.ColbertFeeder] = {}  # by what a feeder is made of: one per model
+
+
+async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
+                   width: int) -> tuple[list[np.ndarray], list[np.ndarray], list[list[tuple[int, int]]], list[Outputs]]:
+    """ColBERT's feeding (inference.colbert), through the model's admission and batches: per input its ids, the
+    positions whose vectors are kept, the tokens' characters, and its outputs."""
+    check_inputs(model.limits, inputs)
+    if not all(isinstance(item, str) for item in inputs):
+        raise InvalidRequest(f"model {model.name} takes texts (its queries and documents get marker tokens)",
+                             code="texts_only")
+    tokenizer, spec = model.bundle.tokenizer, _spec(model)
+    key = (model.bundle.manifest.tokenizer_sha256, spec.model_dump_json(), tokenizer.max_length)
+    feeder = _FEEDERS.get(key)
+    if feeder is None:
+        feeder = _FEEDERS[key] = colbert.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+    feed = await model.maybe_off_loop(inputs, feeder.documents if document else feeder.queries, inputs)
+    check_multi_size(model.limits, feed.lengths, width)
+    ids = [feed.input_ids[row, :n] for row, n in enumerate(feed.lengths)]  # (n,) each
+    sequences = [np.stack([i, np.zeros_like(i), feed.attention_mask[row, :len(i)]], axis=1)  # (n, 3)
+                 for row, i in enumerate(ids)]
+    runs = await model.run_sequences(sequences, [MULTI])
+    keep = [feed.keep[row, :len(i)] for row, i in enumerate(ids)]
+    return ids, keep, feed.offsets, runs[MULTI]
 
 
 async def rerank(
@@ -102,17 +139,17 @@ async def rerank(
     spec = _spec(model)
     asked = await encode(model, [query], input_type="query", truncate=truncate, direction=direction)
     assert asked.multi is not None and asked.positions is not None  # asked for
-    question = _Side(asked.encoded[0], asked.positions[0], asked.prefix)
+    question = _Side(asked.offsets[0], asked.positions[0])
     if overlap is None:
         found = await encode(model, list(documents), input_type="document", truncate=truncate, direction=direction)
         assert found.multi is not None and found.positions is not None
-        sides = [_Side(e, p, found.prefix) for e, p in zip(found.encoded, found.positions, strict=True)]
+        sides = [_Side(o, p) for o, p in zip(found.offsets, found.positions, strict=True)]
         scored = [_maxsim(asked.multi[0], vectors, spec) for vectors in found.multi]
         spans, tokens = None, found.tokens
     else:
-        if spec.document_prefix:
-            raise Unsupported(f"model {model.name} puts a prefix before its documents: its windows cannot keep "
-                              "their character offsets; send the documents truncated")
+        if spec.document_prefix or _fed(spec):
+            raise Unsupported(f"model {model.name} marks its documents (a prefix): its windows cannot be cut as "
+                              "its documents are; send the documents truncated (it cuts them at its length)")
         cut = functools.partial(chunking.cut, keep_tokens=True)
         windows, grouped, _ = await model.run_cut(list(documents), overlap, MULTI, cut)
         scored, sides, spans = [], [], []
@@ -125,7 +162,7 @@ async def rerank(
             chosen = ws[best]
             assert chosen.encoded is not None  # keep_tokens
             scored.append(each[best])
-            sides.append(_Side(chosen.encoded, kept[best], 0))
+            sides.append(_Side(chosen.encoded.offsets, kept[best]))
             spans.append(Span(chosen.start, chosen.stop, chosen.tokens))
         tokens = sum(w.length for ws in windows for w in ws)
     scores = np.asarray([s.score if s is not None else 0.0 for s in scored], dtype=np.float32)  # (N,)
@@ -138,10 +175,10 @@ def _maxsim(query: np.ndarray, document: np.ndarray, spec: MultiVectorSpec) -> m
     return multivector.explain(query, document, spec.reduction) if len(document) and len(query) else None
 
 
-def check_multi_size(limits: RequestLimits, encoded: list[Encoded], width: int) -> None:
-    """ResponseTooLarge (before any graph runs) when the token vectors of `encoded`, `width` floats each, would
-    pass the answer cap (embed_all_cap_bytes)."""
-    total = estimated_bytes(sum(e.length for e in encoded) * width, "float", "float32")
+def check_multi_size(limits: RequestLimits, lengths: Sequence[int], width: int) -> None:
+    """ResponseTooLarge (before any graph runs) when the token vectors of inputs of `lengths` tokens, `width`
+    floats each, would pass the answer cap (embed_all_cap_bytes)."""
+    total = estimated_bytes(sum(lengths) * width, "float", "float32")
     if total > limits.embed_all_cap_bytes:
         raise ResponseTooLarge(f"the token vectors would take about {total} bytes, over the cap of "
                                f"{limits.embed_all_cap_bytes} bytes (ATTNSERVE_EMBED_ALL_CAP_BYTES); send fewer or "
@@ -162,14 +199,12 @@ def _cut(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Side:
-    encoded: Encoded
+    offsets: list[tuple[int, int]]  # each token's characters in its text
     positions: np.ndarray  # (k,) the token position of each kept vector
-    prefix: int  # characters of the prefix before the text
 
     def span(self, index: int) -> tuple[int, int]:
-        """The characters of the text (not of its prefix) that kept vector `index` stands for."""
-        start, stop = self.encoded.offsets[int(self.positions[index])]
-        return max(start - self.prefix, 0), max(stop - self.prefix, 0)
+        """The characters of the text that kept vector `index` stands for ((0, 0): an added token's)."""
+        return self.offsets[int(self.positions[index])]
 
 
 def _matches(scored: multivector.MaxSim | None, query: _Side, document: _Side) -> list[Match]:

@@ -188,6 +188,15 @@ class ServedModel:
             runs = await all_or_none([self.submit(ticket, kind, ids) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
 
+    async def run_sequences(self, sequences: list[np.ndarray], kinds: Sequence[str]) -> dict[str, list[Outputs]]:
+        """Sequences the caller made itself from checked inputs ((T,) ids, (T, 2) with type ids, (T, 3) with which
+        tokens are attended: inference.graphs), admitted once (a permit per sequence and graph) and run through
+        each graph of `kinds`."""
+        with self.batcher.admit(len(sequences) * len(kinds), self._caller()) as ticket:
+            self._admitted(sum(len(s) for s in sequences))
+            runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
+        return dict(zip(kinds, runs, strict=True))
+
     async def run_windows(
         self, inputs: Inputs, overlap: int, prompt: str = "",
     ) -> tuple[list[list[Window]], list[list[Outputs]]]:

@@ -126,7 +126,7 @@ async def _multi(served: ServedModel, inputs: Inputs, wanted: list[tuple[str, bo
     found = await late.encode(served, inputs, input_type=params.input_type, truncate=params.truncate,
                               direction=direction, normalize=params.normalize,
                               outputs={asked[n] for n in names if n in asked})  # type: ignore[misc]
-    values = {"attention_mask": _mask([e.length for e in found.encoded])}
+    values = {"attention_mask": _mask(found.lengths)}
     if found.dense is not None:
         values["embeddings"] = found.dense
     if found.sparse is not None:
