@@ -47,6 +47,8 @@ class MultiOutputs:
     sparse: list[SparseVector] | None = None  # per input, its lexical weights
     multi: list[np.ndarray] | None = None  # per input, (k, M') token vectors
     positions: list[np.ndarray] | None = None  # per input, (k,) the token position of each vector
+    ids: list[np.ndarray] | None = None  # per input, (n,) the token ids it ran
+    weights: list[np.ndarray] | None = None  # per input, (n,) each token's weight (with `sparse`)
 
 
 async def encode(
@@ -81,19 +83,20 @@ async def encode(
         ran, ids = runs[MULTI], [e.ids for e in encoded]
         keep = [np.ones_like(e.ids) for e in encoded]  # the run's outputs are over real tokens only
         offsets = [[(max(a - len(prefix), 0), max(b - len(prefix), 0)) for a, b in e.offsets] for e in encoded]
-    dense = sparse = multi = positions = None
+    dense = sparse = multi = positions = weights = None
     if "dense" in wanted:
         pooled = np.stack([o["embeddings"] for o in ran])  # (N, D)
         unit = model.bundle.manifest.normalize if normalize is None else normalize
         dense = postprocess.embeddings(pooled, unit, dimensions)
     if "sparse" in wanted:
         sparse = [lexical(o["token_weights"], i, spec.sparse_drop_ids) for o, i in zip(ran, ids, strict=True)]
+        weights = [o["token_weights"] for o in ran]
     if "multi" in wanted:
         positions = [multivector.kept_positions(i, k, spec, document) for i, k in zip(ids, keep, strict=True)]
         multi = [_cut(multivector.token_vectors(o["multi_vectors"], i, k, spec, document), dimensions)
                  for o, i, k in zip(ran, ids, keep, strict=True)]
     lengths = [len(i) for i in ids]
-    return MultiOutputs(sum(lengths), lengths, offsets, dense, sparse, multi, positions)
+    return MultiOutputs(sum(lengths), lengths, offsets, dense, sparse, multi, positions, ids, weights)
 
 
 def _fed(spec: MultiVectorSpec) -> bool:
@@ -168,6 +171,59 @@ async def rerank(
     scores = np.asarray([s.score if s is not None else 0.0 for s in scored], dtype=np.float32)  # (N,)
     matches = [_matches(s, question, side) for s, side in zip(scored, sides, strict=True)] if explain else None
     return Ranking(scores, asked.tokens + tokens, spans, None, matches)
+
+
+@dataclass(frozen=True)
+class MaxSimMap:
+    """What the explorer draws: every query token against every document token, and how the score comes of it."""
+
+    query: list[KeptToken]  # the query's kept tokens (those with a vector), in order
+    document: list[KeptToken]  # the document's
+    similarities: np.ndarray  # (Q, K) each pair's cosine (the vectors' dot product)
+    best: np.ndarray  # (Q,) each query token's best document token
+    score: float  # MaxSim: the best similarities summed or averaged (`reduction`)
+    reduction: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class KeptToken:
+    token: str  # the vocabulary's token ([Q], [MASK] and other added tokens too)
+    start: int  # its characters in the text ((0, 0): an added token)
+    stop: int
+    weight: float | None  # its token weight (a model with token weights: bge-m3's sparse_linear), else None
+
+
+async def maxsim_map(model: ServedModel, query: str, document: str, *, truncate: bool | None = None,
+                     direction: Direction = "right") -> MaxSimMap:
+    """`query` (as a query) against `document` (as a document): every kept token pair's similarity, each query
+    token's best match and the score, as `rerank` scores them."""
+    model.require("multi_vector", "draw a MaxSim map (it has no multi-vector output)")
+    spec = _spec(model)
+    wanted: tuple[Output, ...] = ("multi", "sparse") if "token_weights" in model.multi_outputs else MULTI_ONLY
+    asked = await encode(model, [query], input_type="query", outputs=wanted, truncate=truncate, direction=direction)
+    found = await encode(model, [document], input_type="document", outputs=wanted, truncate=truncate,
+                         direction=direction)
+    assert asked.multi is not None and found.multi is not None  # asked for
+    scored = _maxsim(asked.multi[0], found.multi[0], spec)
+    if scored is None:
+        raise InvalidRequest("the document has no token with a vector (all were skipped)", code="empty_document")
+    similarities = asked.multi[0] @ found.multi[0].T  # (Q, K)
+    return MaxSimMap(_kept(model, asked), _kept(model, found), similarities.astype(np.float32), scored.best,
+                     scored.score, spec.reduction, asked.tokens + found.tokens)
+
+
+def _kept(model: ServedModel, found: MultiOutputs) -> list[KeptToken]:
+    """The one input's kept tokens of `found` with their vocabulary token, characters and weight."""
+    assert found.positions is not None and found.ids is not None
+    vocabulary = model.bundle.tokenizer.truncating
+    weights = found.weights[0] if found.weights is not None else None
+    out = []
+    for position in found.positions[0].tolist():
+        start, stop = found.offsets[0][position]
+        token = vocabulary.id_to_token(int(found.ids[0][position])) or ""
+        out.append(KeptToken(token, start, stop, float(weights[position]) if weights is not None else None))
+    return out
 
 
 def _maxsim(query: np.ndarray, document: np.ndarray, spec: MultiVectorSpec) -> multivector.MaxSim | None:

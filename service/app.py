@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
     "/embed", "/classify", "/attention", "/v1/embeddings", "/predict", "/similarity", "/embed_all", "/",
     "/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score", "/embed_sparse", "/classify_tokens",
-    "/v1/multi-vector",
+    "/v1/multi-vector", "/maxsim",
 })
 V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 

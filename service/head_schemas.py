@@ -129,6 +129,33 @@ class MultiVectorResponse(BaseModel):
     usage: MultiVectorUsage
 
 
+class MaxSimRequest(Truncation):
+    """attnserve's MaxSim map: a query against a document, token by token."""
+
+    query: Text = Field(description="The query (given the model's query treatment).")
+    document: Text = Field(description="The document (given the model's document treatment).")
+
+
+class MaxSimToken(BaseModel):
+    token: str = Field(description="The vocabulary's token ([Q], [MASK] and other added tokens too).")
+    start: int = Field(description="Character offset in its text (0 with stop 0: a token the model added).")
+    stop: int
+    weight: float | None = Field(None, description="Its token weight (bge-m3's sparse_linear), where the model has "
+                                 "token weights.")
+
+
+class MaxSimResponse(BaseModel):
+    model: str
+    query_tokens: list[MaxSimToken] = Field(description="The query's tokens that have a vector, in order (Q).")
+    document_tokens: list[MaxSimToken] = Field(description="The document's (K).")
+    similarities: list[list[float]] = Field(description="Q rows of K: each token pair's cosine.")
+    best: list[int] = Field(description="Per query token, the index of its best document token.")
+    score: float = Field(description="The best similarities summed or averaged over the query tokens (`reduction`): "
+                         "what the rerank routes return.")
+    reduction: Literal["sum", "mean"]
+    usage: MultiVectorUsage
+
+
 # -- Cohere and Jina -------------------------------------------------------------------------------
 class Document(BaseModel):
     model_config = ConfigDict(extra="allow")  # Cohere keeps a document's other fields

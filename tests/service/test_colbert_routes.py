@@ -87,3 +87,15 @@ async def test_what_a_colbert_model_cannot_do_is_refused(client) -> None:
     assert ids.status_code == 422
     chunked = await client.post("/rerank", json={"model": "pylate", "query": "q", "texts": ["d"], "chunking": "max"})
     assert "send the documents truncated" in assert_error(chunked, 422, "unsupported")["message"]
+
+
+async def test_maxsim_map_shows_the_markers_and_expansion(client, case) -> None:
+    answer = await post_ok(client, "/maxsim", {"model": "pylate", "query": ref.QUERIES[1],
+                                               "document": ref.DOCUMENTS[1]})
+    tokens = [t["token"] for t in answer["query_tokens"]]
+    assert tokens[0] == "[CLS]" and tokens[1].strip().upper() == "[Q]"  # PyLate's marker, as its vocabulary holds it
+    assert tokens[-1] == "[MASK]" and len(tokens) == ref.SHAPES["tiny"]["query_length"]
+    assert all(t["weight"] is None for t in answer["query_tokens"])  # no token weights
+    assert abs(answer["score"] - case["pylate"]["scores"][1, 1]) <= TOLERANCE * 16
+    similarities = np.asarray(answer["similarities"])
+    assert abs(similarities.max(axis=1).sum() - answer["score"]) <= TOLERANCE * 16

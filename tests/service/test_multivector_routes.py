@@ -183,3 +183,19 @@ async def test_v2_gives_all_three_outputs_from_one_run(client, expected, runs) -
     refused = await client.post("/v2/models/m3/infer", json={**body, "outputs": [{"name": "sparse"},
                                                                                  {"name": "attentions"}]})
     assert refused.status_code == 422 and "request of their own" in refused.json()["error"]  # the protocol's shape
+
+
+async def test_maxsim_map_is_the_references_similarities(client, expected, reference) -> None:
+    answer = await post_ok(client, "/maxsim", {"model": "m3", "query": QUERY, "document": DOCUMENTS[0]})
+    query = np.asarray(expected["colbert_vecs"][len(TEXTS)], dtype=np.float32)
+    document = np.asarray(expected["colbert_vecs"][len(TEXTS) + 1], dtype=np.float32)
+    similarities = query @ document.T  # (Q, K)
+    assert worst(answer["similarities"], similarities) <= TOLERANCE
+    assert answer["best"] == similarities.argmax(axis=1).tolist()
+    assert abs(answer["score"] - float(reference.colbert_score(query, document))) <= TOLERANCE
+    assert answer["reduction"] == "mean"
+    tokens = answer["query_tokens"]
+    assert len(tokens) == len(query) and all(t["weight"] is not None and t["weight"] >= 0 for t in tokens)
+    covered = {i for t in tokens for i in range(t["start"], t["stop"])}
+    assert covered <= set(range(len(QUERY))) and {i for i, c in enumerate(QUERY) if c != " "} <= covered
+    assert len(answer["document_tokens"]) == len(document)
