@@ -8,7 +8,6 @@ what a ColBERT model cannot do (token-id inputs, chunked documents) is refused w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -53,7 +52,8 @@ async def test_queries_and_documents_equal_the_reference(client, case, layout) -
     ref.assert_equal_vectors(await _vectors(client, layout, ref.QUERIES, "query"), want["queries"], TOLERANCE)
     ref.assert_equal_vectors(await _vectors(client, layout, ref.DOCUMENTS, "document"), want["documents"], TOLERANCE)
     shape = ref.SHAPES["tiny"]
-    answer = await post_ok(client, "/v1/multi-vector", {"model": layout, "input": ref.QUERIES[1], "input_type": "query"})
+    answer = await post_ok(client, "/v1/multi-vector",
+                           {"model": layout, "input": ref.QUERIES[1], "input_type": "query"})
     assert answer["usage"]["total_tokens"] == shape["query_length"]  # expanded to the query length
 
 

@@ -1,8 +1,9 @@
 """A multi-vector model served: a random bge-m3 (tests.helpers.bge_m3) beside a plain bundle, over HTTP. Jina's
 /v1/multi-vector gives BGEM3FlagModel's colbert_vecs (float and base64, cut to `dimensions`), /embed_sparse its
-lexical weights, /v2 all three from one graph run (counted), the rerank routes and /score its colbert_score (MaxSim, averaged over the query's tokens as
-bge-m3 does), `explain` each query token's best document token; the answer-size cap refuses before any run; a
-model without multi-vector outputs is refused with what it can do.
+lexical weights, /v2 all three from one graph run (counted), the rerank routes and /score its colbert_score
+(MaxSim, averaged over the query's tokens as bge-m3 does; a long document by its best window), `explain` each
+query token's best document token, /maxsim the whole map; the answer-size cap refuses before any run; a model
+without multi-vector outputs is refused with what it can do.
 """
 
 from __future__ import annotations
@@ -199,3 +200,34 @@ async def test_maxsim_map_is_the_references_similarities(client, expected, refer
     covered = {i for t in tokens for i in range(t["start"], t["stop"])}
     assert covered <= set(range(len(QUERY))) and {i for i, c in enumerate(QUERY) if c != " "} <= covered
     assert len(answer["document_tokens"]) == len(document)
+
+
+async def test_a_long_document_gets_its_best_windows_maxsim(client, reference) -> None:
+    """chunking max: each window of a long document scored as FlagEmbedding scores that window's text alone."""
+    document = " ".join(TEXTS[:4] * 3)  # several windows of the 64-token tiny model
+    answer = await post_ok(client, "/rerank", {"model": "m3", "query": QUERY, "texts": [document], "chunking": "max",
+                                               "chunk_overlap": 8})
+    window = answer[0]["window"]
+    assert window["stop"] - window["start"] < len(document)  # a window, not the whole text
+    query = bge_m3.encode_reference(reference, [QUERY], 64)["colbert_vecs"][0]
+    assert abs(answer[0]["score"] - float(reference.colbert_score(query, _window_vectors(reference, document,
+                                                                                          window)))) <= TOLERANCE
+    truncated = await post_ok(client, "/rerank", {"model": "m3", "query": QUERY, "texts": [document]})
+    assert answer[0]["score"] >= truncated[0]["score"] - TOLERANCE  # the first window is one of those scored
+
+
+def _window_vectors(reference: Any, document: str, window: dict[str, int]) -> Any:
+    """FlagEmbedding's colbert vectors of the window alone: the run of the reference tokenizer's tokens of the whole
+    document that the window's span starts (its `tokens` of them), between <s> and </s>, through its model as its
+    encode runs them."""
+    import torch
+
+    tokens = reference.tokenizer(document, add_special_tokens=False, return_offsets_mapping=True)
+    first = next(k for k, (a, _) in enumerate(tokens["offset_mapping"]) if a >= window["start"])
+    ids = tokens["input_ids"][first:first + window["tokens"]]  # the window's run of content tokens
+    assert tokens["offset_mapping"][first + window["tokens"] - 1][1] == window["stop"]
+    ids = [reference.tokenizer.cls_token_id, *ids, reference.tokenizer.eos_token_id]
+    batch = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    with torch.no_grad():
+        out = reference.model(batch, return_dense=False, return_sparse=False, return_colbert_vecs=True)
+    return out["colbert_vecs"][0, :len(ids) - 1].numpy()
