@@ -10,7 +10,9 @@ Graph kinds:
                sentence-transformers Dense) before L2 normalisation, token_embeddings (batch, sequence,
                hidden), and by `task`: logits (batch, labels) for "classify", token_logits (batch,
                sequence, labels) for "tokens", sparse (batch, vocabulary) for "sparse" (SPLADE: the max over
-               real tokens of log(1 + relu(masked-LM logits))); "embed" has neither.
+               real tokens of log(1 + relu(masked-LM logits))); "embed" has neither. A multi-vector model adds,
+               after those: multi_vectors (batch, sequence, multi_vector.size), every token's raw vector, and/or
+               token_weights (batch, sequence), every token's relu(sparse_linear) weight (bge-m3's).
     attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence).
 Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (static
 quantisation with calibrated activation scales, CPU), int8-dynamic (dynamic quantisation, CPU; its
@@ -40,6 +42,11 @@ adapters[i], 0 for the bare base (bundle.feeds). Each entry records the adapter'
 scaling, our modules it adapts, the base it was trained on (PEFT's base_model_name_or_path) and its bytes. A
 bundle without adapters reads and writes as before; an older reader refuses one with them ("Extra inputs are
 not permitted") rather than serving every row the base.
+
+Multi-vector models (`multi_vector`, written only when the model has multi-vector outputs, as adapters is): what
+the torch-free side (inference/multivector.py) needs to turn the graph's multi_vectors and token_weights into what
+the reference returns (ColBERT's token vectors and MaxSim, bge-m3's colbert_vecs and lexical weights): see
+MultiVectorSpec. An older reader refuses such a bundle rather than serving only its dense vector.
 """
 
 from __future__ import annotations
@@ -151,9 +158,49 @@ class AdapterEntry(_Strict):
     bytes: int  # float32 bytes of its low-rank matrices
 
 
+class MultiVectorSpec(_Strict):
+    """How a multi-vector model's graph outputs become what its reference returns. Queries and documents may be
+    treated differently (ColBERT): the fields say for which."""
+
+    # M: width of the graph's multi_vectors (0: the model has token_weights only)
+    size: int = Field(ge=0)
+    # L2-normalise each token vector (PyLate, colbert-ai and bge-m3 all do)
+    normalize: bool = True
+    # MaxSim's reduction over query tokens: "sum" (PyLate, colbert-ai) or "mean" (bge-m3's colbert_score)
+    reduction: Literal["sum", "mean"] = "sum"
+    # drop the first position's vector (bge-m3's colbert_vecs leave out the CLS token), queries and documents
+    skip_first_token: bool = False
+    # inserted before the text: a string prepended to it (prefix_ids empty), or when query_prefix_ids /
+    # document_prefix_ids are given, those token ids inserted after the first (CLS) token, as PyLate inserts
+    # "[Q] " / "[D] " and colbert-ai its [unused0] / [unused1]; "" and []: nothing
+    query_prefix: str = ""
+    document_prefix: str = ""
+    query_prefix_ids: list[int] = Field(default_factory=list)
+    document_prefix_ids: list[int] = Field(default_factory=list)
+    # query expansion: queries padded to query_length tokens with expansion_token_id (PyLate's and colbert-ai's
+    # [MASK]); 0: no expansion (a query is as long as its tokens)
+    query_length: int = Field(default=0, ge=0)
+    expansion_token_id: int | None = None
+    # whether the expansion tokens are attended to (attention_mask 1 on them): colbert-ai yes, PyLate as configured
+    attend_to_expansion: bool = False
+    # longest document in tokens (0: the bundle's max_length)
+    document_length: int = Field(default=0, ge=0)
+    # document token ids whose vectors are dropped (the punctuation skip-list of PyLate and colbert-ai)
+    skip_ids: list[int] = Field(default_factory=list)
+    # token ids dropped from the lexical weights (bge-m3: the tokenizer's cls, eos, pad and unk ids)
+    sparse_drop_ids: list[int] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _expansion_token(self) -> MultiVectorSpec:
+        if self.query_length and self.expansion_token_id is None:
+            raise ValueError("query_length > 0 (query expansion) needs the expansion_token_id queries are padded with")
+        return self
+
+
 class Source(_Strict):
     path: str
-    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert") or "sentence-transformers" directory
+    kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory,
+    # or a ColBERT checkpoint: "pylate" folder or "colbert-ai" checkpoint (model/colbert.py)
     sha256: str
 
 
@@ -183,6 +230,7 @@ class Manifest(_Strict):
     tokenizer_sha256: str
     graphs: list[GraphEntry]
     adapters: list[AdapterEntry] = Field(default_factory=list)  # left out of the JSON when empty
+    multi_vector: MultiVectorSpec | None = None  # a multi-vector model's; left out of the JSON when None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, protected_namespaces=())
 
@@ -200,7 +248,20 @@ class Manifest(_Strict):
         data: dict[str, Any] = handler(self)
         if not self.adapters:
             data.pop("adapters", None)
+        if self.multi_vector is None:
+            data.pop("multi_vector", None)
         return data
+
+    @model_validator(mode="after")
+    def _multi_vector_as_configured(self) -> Manifest:
+        """A multi_vector section exactly when the model config has multi-vector outputs, of the config's width."""
+        size = int(self.model_config_.get("multi_vector_size") or 0)
+        configured = bool(size or self.model_config_.get("token_weights"))
+        if configured != (self.multi_vector is not None) or (self.multi_vector and self.multi_vector.size != size):
+            raise ValueError(f"multi_vector {self.multi_vector} does not match the model config's multi-vector "
+                             f"outputs (multi_vector_size {size}, token_weights "
+                             f"{bool(self.model_config_.get('token_weights'))})")
+        return self
 
     @model_validator(mode="after")
     def _adapters_as_configured(self) -> Manifest:

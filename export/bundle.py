@@ -37,6 +37,7 @@ from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
 from export.measure import measure_entries
 from export.parity import Batch, ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
+from model.bge_m3 import COLBERT_FILE, SPARSE_FILE
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
@@ -161,6 +162,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters,
+        multi_vector=model.multi_vector,
     )
 
 
@@ -232,10 +234,10 @@ def bundle_max_length(model: LoadedModel) -> int:
 
 
 def source_sha256(path: Path) -> str:
-    """sha256 over (name, sha256) of the source's config.json and its weight files (one file, or an index and its
-    shards), in that order."""
+    """sha256 over (name, sha256) of the source's config.json, its weight files (one file, or an index and its
+    shards) and bge-m3's head files (model/bge_m3.py), in that order."""
     digest = hashlib.sha256()
-    for file in [path / "config.json", *weight_files(path)]:
+    for file in [path / "config.json", *weight_files(path), path / COLBERT_FILE, path / SPARSE_FILE]:
         if file.is_file():
             digest.update(f"{file.name}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()

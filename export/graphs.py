@@ -1,6 +1,7 @@
 """PyTorch -> ONNX: the two graph kinds the bundle carries, exported with the dynamo exporter.
 
-Shape letters: B batch, T sequence, D hidden, E pooled width, C labels, V vocabulary, L layers, H heads.
+Shape letters: B batch, T sequence, D hidden, E pooled width, C labels, V vocabulary, L layers, H heads,
+M multi-vector width.
 
 The dynamo exporter (torch.onnx.export(dynamo=True)) is used: batch and sequence are Dim objects
 that torch.export checks, so the graph cannot silently specialise to the example's length (a trace
@@ -15,7 +16,9 @@ removed when it loads the graph, so the plain fp32 graph runs as fast either way
 
 Outputs by the model's head (its manifest `task`): logits for a sequence classifier, token_logits for a
 token classifier, and for a masked-LM head `sparse`, SPLADE's vector, so the (B, T, V) logits never
-leave the graph.
+leave the graph. A multi-vector model (config.multi_vector_size, token_weights) adds, in both kinds, after those and
+before `attentions`: multi_vectors (B, T, M), every token's raw vector, and token_weights (B, T), every token's
+relu(token_weight) (bge-m3's sparse weights before the per-id max): one run gives every output the model has.
 
 A model with two token types (BERT's segments A and B) takes token_type_ids as a third input (token_types,
 on by default), so a cross-encoder reads (query, document) pairs with their segment embeddings; a lone text
@@ -78,9 +81,17 @@ def output_names(config: EncoderConfig, kind: str) -> list[str]:
     names = ["embeddings", "token_embeddings"]
     if config.head != "none":
         names.append(HEAD_OUTPUTS[config.head])
+    names += multi_vector_outputs(config)
     if kind == "attention":
         names.append("attentions")
     return names
+
+
+def multi_vector_outputs(config: EncoderConfig) -> list[str]:
+    """The multi-vector outputs a model has: multi_vectors when it has per-token vectors, token_weights when it has
+    per-token weights."""
+    names = ["multi_vectors"] if config.multi_vector_size else []
+    return names + (["token_weights"] if config.token_weights else [])
 
 
 def output_shapes(config: EncoderConfig, kind: str) -> dict[str, list[str | int]]:
@@ -91,6 +102,8 @@ def output_shapes(config: EncoderConfig, kind: str) -> dict[str, list[str | int]
         "logits": ["batch", config.num_labels],
         "token_logits": ["batch", "sequence", config.num_labels],
         "sparse": ["batch", config.vocab_size],
+        "multi_vectors": ["batch", "sequence", config.multi_vector_size],
+        "token_weights": ["batch", "sequence"],
         "attentions": ["batch", config.num_layers, config.num_heads, "sequence", "sequence"],
     }
     return {name: shapes[name] for name in output_names(config, kind)}
@@ -115,7 +128,8 @@ class GraphModule(nn.Module):
                            adapter=adapter)
         pooled = self.encoder.pooled(out.token_states, attention_mask)  # (B, E), not normalised
         values = {"embeddings": pooled, "token_embeddings": out.token_states, "logits": out.logits,
-                  "token_logits": out.logits, "attentions": out.attentions}
+                  "token_logits": out.logits, "attentions": out.attentions, "multi_vectors": out.multi_vectors,
+                  "token_weights": out.token_weights}
         if "sparse" in self.names:
             values["sparse"] = sparse_vector(out.logits, attention_mask)  # type: ignore[arg-type]  # (B, V)
         return tuple(values[name] for name in self.names)  # type: ignore[misc]

@@ -3,7 +3,8 @@
 Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 
 Padding makes some outputs meaningless, so comparisons look at real tokens only:
-token_embeddings and token_logits at positions where attention_mask is 1, attentions where both the
+token_embeddings, token_logits and the multi-vector outputs (multi_vectors, token_weights) at positions where
+attention_mask is 1, attentions where both the
 query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max
 over real tokens) are compared whole. Graphs are opened with the service's own session options
 (bundle.session), so the gate checks what is served.
@@ -149,11 +150,14 @@ def run(sess: ort.InferenceSession, batches: Iterable[Batch]) -> Iterator[tuple[
         yield b, dict(zip(names, sess.run(names, b.inputs), strict=True))
 
 
+TOKEN_OUTPUTS = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a value per token
+
+
 def real_positions(name: str, value: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The entries of an output that real tokens determine, flattened to (N, last axis)."""
     real = mask.astype(bool)  # (B, T)
-    if name in ("token_embeddings", "token_logits"):
-        return value[real]  # (N, D) or (N, C)
+    if name in TOKEN_OUTPUTS:
+        return value[real].reshape(int(real.sum()), -1)  # (N, D), (N, C), (N, M) or (N, 1)
     if name == "attentions":
         pairs = real[:, None, None, :, None] & real[:, None, None, None, :]  # (B, 1, 1, T, T)
         return value[np.broadcast_to(pairs, value.shape)][:, None]  # (N, 1)
@@ -203,7 +207,7 @@ def _output_figures(name: str, expected: np.ndarray, got: np.ndarray, mask: np.n
     ref = real_positions(name, expected, mask)
     new = real_positions(name, got, mask).astype(np.float32)
     out = {f"{name}_max_abs_diff": float(np.abs(ref - new).max()), f"{name}_max_abs": float(np.abs(ref).max())}
-    if name in ("embeddings", "token_embeddings"):
+    if name in ("embeddings", "token_embeddings", "multi_vectors"):
         out[f"{name}_min_cosine"] = _min_cosine(ref, new)
     return out
 

@@ -7,13 +7,16 @@ L layers, H heads.
 asks its session only for the outputs it serves: the fast graph's (B, T, D) `token_embeddings` are copied
 out only by the `TOKENS` graph (/embed_all), and each head's own output by its own kind (`VIEWS`): `PAIRS`
 (a cross-encoder's logits of text pairs), `SPARSE` (SPLADE's (B, V) vectors), `TOKEN_LOGITS` ((B, T, C)
-token labels), all sharing the fast graph's session. The session's inputs are fed by name: `input_ids` and
-`attention_mask`, `token_type_ids` for a graph that takes them, and `adapter` (B,) for the graphs of a bundle
-with LoRA adapters: each row's adapter index (0 the bare base, i + 1 the manifest's adapters[i]), so rows of
-different adapters share one batch.
+token labels), all sharing the fast graph's session; a multi-vector model's `MULTI` kind fetches its pooled
+vector, (B, T, M) token vectors and (B, T) token weights (those it has) from one run of that session.
+The session's inputs are fed by name: `input_ids` and `attention_mask`, `token_type_ids` for a graph that
+takes them, and `adapter` (B,) for the graphs of a bundle with LoRA adapters: each row's adapter index (0 the
+bare base, i + 1 the manifest's adapters[i]), so rows of different adapters share one batch.
 
 A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
-graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none.
+graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none. A
+(T, 3) sequence also says which of its tokens are attended (its attention_mask; ColBERT's expansion tokens are
+fed and give vectors but may not be attended): its outputs still cover all T tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ Outputs = dict[str, np.ndarray]
 TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token_embeddings only
 PAIRS, SPARSE, TOKEN_LOGITS = "pairs", "sparse", "token_logits"  # the fast graph's session, one head output each
 VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LOGITS: "token_logits"}
-PER_TOKEN = ("token_embeddings", "token_logits")  # outputs with a row per token: (B, T, ...)
+# A multi-vector model's one run: its pooled vector, token vectors and token weights together (those it has)
+MULTI, MULTI_OUTPUTS = "multi", ("embeddings", "multi_vectors", "token_weights")
+PER_TOKEN = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a row per token: (B, T, ...)
 
 
 def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
@@ -72,6 +77,9 @@ class Graph:
         if not self.adapted and adapters is not None and any(adapters):
             raise ValueError("adapter indices given to a graph that takes no adapter input")
         feeds = pad(ids, self.pad_id, self._inputs, type_ids=types, adapters=adapters)  # (B, T) each; adapter (B,)
+        for row, s in enumerate(sequences):
+            if s.ndim == 2 and s.shape[1] == 3:  # which of its tokens are attended (ColBERT's expansion: not all)
+                feeds["attention_mask"][row, :len(s)] = s[:, 2]
         values = self.session.run(self.outputs, feeds)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])

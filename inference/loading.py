@@ -21,7 +21,7 @@ import numpy as np
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from inference.errors import StartupError
-from inference.graphs import VIEWS, Graph, Outputs
+from inference.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs
 from inference.options import LoadOptions
 from inference.tokenize import TextTokenizer, load_tokenizer
 from inference.variants import choose_attention_variant, choose_provider, choose_variant
@@ -112,6 +112,8 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
     for kind, output in VIEWS.items():  # /embed_all, pairs, sparse vectors, token labels: the same session
         if output in given:
             graphs[kind] = graphs["fast"].with_outputs([output])
+    if given & {"multi_vectors", "token_weights"}:  # a multi-vector model: every output it has, from one run
+        graphs[MULTI] = graphs["fast"].with_outputs([name for name in MULTI_OUTPUTS if name in given])
     return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason)
 
 

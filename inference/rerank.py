@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from inference import chunking, postprocess
+from inference import chunking, late, postprocess
 from inference.batcher import Ticket
 from inference.chunking import Window
 from inference.errors import Unsupported
@@ -49,8 +49,12 @@ async def rerank(
     model: ServedModel, query: str, documents: Sequence[str], *, truncate: bool | None = None,
     direction: Direction = "right", raw: bool = False, chunked: PairChunking | None = None, explain: bool = False,
 ) -> Ranking:
-    """Each document's relevance to `query`, in document order (`Ranking.order` ranks them)."""
+    """Each document's relevance to `query`, in document order (`Ranking.order` ranks them); a multi-vector
+    model's is its MaxSim score (`inference.late`, raw has no meaning there)."""
     model.require("rerank")
+    if "multi_vectors" in model.multi_outputs:
+        return await late.rerank(model, query, documents, truncate=truncate, direction=direction, explain=explain,
+                                 overlap=chunked.overlap if chunked is not None else None)
     if explain:
         model.require("attention", "explain a score (it has no attention graph)")
     if model.bundle.manifest.pair_format is not None and (explain or chunked is not None):
@@ -79,11 +83,36 @@ async def score_pairs(
 ) -> tuple[Scores, int]:
     """Scores over the model's labels per (text, text pair), or per text where an input is one (TEI's
     /predict batches mix them), and the tokens run; by `function`, or by default softmax over several labels
-    and sigmoid of one (`postprocess.default_function`)."""
+    and sigmoid of one (`postprocess.default_function`); a multi-vector model's pairs by MaxSim (one label,
+    `score`; `function` has no meaning there)."""
+    if "multi_vectors" in model.multi_outputs:
+        return await _maxsim_pairs(model, pairs, truncate, direction)
     model.require("classify", "score text pairs")
     encoded, outputs = await model.run(list(pairs), [PAIRS], truncate, direction)
     scores = postprocess.scores(postprocess.stacked(outputs[PAIRS], "logits"), function)
     return Scores(scores, list(model.bundle.manifest.labels)), sum(e.length for e in encoded)
+
+
+async def _maxsim_pairs(model: ServedModel, pairs: Sequence[Pair | str], truncate: bool | None,
+                        direction: Direction) -> tuple[Scores, int]:
+    """Each (query, document) pair's MaxSim score, as a one-label score."""
+    if not all(isinstance(pair, tuple) for pair in pairs):
+        raise Unsupported(f"model {model.name} scores (query, document) pairs by late interaction, not lone texts")
+    scores, tokens = [], 0
+    for query, documents in _by_query(pairs).items():  # type: ignore[arg-type]  # pairs only, checked above
+        ranking = await late.rerank(model, query, [d for _, d in documents], truncate=truncate, direction=direction)
+        scores += [(index, float(score)) for (index, _), score in zip(documents, ranking.scores, strict=True)]
+        tokens += ranking.tokens
+    values = np.asarray([[score] for _, score in sorted(scores)], dtype=np.float32)  # (N, 1) in pair order
+    return Scores(values, ["score"]), tokens
+
+
+def _by_query(pairs: Sequence[Pair]) -> dict[str, list[tuple[int, str]]]:
+    """The pairs grouped by their query (first text), each document with its pair's index."""
+    grouped: dict[str, list[tuple[int, str]]] = {}
+    for index, (query, document) in enumerate(pairs):
+        grouped.setdefault(query, []).append((index, document))
+    return grouped
 
 
 async def _chunked(model: ServedModel, pairs: list[Pair], overlap: int, raw: bool, explain: bool) -> Ranking:

@@ -85,13 +85,25 @@ class Highlight:
 
 
 @dataclass(frozen=True)
-class Ranking:
-    """A query's documents scored by a cross-encoder, in document order."""
+class Match:
+    """Late interaction's why: a query token, its best document token and their similarity (MaxSim's term)."""
 
-    scores: np.ndarray  # (N,) sigmoid of the logit, or the logit itself (raw)
+    query_start: int  # character offsets into the query
+    query_stop: int
+    start: int  # character offsets into the document
+    stop: int
+    similarity: float
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A query's documents scored by a cross-encoder or by late interaction (MaxSim), in document order."""
+
+    scores: np.ndarray  # (N,) sigmoid of the logit, or the logit itself (raw); or the MaxSim score
     tokens: int  # tokens run, special tokens included (every window's)
     spans: list[Span] | None = None  # per document, its best window (chunking max)
     explanations: list[list[Highlight]] | None = None  # per document, its tokens' shares (explain)
+    matches: list[list[Match]] | None = None  # per document, each query token's best match (MaxSim's explain)
 
     def order(self, top_n: int | None = None) -> list[int]:
         """Document indices, best first (ties in document order), the top_n best."""

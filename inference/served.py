@@ -43,7 +43,7 @@ from inference.cache import CACHED_KINDS, AnswerCache
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
 from inference.fairqueue import Caller
-from inference.graphs import PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
+from inference.graphs import MULTI, PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
 from inference.loading import LoadedBundle
 from inference.observer import BatchObserver
@@ -77,14 +77,25 @@ class ServedModel:
     @property
     def tasks(self) -> frozenset[str]:
         """What this model can be asked: embed always; classify a sequence classifier (texts or pairs); rerank
-        a cross-encoder (one label, pairs through PAIRS); sparse a masked-LM bundle's SPLADE vectors; tokens a
-        token classifier's labels; attention with an attention graph; embed_all with the token vectors."""
+        a cross-encoder (one label, pairs through PAIRS) or a multi-vector model (MaxSim); sparse a masked-LM
+        bundle's SPLADE vectors or a multi-vector model's lexical weights (bge-m3's); multi_vector the token
+        vectors of a late-interaction model; tokens a token classifier's labels; attention with an attention
+        graph; embed_all with the token vectors."""
         graphs, m = self.bundle.graphs, self.bundle.manifest
         classify = m.task == "classify" and bool(m.labels)
-        can = {"embed": True, "classify": classify, "rerank": classify and len(m.labels) == 1 and PAIRS in graphs,
-               "sparse": SPARSE in graphs, "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs,
-               "embed_all": TOKENS in graphs}
+        multi = self.multi_outputs
+        can = {"embed": True, "classify": classify,
+               "rerank": (classify and len(m.labels) == 1 and PAIRS in graphs) or "multi_vectors" in multi,
+               "sparse": SPARSE in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
+               "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs, "embed_all": TOKENS in graphs}
         return frozenset(task for task, able in can.items() if able)
+
+    @property
+    def multi_outputs(self) -> frozenset[str]:
+        """The per-token outputs of a multi-vector model's one run (multi_vectors, token_weights); empty for
+        every other model."""
+        graph = self.bundle.graphs.get(MULTI)
+        return frozenset(graph.outputs) - {"embeddings"} if graph is not None else frozenset()
 
     def require(self, task: str, what: str | None = None) -> None:
         """Unsupported (422) naming what this model can do, unless it can `task`."""
@@ -151,7 +162,7 @@ class ServedModel:
         choice, caches): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128."""
         text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
         for kind in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
-            if kind in VIEWS:
+            if kind in VIEWS or kind == MULTI:
                 continue  # the fast graph's session: warmed as "fast"
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
@@ -176,6 +187,15 @@ class ServedModel:
             self._admitted(sum(e.length for e in encoded))
             runs = await all_or_none([self.submit(ticket, kind, ids) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
+
+    async def run_sequences(self, sequences: list[np.ndarray], kinds: Sequence[str]) -> dict[str, list[Outputs]]:
+        """Sequences the caller made itself from checked inputs ((T,) ids, (T, 2) with type ids, (T, 3) with which
+        tokens are attended: inference.graphs), admitted once (a permit per sequence and graph) and run through
+        each graph of `kinds`."""
+        with self.batcher.admit(len(sequences) * len(kinds), self._caller()) as ticket:
+            self._admitted(sum(len(s) for s in sequences))
+            runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
+        return dict(zip(kinds, runs, strict=True))
 
     async def run_windows(
         self, inputs: Inputs, overlap: int, prompt: str = "",

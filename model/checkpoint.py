@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bundle.files import staged_directory
+from bundle.manifest import MultiVectorSpec
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer
@@ -30,11 +31,13 @@ FORMAT_VERSION = 1
 class LoadedModel:
     encoder: Encoder
     tokenizer: Tokenizer
-    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta") or "sentence-transformers"
+    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta"), "sentence-transformers" or "bge-m3"
     path: Path
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
     default_prompt_name: str | None = None
     pair_format: str | None = None  # an LLM reranker's pair as one text (model.lm_scorer)
+    # a multi-vector model's (ColBERT, bge-m3): how its token outputs become the reference's, written to the manifest
+    multi_vector: MultiVectorSpec | None = None
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -33,6 +33,9 @@ before an axis existed load as they did.
     pooling        pooling mode, then an optional projection (sentence-transformers' Dense; projection_chain: the
                    Dense modules after the first, EmbeddingGemma has two), then normalize
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
+    multi-vector   beside any head, on the final token states: multi_vector_size M > 0 projects every token to M
+                   (multi_vector_bias: bge-m3's colbert_linear has a bias, PyLate's Dense and colbert-ai's linear
+                   do not); token_weights: relu(Linear(D, 1)) per token (bge-m3's sparse_linear)
     adapters       LoRA adapters over the one base (model/lora.py): their names in index order (index i + 1 is
                    adapters[i], index 0 the bare base), the rank every adapter is padded to (adapter_rank) and
                    the modules that carry them (adapter_targets: the token embedding "embeddings.token" and block
@@ -131,6 +134,10 @@ class EncoderConfig:
     adapters: tuple[str, ...] = field(default_factory=tuple)
     adapter_rank: int = 0
     adapter_targets: tuple[str, ...] = field(default_factory=tuple)
+    # multi-vector outputs on the final token states (model/encoder.py): 0 = none
+    multi_vector_size: int = 0  # M: width of each token's vector (ColBERT, bge-m3's colbert_linear)
+    multi_vector_bias: bool = True  # bge-m3's colbert_linear has one; PyLate's Dense and colbert-ai's linear do not
+    token_weights: bool = False  # bge-m3's sparse_linear: relu(Linear(D, 1)) per token
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "label_names", tuple(self.label_names))
@@ -243,7 +250,7 @@ def _check_sizes(c: EncoderConfig) -> None:
                          f"({c.position_limit}, max_length {c.max_length})")
     if c.layer_norm_eps <= 0:
         raise ValueError(f"layer_norm_eps must be positive, got {c.layer_norm_eps}")
-    for name in ("type_vocab_size", "projection_size", "relative_attention_buckets"):
+    for name in ("type_vocab_size", "projection_size", "relative_attention_buckets", "multi_vector_size"):
         if getattr(c, name) < 0:
             raise ValueError(f"{name} must be 0 or more, got {getattr(c, name)}")
 

@@ -1,7 +1,7 @@
 """Transformer encoder: embeddings, N attention blocks, pooling, an optional head.
 
 Shape letters: B batch, T sequence length, D d_model, E pooled width, H heads, L layers, C classes,
-V vocabulary.
+V vocabulary, M multi-vector width.
 
 With LoRA adapters in the config (model/lora.py), forward takes `adapter` (B,), each row's adapter index (0: the
 bare base); it reaches the token embedding (when adapted) directly and the adapted projections through the layer
@@ -9,8 +9,11 @@ inputs every block receives.
 
 One encoder for every family the loaders know: the axes of model/config.py choose its parts (positions
 in model/positions.py, feed-forward and norms in model/layers.py, pooling in model/pooling.py, heads in
-model/heads.py). The defaults are BERT's layout (post-norm), so BERT-family checkpoints load weight for
-weight and configs saved before the axes existed build the same network.
+model/heads.py). Beside any of them, the multi-vector outputs (config.multi_vector_size, token_weights) read the
+final token states, the same states the pooled vector comes from: ColBERT's per-token vectors and bge-m3's
+per-token lexical weights, raw (not normalised, not masked: the torch-free inference/multivector.py does that, as
+the references do after their forward). The defaults are BERT's layout (post-norm), so BERT-family checkpoints
+load weight for weight and configs saved before the axes existed build the same network.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class EncoderOutput:
     embedding: Tensor  # (B, E), pooled, projected (and L2-normalised when configured)
     logits: Tensor | None  # (B, C) sequence, (B, T, C) tokens or (B, T, V) mlm head; None without a head
     attentions: Tensor | None  # (B, L, H, T, T) when asked for
+    multi_vectors: Tensor | None = None  # (B, T, M) multi_vector(token_states), raw; None unless configured
+    token_weights: Tensor | None = None  # (B, T) relu(token_weight(token_states)); None unless configured
 
 
 @dataclass
@@ -133,6 +138,9 @@ class Encoder(nn.Module):
         self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias,
                                      c.projection_chain) if c.projection_size else None
         self.head = _head(c)
+        self.multi_vector = nn.Linear(c.d_model, c.multi_vector_size, bias=c.multi_vector_bias) \
+            if c.multi_vector_size else None
+        self.token_weight = nn.Linear(c.d_model, 1) if c.token_weights else None
         self.apply(self._init_weights)
         if c.head == "mlm" and c.tie_decoder:
             self.head.decoder.weight = self.embeddings.token.weight  # type: ignore[union-attr]
@@ -165,6 +173,8 @@ class Encoder(nn.Module):
             embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
             logits=self.head_logits(x, pooled, inputs["full"].mask, attention_mask),
             attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
+            multi_vectors=self.multi_vector(x) if self.multi_vector is not None else None,  # (B, T, M)
+            token_weights=torch.relu(self.token_weight(x)).squeeze(-1) if self.token_weight is not None else None,
         )
 
     def layer_inputs(self, attention_mask: Tensor, banded: bool = False,

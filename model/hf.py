@@ -8,8 +8,10 @@ the decoder families (Llama, Mistral, Qwen2, Qwen3,
 Gemma3); config.json's architectures says which, and anything else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
-max_seq_length and prompts. Weights come from model.safetensors, or from pytorch_model.bin through
-torch.load(weights_only=True); never from an unrestricted pickle.
+max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
+encoder is bge-m3 (model/bge_m3.py): its dense vector, token vectors and token weights, all from one pass.
+Weights come from model.safetensors, or from pytorch_model.bin through torch.load(weights_only=True); never from an
+unrestricted pickle.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from model.bge_m3 import read_bge_m3
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.encoder import Encoder
@@ -36,21 +39,24 @@ def load_hf(path: Path) -> LoadedModel:
     path = Path(path)
     hf = read_json(_require(path, "config.json"))
     family, kind = family_of(hf)
-    _require(path, "tokenizer.json")
+    tokenizer = load_tokenizer(_require(path, "tokenizer.json"))
     sentence = read_sentence_modules(path)
-    if sentence is not None or kind == "lm":
-        kind = "none"  # sentence-transformers embeds with the bare encoder, whatever head the checkpoint has
+    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"])
+    if sentence is not None or kind == "lm" or m3 is not None:
+        kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
     state = rename(load_weights(path), family, kind, hf)
     config = encoder_config(hf, family, kind, state, sentence)
+    if m3 is not None:
+        config, state = config.replace(**m3.fields), state | m3.weights
     encoder = Encoder(config)
     if sentence is not None:
         state |= sentence.projection_weights
     encoder.load_state_dict(tie_decoder(state, config), strict=True)
     return LoadedModel(
-        encoder.eval(), load_tokenizer(path / "tokenizer.json"),
-        "sentence-transformers" if sentence else f"hf-{family.name}", path,
-        prompts=sentence.prompts if sentence else {},
+        encoder.eval(), tokenizer, "bge-m3" if m3 else "sentence-transformers" if sentence else f"hf-{family.name}",
+        path, prompts=sentence.prompts if sentence else {},
         default_prompt_name=sentence.default_prompt_name if sentence else None,
+        multi_vector=m3.spec if m3 else None,
     )
 
 

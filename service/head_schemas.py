@@ -1,7 +1,8 @@
 """Request and response models of the routes for the other heads of a retrieval stack: rerank and pair scores
 (TEI's /rerank, Cohere's and Jina's /v1/rerank and /v2/rerank, vLLM's /score), sparse vectors (TEI's
-/embed_sparse) and token labels (/classify_tokens). Each request is its ecosystem's own shape; attnserve's
-additions (`chunking`, `chunk_overlap`, `explain`, `model`) are optional fields.
+/embed_sparse), token labels (/classify_tokens) and token vectors for late interaction (Jina's
+/v1/multi-vector). Each request is its ecosystem's own shape; attnserve's additions (`chunking`,
+`chunk_overlap`, `explain`, `model`) are optional fields.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ PAIR_CHUNKING = (
 EXPLAIN = (
     "Return, per result, `explanation`: the document's tokens, each with its share of the attention flowing "
     "from the classification position (attention rollout over every layer), with character offsets into the "
-    "document (of its best window when chunking). Needs a bundle with an attention graph."
+    "document (of its best window when chunking). Needs a bundle with an attention graph. A multi-vector "
+    "(late-interaction) model explains its MaxSim score instead: per query token, its span in the query, its best "
+    "document token's span and their similarity (the score sums or averages those, as the model reduces)."
 )
 
 
@@ -53,9 +56,18 @@ class Highlight(BaseModel):
     weight: float = Field(description="The token's share of the attention flowing from the classification position.")
 
 
+class MaxSimMatch(BaseModel):
+    query_start: int = Field(description="Character offset of the query token in the query.")
+    query_stop: int = Field(description="Offset just past the query token.")
+    start: int = Field(description="Character offset of its best document token in the document.")
+    stop: int = Field(description="Offset just past that document token.")
+    similarity: float = Field(description="The two token vectors' cosine: this query token's term of the score.")
+
+
 class RankExtras(BaseModel):
     window: WindowSpan | None = Field(None, description="With chunking=max: the best window's span in the document.")
-    explanation: list[Highlight] | None = Field(None, description="With explain=true: the document's tokens.")
+    explanation: list[Highlight] | list[MaxSimMatch] | None = Field(None, description=(
+        "With explain=true: the document's tokens (a cross-encoder), or each query token's best match (MaxSim)."))
 
 
 # -- text-embeddings-inference ---------------------------------------------------------------------
@@ -79,7 +91,69 @@ class EmbedSparseRequest(Truncation):
 
 class SparseValue(BaseModel):
     index: int = Field(description="A vocabulary id (GET /tokenize shows a text's ids).")
-    value: float = Field(description="Its weight: the max over the input's tokens of log(1 + relu(logit)).")
+    value: float = Field(description=(
+        "Its weight: the max over the input's tokens of log(1 + relu(logit)) (SPLADE), or of the token weights of "
+        "that id (a multi-vector model's lexical weights, bge-m3's sparse output; special tokens dropped)."))
+
+
+# -- multi-vector (late interaction) ---------------------------------------------------------------
+class MultiVectorRequest(Truncation):
+    """Jina's POST /v1/multi-vector (jina-colbert's API), for a multi-vector model."""
+
+    input: Text | Texts = Field(description="A text or texts.")
+    input_type: Literal["query", "document"] = Field("document", description=(
+        "query or document: the model's query or document treatment (ColBERT: its [Q] / [D] marker, a query "
+        "expanded to its query length, a document's punctuation vectors dropped). Default: document."))
+    dimensions: Positive | None = Field(None, description=(
+        "Keep the first n dimensions of every token vector, then renormalise it (at most the model's width)."))
+    embedding_type: Literal["float", "base64"] = Field("float", description=(
+        "float: each token vector a list of numbers; base64: each one the base64 of its little-endian float32s."))
+
+
+class MultiVectorItem(BaseModel):
+    object: Literal["embeddings"] = "embeddings"
+    index: int = Field(description="The input's index in the request.")
+    embeddings: list[list[float]] | list[str] = Field(description=(
+        "The input's token vectors, one per kept token, in token order (unit length when the model normalises)."))
+
+
+class MultiVectorUsage(BaseModel):
+    total_tokens: int = Field(description="Tokens run, special tokens, markers and expansion tokens included.")
+    prompt_tokens: int
+
+
+class MultiVectorResponse(BaseModel):
+    object: Literal["list"] = "list"
+    model: str
+    data: list[MultiVectorItem]
+    usage: MultiVectorUsage
+
+
+class MaxSimRequest(Truncation):
+    """attnserve's MaxSim map: a query against a document, token by token."""
+
+    query: Text = Field(description="The query (given the model's query treatment).")
+    document: Text = Field(description="The document (given the model's document treatment).")
+
+
+class MaxSimToken(BaseModel):
+    token: str = Field(description="The vocabulary's token ([Q], [MASK] and other added tokens too).")
+    start: int = Field(description="Character offset in its text (0 with stop 0: a token the model added).")
+    stop: int
+    weight: float | None = Field(None, description="Its token weight (bge-m3's sparse_linear), where the model has "
+                                 "token weights.")
+
+
+class MaxSimResponse(BaseModel):
+    model: str
+    query_tokens: list[MaxSimToken] = Field(description="The query's tokens that have a vector, in order (Q).")
+    document_tokens: list[MaxSimToken] = Field(description="The document's (K).")
+    similarities: list[list[float]] = Field(description="Q rows of K: each token pair's cosine.")
+    best: list[int] = Field(description="Per query token, the index of its best document token.")
+    score: float = Field(description="The best similarities summed or averaged over the query tokens (`reduction`): "
+                         "what the rerank routes return.")
+    reduction: Literal["sum", "mean"]
+    usage: MultiVectorUsage
 
 
 # -- Cohere and Jina -------------------------------------------------------------------------------

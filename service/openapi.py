@@ -25,7 +25,8 @@ from inference.registry import ModelRegistry
 
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
          **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
-         "/embed_sparse": "sparse", "/classify_tokens": "tokens"}
+         "/embed_sparse": "sparse", "/classify_tokens": "tokens", "/v1/multi-vector": "multi_vector",
+         "/maxsim": "multi_vector"}
 INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
 
 

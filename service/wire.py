@@ -72,6 +72,9 @@ def rank_extras(ranking: Ranking, index: int) -> dict[str, Any]:
     if ranking.explanations is not None:
         extras["explanation"] = [{"start": h.start, "stop": h.stop, "weight": h.weight}
                                  for h in ranking.explanations[index]]
+    if ranking.matches is not None:
+        extras["explanation"] = [{"query_start": m.query_start, "query_stop": m.query_stop, "start": m.start,
+                                  "stop": m.stop, "similarity": m.similarity} for m in ranking.matches[index]]
     return extras
 
 

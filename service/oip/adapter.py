@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 
 from attnserve import __version__
-from inference import inspection, postprocess
+from inference import inspection, late, postprocess, sparse
 from inference.errors import InvalidRequest, ModelNotFound
 from inference.graphs import SPARSE
 from inference.limits import AttentionQuery, Inputs
@@ -39,6 +39,7 @@ from service.oip.schemas import InferParameters, InferRequest, index_list
 PLATFORM = "onnx_onnxv1"
 EXTENSIONS = ["binary_tensor_data"]
 FAST_OUTPUTS = ("embeddings", "logits", "scores")
+MULTI_OUTPUTS = ("sparse", "multi_vectors", "multi_vector_mask")  # a multi-vector model's: inference.late
 
 
 def server_metadata() -> dict[str, object]:
@@ -70,8 +71,10 @@ def output_specs(served: ServedModel) -> dict[str, tuple[str, list[int]]]:
     specs = {"embeddings": ("FP32", [-1, m.embedding_size])}
     if "classify" in served.tasks:
         specs |= {"logits": ("FP32", [-1, len(m.labels)]), "scores": ("FP32", [-1, len(m.labels)])}
-    if "sparse" in served.tasks:  # SPLADE: max over tokens of log(1 + relu(masked-LM logits)), as /embed_sparse
+    if "sparse" in served.tasks:  # SPLADE, or a multi-vector model's lexical weights, as /embed_sparse (dense)
         specs["sparse"] = ("FP32", [-1, int(m.model_config_["vocab_size"])])
+    if "multi_vector" in served.tasks and m.multi_vector is not None:  # as /v1/multi-vector, zero-padded
+        specs |= {"multi_vectors": ("FP32", [-1, -1, m.multi_vector.size]), "multi_vector_mask": ("INT64", [-1, -1])}
     if "attention" in served.bundle.graphs:
         specs["attentions"] = ("FP32", [-1, -1, -1, -1, -1])
     specs["attention_mask"] = ("INT64", [-1, -1])
@@ -83,6 +86,8 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     served = served.with_adapter(request.parameters.task)
     inputs, wanted = model_inputs(tensors), requested(served, request)
     params, names = request.parameters, {name for name, _ in wanted}
+    if served.multi_outputs and names & set(MULTI_OUTPUTS):
+        return await _multi(served, inputs, wanted, params)
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
     inspection.check_indices(served, index_list(params.layers), index_list(params.heads))  # asked for or not
     query = None
@@ -103,6 +108,38 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
         values["sparse"] = result.values["sparse"].astype(np.float32)  # (N, V)
     if result.attention is not None:
         values["attentions"] = _padded([m.values for m in result.attention], result.lengths)
+    specs = output_specs(served)
+    return [Tensor(name, specs[name][0], values[name], binary) for name, binary in wanted]
+
+
+async def _multi(served: ServedModel, inputs: Inputs, wanted: list[tuple[str, bool]],
+                 params: InferParameters) -> list[Tensor]:
+    """A multi-vector model's outputs of one run (inference.late): embeddings, sparse (dense over the vocabulary),
+    multi_vectors (zero-padded to the most kept tokens) with multi_vector_mask, attention_mask. Attention maps are
+    not of that run: ask for them in a request of their own."""
+    names = {name for name, _ in wanted}
+    if "attentions" in names:
+        raise InvalidRequest("attentions cannot be asked for with a multi-vector model's sparse or multi_vectors "
+                             "outputs (they are of another run): ask for them in a request of their own")
+    asked = {"embeddings": "dense", "sparse": "sparse", "multi_vectors": "multi", "multi_vector_mask": "multi"}
+    direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
+    found = await late.encode(served, inputs, input_type=params.input_type, truncate=params.truncate,
+                              direction=direction, normalize=params.normalize,
+                              outputs={asked[n] for n in names if n in asked})  # type: ignore[misc]
+    values = {"attention_mask": _mask(found.lengths)}
+    if found.dense is not None:
+        values["embeddings"] = found.dense
+    if found.sparse is not None:
+        vocabulary = int(served.bundle.manifest.model_config_["vocab_size"])
+        values["sparse"] = np.stack([sparse.dense(v, vocabulary) for v in found.sparse])  # (N, V)
+    if found.multi is not None:
+        counts = [len(v) for v in found.multi]
+        values["multi_vector_mask"] = _mask(counts) if max(counts) else np.zeros((len(counts), 0), dtype=np.int64)
+        padded = np.zeros((len(counts), max(counts), served.bundle.manifest.multi_vector.size),  # type: ignore[union-attr]
+                          dtype=np.float32)  # (N, K, M)
+        for row, vectors in enumerate(found.multi):
+            padded[row, :len(vectors)] = vectors
+        values["multi_vectors"] = padded
     specs = output_specs(served)
     return [Tensor(name, specs[name][0], values[name], binary) for name, binary in wanted]
 

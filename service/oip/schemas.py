@@ -28,7 +28,8 @@ from service.schemas import INSTRUCTION, TASK, Index, Instruction, integral
 
 Aggregation = Literal["none", "mean", "max", "rollout"]
 InputName = Literal["text", "input_ids", "attention_mask"]
-OutputName = Literal["embeddings", "logits", "scores", "sparse", "attentions", "attention_mask"]
+OutputName = Literal["embeddings", "logits", "scores", "sparse", "multi_vectors", "multi_vector_mask", "attentions",
+                     "attention_mask"]
 EXAMPLE: dict[str, Any] = {
     "id": "42", "parameters": {"binary_data_output": False},
     "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["a cat", "a dog sat"]}],
@@ -115,6 +116,9 @@ class InferParameters(_Strict):
                                           "model's default prompt, when it names one.")
     instruction: Instruction | None = Field(None, description=INSTRUCTION)
     task: StrictStr | None = Field(None, description=TASK)
+    input_type: Literal["query", "document"] = Field("document", description=(
+        "A multi-vector model's `multi_vectors`: its query or its document treatment, as /v1/multi-vector's "
+        "input_type."))
 
 
 class InferRequest(BaseModel):
