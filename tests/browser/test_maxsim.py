@@ -1,0 +1,147 @@
+"""The explorer's MaxSim view, in Chromium against a real server of two models:
+
+    m3      a random bge-m3 (tests.helpers.bge_m3, tiny, exported fp32): token vectors and token weights (the default)
+    plain   the tiny plain bundle: no token vectors, so no MaxSim view
+
+What the page draws is read from the page (its read-out, walked over every cell with the arrow keys, and the score
+line's data attributes) and compared with POST /maxsim's answer for the same pair, fetched here with httpx (the
+route itself is checked against BGEM3FlagModel in tests/service/test_multivector_routes.py); the requests the page
+sent are read from the browser; the pair travels in the page's link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import numpy as np
+import pytest
+
+from export.bundle import export_bundle
+from tests.browser.watch import WAIT_MS, Watched, bodies
+from tests.helpers import bge_m3
+from tests.helpers.process import running
+
+QUERY, DOCUMENT = bge_m3.QUERY, bge_m3.DOCUMENT
+OTHER_QUERY, OTHER_DOCUMENT = "dog dog dog the the lazy dog", bge_m3.TEXTS[2]
+M3 = "m3"
+
+
+@pytest.fixture(scope="module")
+def two_models(tiny_plain_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("maxsim-view")
+    bge_m3.save_bge_m3(root / "source", "tiny")
+    export_bundle(root / "source", root / "bundle", variants=["fp32"], name=M3)
+    with running(root / "bundle", root / "server.log", "--bundle", f"plain={tiny_plain_bundle}") as server:
+        yield server.url
+    assert server.proc.returncode == 0, server.log()
+
+
+def maxsim(base_url: str, query: str, document: str, model: str = M3) -> dict[str, Any]:
+    response = httpx.post(f"{base_url}/maxsim", json={"query": query, "document": document, "model": model},
+                          timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_maxsim(watched: Watched, query: str, document: str) -> None:
+    watched.page.wait_for_function(
+        "([q, d]) => { const v = document.getElementById('maxsim').dataset;"
+        " return v.state === 'ready' && v.query === q && v.document === d; }", arg=[query, document], timeout=WAIT_MS)
+
+
+def shown_cell(watched: Watched) -> dict[str, str]:
+    return watched.page.locator("#maxsim-readout").evaluate("n => ({text: n.textContent, ...n.dataset})")
+
+
+def drawn_map(watched: Watched) -> tuple[np.ndarray, list[list[bool]], list[dict[str, str]]]:
+    """Every cell the read-out shows, walked row by row with the arrow keys: the values, whether each is marked as
+    its row's best match, and the first cell of each row (for the query token's weight) or of each column."""
+    page = watched.page
+    canvas = page.locator("#maxsim canvas")
+    rows, cols = int(canvas.get_attribute("data-rows") or 0), int(canvas.get_attribute("data-cols") or 0)
+    canvas.focus()
+    values, marked, cells = np.zeros((rows, cols)), [], []
+    for row in range(rows):
+        page.keyboard.press("Home")
+        marked.append([])
+        for col in range(cols):
+            shown = shown_cell(watched)
+            assert (shown["query"], shown["key"]) == (str(row), str(col)), shown
+            values[row, col] = float(shown["value"])
+            marked[-1].append(shown["best"] == "true")
+            cells.append(shown)
+            page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowDown")
+    return values, marked, cells
+
+
+def check_drawn(watched: Watched, answer: dict[str, Any]) -> None:
+    """The page's map, marks, score and weights are /maxsim's answer."""
+    similarities = np.asarray(answer["similarities"])
+    values, marked, cells = drawn_map(watched)
+    assert values.shape == similarities.shape and values.shape[0] > 1 and values.shape[1] > 1
+    assert np.array_equal(values, similarities)  # the JSON numbers, exactly
+    assert [row.index(True) for row in marked] == answer["best"] == similarities.argmax(axis=1).tolist()
+    assert all(sum(row) == 1 for row in marked)
+    score = watched.page.locator("#maxsim-score")
+    assert float(score.get_attribute("data-score") or "nan") == answer["score"]
+    assert score.get_attribute("data-reduction") == answer["reduction"] == "mean"  # bge-m3 averages
+    assert f"Score {answer['score']:.4f}: the mean of the {len(answer['best'])} query tokens" in score.inner_text()
+    assert answer["score"] == pytest.approx(similarities.max(axis=1).mean(), abs=1e-6)
+    cols = similarities.shape[1]
+    for row, token in enumerate(answer["query_tokens"]):
+        assert token["weight"] is not None and float(cells[row * cols]["queryWeight"]) == token["weight"]
+        assert f"(weight {token['weight']:.4f})" in cells[row * cols]["text"]
+    for col, token in enumerate(answer["document_tokens"]):
+        assert float(cells[col]["keyWeight"]) == token["weight"]
+    assert "weight is the bar beside its label" in (watched.page.locator("#maxsim canvas").get_attribute("aria-label")
+                                                    or "")
+
+
+def kept_link(watched: Watched) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(watched.page.url).query)
+
+
+def test_the_view_draws_the_routes_map(watched: Watched, two_models: str) -> None:
+    page = watched.page
+    page.goto(f"{two_models}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")  # a link's pair, run
+    wait_maxsim(watched, QUERY, DOCUMENT)
+    assert page.is_visible("#maxsim-box") and "token vectors: MaxSim below" in page.inner_text("#model-info")
+    check_drawn(watched, maxsim(two_models, QUERY, DOCUMENT))
+    watched.shot("maxsim")
+
+    page.fill("#maxsim-query", OTHER_QUERY)
+    page.fill("#maxsim-document", OTHER_DOCUMENT)
+    page.click("#maxsim-run")
+    wait_maxsim(watched, OTHER_QUERY, OTHER_DOCUMENT)
+    check_drawn(watched, maxsim(two_models, OTHER_QUERY, OTHER_DOCUMENT))
+    assert bodies(watched, "/maxsim")[-1] == {"query": OTHER_QUERY, "document": OTHER_DOCUMENT, "model": M3}
+    link = kept_link(watched)
+    assert (link["query"], link["document"], link["model"]) == ([OTHER_QUERY], [OTHER_DOCUMENT], [M3]), page.url
+
+    page.goto(page.url)  # the kept link draws the same pair
+    wait_maxsim(watched, OTHER_QUERY, OTHER_DOCUMENT)
+    assert page.input_value("#maxsim-query") == OTHER_QUERY and page.input_value("#maxsim-document") == OTHER_DOCUMENT
+    watched.assert_clean()
+
+
+def test_the_view_is_absent_for_a_plain_model(watched: Watched, two_models: str) -> None:
+    page = watched.page
+    page.goto(f"{two_models}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")
+    wait_maxsim(watched, QUERY, DOCUMENT)
+    sent = len(watched.requests)
+    page.select_option("#model", "plain")
+    watched.wait_for(model="plain")
+    assert page.is_hidden("#maxsim-box") and "MaxSim" not in page.inner_text("#model-info")
+    assert page.get_attribute("#maxsim", "data-state") == "idle" and page.locator("#maxsim canvas").count() == 0
+    assert not bodies(watched, "/maxsim", sent) and "query" not in kept_link(watched)
+
+    sent = len(watched.requests)
+    page.goto(f"{two_models}/explore?{urlencode({'model': 'plain', 'query': QUERY, 'document': DOCUMENT})}")
+    watched.wait_for(model="plain")
+    assert page.is_hidden("#maxsim-box") and not bodies(watched, "/maxsim", sent)
+    watched.assert_clean()
