@@ -1,6 +1,8 @@
 """The explorer's MaxSim view, in Chromium against a real server of two models:
 
     m3      a random bge-m3 (tests.helpers.bge_m3, tiny, exported fp32): token vectors and token weights (the default)
+    pylate  a random PyLate ColBERT (tests.helpers.colbert, tiny): [Q] / [D] markers, [MASK] query expansion, the
+            sum of the row maxima, no token weights
     plain   the tiny plain bundle: no token vectors, so no MaxSim view
 
 What the page draws is read from the page (its read-out, walked over every cell with the arrow keys, and the score
@@ -22,7 +24,7 @@ import pytest
 
 from export.bundle import export_bundle
 from tests.browser.watch import WAIT_MS, Watched, bodies
-from tests.helpers import bge_m3
+from tests.helpers import bge_m3, colbert
 from tests.helpers.process import running
 
 QUERY, DOCUMENT = bge_m3.QUERY, bge_m3.DOCUMENT
@@ -31,11 +33,14 @@ M3 = "m3"
 
 
 @pytest.fixture(scope="module")
-def two_models(tiny_plain_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served(tiny_plain_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("maxsim-view")
     bge_m3.save_bge_m3(root / "source", "tiny")
     export_bundle(root / "source", root / "bundle", variants=["fp32"], name=M3)
-    with running(root / "bundle", root / "server.log", "--bundle", f"plain={tiny_plain_bundle}") as server:
+    pylate, _ = colbert.save_pylate(root / "colbert", "tiny")
+    export_bundle(pylate, root / "pylate", variants=["fp32"], name="pylate")
+    with running(root / "bundle", root / "server.log", "--bundle", f"plain={tiny_plain_bundle}",
+                 "--bundle", f"pylate={root / 'pylate'}") as server:
         yield server.url
     assert server.proc.returncode == 0, server.log()
 
@@ -93,8 +98,9 @@ def drawn_map(watched: Watched) -> tuple[np.ndarray, list[list[bool]], list[dict
     return values, marked, cells
 
 
-def check_drawn(watched: Watched, answer: dict[str, Any]) -> None:
-    """The page's map, marks, score and weights are /maxsim's answer."""
+def check_drawn(watched: Watched, answer: dict[str, Any], reduction: str = "mean", weighted: bool = True) -> None:
+    """The page's map, marks, score and weights (bge-m3's; none for a model without token weights) are /maxsim's
+    answer, reduced by `reduction`."""
     similarities = np.asarray(answer["similarities"])
     values, marked, cells = drawn_map(watched)
     assert values.shape == similarities.shape and values.shape[0] > 1 and values.shape[1] > 1
@@ -103,36 +109,41 @@ def check_drawn(watched: Watched, answer: dict[str, Any]) -> None:
     assert all(sum(row) == 1 for row in marked)
     score = watched.page.locator("#maxsim-score")
     assert float(score.get_attribute("data-score") or "nan") == answer["score"]
-    assert score.get_attribute("data-reduction") == answer["reduction"] == "mean"  # bge-m3 averages
-    assert f"Score {answer['score']:.4f}: the mean of the {len(answer['best'])} query tokens" in score.inner_text()
-    assert answer["score"] == pytest.approx(similarities.max(axis=1).mean(), abs=1e-6)
+    assert score.get_attribute("data-reduction") == answer["reduction"] == reduction  # bge-m3 averages, ColBERT sums
+    assert f"Score {answer['score']:.4f}: the {reduction} of the {len(answer['best'])} query tokens" in score.inner_text()
+    reduce = np.mean if reduction == "mean" else np.sum
+    assert answer["score"] == pytest.approx(reduce(similarities.max(axis=1)), abs=1e-5)
+    label = watched.page.locator("#maxsim canvas").get_attribute("aria-label") or ""
+    if not weighted:
+        assert all(c["queryWeight"] == c["keyWeight"] == "" and "weight" not in c["text"] for c in cells)
+        assert "weight" not in label
+        return
     cols = similarities.shape[1]
     for row, token in enumerate(answer["query_tokens"]):
         assert token["weight"] is not None and float(cells[row * cols]["queryWeight"]) == token["weight"]
         assert f"“{token['token']}” (weight {token['weight']:.4f})" in cells[row * cols]["text"]
     for col, token in enumerate(answer["document_tokens"]):
         assert float(cells[col]["keyWeight"]) == token["weight"]
-    assert "weight is the bar beside its label" in (watched.page.locator("#maxsim canvas").get_attribute("aria-label")
-                                                    or "")
+    assert "weight is the bar beside its label" in label
 
 
 def kept_link(watched: Watched) -> dict[str, list[str]]:
     return parse_qs(urlsplit(watched.page.url).query)
 
 
-def test_the_view_draws_the_routes_map(watched: Watched, two_models: str) -> None:
+def test_the_view_draws_the_routes_map(watched: Watched, served: str) -> None:
     page = watched.page
-    page.goto(f"{two_models}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")  # a link's pair, run
+    page.goto(f"{served}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")  # a link's pair, run
     wait_maxsim(watched, QUERY, DOCUMENT)
     assert page.is_visible("#maxsim-box") and "token vectors: MaxSim below" in page.inner_text("#model-info")
-    check_drawn(watched, maxsim(two_models, QUERY, DOCUMENT))
+    check_drawn(watched, maxsim(served, QUERY, DOCUMENT))
     watched.shot("maxsim")
 
     page.fill("#maxsim-query", OTHER_QUERY)
     page.fill("#maxsim-document", OTHER_DOCUMENT)
     page.click("#maxsim-run")
     wait_maxsim(watched, OTHER_QUERY, OTHER_DOCUMENT)
-    check_drawn(watched, maxsim(two_models, OTHER_QUERY, OTHER_DOCUMENT))
+    check_drawn(watched, maxsim(served, OTHER_QUERY, OTHER_DOCUMENT))
     assert bodies(watched, "/maxsim")[-1] == {"query": OTHER_QUERY, "document": OTHER_DOCUMENT, "model": M3}
     link = kept_link(watched)
     assert (link["query"], link["document"], link["model"]) == ([OTHER_QUERY], [OTHER_DOCUMENT], [M3]), page.url
@@ -143,9 +154,22 @@ def test_the_view_draws_the_routes_map(watched: Watched, two_models: str) -> Non
     watched.assert_clean()
 
 
-def test_the_view_is_absent_for_a_plain_model(watched: Watched, two_models: str) -> None:
+def test_a_colbert_model_sums_and_shows_its_markers(watched: Watched, served: str) -> None:
     page = watched.page
-    page.goto(f"{two_models}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")
+    query, document = colbert.QUERIES[1], colbert.DOCUMENTS[0]  # a query shorter than its length: expanded
+    page.goto(f"{served}/explore?{urlencode({'query': query, 'document': document, 'model': 'pylate'})}")
+    wait_maxsim(watched, query, document)
+    assert page.get_attribute("#maxsim", "data-model") == "pylate"
+    answer = maxsim(served, query, document, model="pylate")
+    tokens = [t["token"] for t in answer["query_tokens"]]
+    assert "[MASK]" in tokens and tokens[1].lower().startswith("[q]"), tokens  # the marker and expansion, as rows
+    check_drawn(watched, answer, reduction="sum", weighted=False)
+    watched.assert_clean()
+
+
+def test_the_view_is_absent_for_a_plain_model(watched: Watched, served: str) -> None:
+    page = watched.page
+    page.goto(f"{served}/explore?{urlencode({'query': QUERY, 'document': DOCUMENT})}")
     wait_maxsim(watched, QUERY, DOCUMENT)
     sent = len(watched.requests)
     page.select_option("#model", "plain")
@@ -155,7 +179,7 @@ def test_the_view_is_absent_for_a_plain_model(watched: Watched, two_models: str)
     assert not bodies(watched, "/maxsim", sent) and "query" not in kept_link(watched)
 
     sent = len(watched.requests)
-    page.goto(f"{two_models}/explore?{urlencode({'model': 'plain', 'query': QUERY, 'document': DOCUMENT})}")
+    page.goto(f"{served}/explore?{urlencode({'model': 'plain', 'query': QUERY, 'document': DOCUMENT})}")
     watched.wait_for(model="plain")
     assert page.is_hidden("#maxsim-box") and not bodies(watched, "/maxsim", sent)
     watched.assert_clean()
