@@ -110,7 +110,8 @@ def check_drawn(watched: Watched, answer: dict[str, Any], reduction: str = "mean
     score = watched.page.locator("#maxsim-score")
     assert float(score.get_attribute("data-score") or "nan") == answer["score"]
     assert score.get_attribute("data-reduction") == answer["reduction"] == reduction  # bge-m3 averages, ColBERT sums
-    assert f"Score {answer['score']:.4f}: the {reduction} of the {len(answer['best'])} query tokens" in score.inner_text()
+    rows = len(answer["best"])
+    assert f"Score {answer['score']:.4f}: the {reduction} of the {rows} query tokens" in score.inner_text()
     reduce = np.mean if reduction == "mean" else np.sum
     assert answer["score"] == pytest.approx(reduce(similarities.max(axis=1)), abs=1e-5)
     label = watched.page.locator("#maxsim canvas").get_attribute("aria-label") or ""
