@@ -1,17 +1,20 @@
 // @ts-check
 // The attention explorer: loads the served models' facts, runs the texts, and keeps the controls, the views
 // and the messages in step with the model chosen (its layers, heads and labels; whether it has attention; its
-// tasks, the LoRA adapters a request may run instead of the bare base, with the task chosen).
+// tasks, the LoRA adapters a request may run instead of the bare base, with the task chosen; whether it has token
+// vectors, which show the MaxSim view of a query and a document).
 // Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message on the page; nothing is
 // left blank. #views carries data-state="loading" | "ready" | "error" | "unavailable" (the model chosen has
 // no attention graph) and, once drawn, data-model and data-task: the model its views are of, and its task ("" for
-// the bare base).
+// the bare base). #maxsim carries data-state="idle" | "loading" | "ready" | "error" and, once drawn, data-model,
+// data-query and data-document: what its map is of.
 
 import { ApiError, setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { downloadCanvas, downloadText } from "./exporter.js";
 import { describe, factsOf, layerKind, loadServed } from "./facts.js";
 import { keepLink, linkProblem, readLink } from "./link.js";
+import { MaxSimMap, fetchMaxSim, scoreLine } from "./maxsim.js";
 import { tabs, ui } from "./page.js";
 import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./views.js";
 
@@ -27,13 +30,16 @@ const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpec
 let served = { models: [], maxChars: Infinity };
 /** @type {Facts} the chosen model's */
 const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false, maxChars: Infinity,
-  labels: [], attention: false, adapters: [], task: "" };
+  labels: [], attention: false, adapters: [], task: "", multiVector: false };
 /** @type {string[]} the texts last run */
 let texts = [];
 /** @type {{answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]}} what the views show */
 let shown = { answer: null, drawings: [] };
 let generation = 0; // each render's number: answers to an older one are dropped
 let runs = 0; // each run's number: the labels of an older run are dropped too
+/** @type {import("./link.js").Pair | null} the query and document the MaxSim view last drew */
+let pair = null;
+let maxsimRuns = 0; // each MaxSim run's number: an older one's answer is dropped
 
 /** @param {string} text "" hides the message */
 function showMessage(text) {
@@ -82,7 +88,18 @@ function useModel(name, task = facts.task) {
   fillTasks();
   ui.modelInfo.textContent = describe(facts);
   ui.answers.replaceChildren();
+  clearMaxSim();
   syncControls();
+}
+
+// The MaxSim view emptied, and shown only for a model with token vectors (its pair is forgotten for one without).
+function clearMaxSim() {
+  ui.maxsimBox.hidden = !facts.multiVector;
+  if (!facts.multiVector) pair = null;
+  ui.maxsimFigure.replaceChildren();
+  ui.maxsimReadout.textContent = "";
+  ui.maxsimScore.textContent = "";
+  ui.maxsim.dataset.state = "idle";
 }
 
 /** @param {string[]} names */
@@ -138,7 +155,7 @@ async function run() {
     return;
   }
   texts = chosen;
-  keepLink(chosen, facts);
+  keepLink(chosen, facts, pair);
   const mine = ++runs;
   showMessage("");
   ui.run.disabled = true;
@@ -155,6 +172,48 @@ async function run() {
 }
 
 /**
+ * What is wrong with a MaxSim pair, before anything is sent ("" when nothing is).
+ * @param {string} query
+ * @param {string} document
+ */
+function checkPair(query, document) {
+  if (query.trim() === "" || document.trim() === "") return "Type a query and a document first.";
+  const long = [query, document].find((t) => t.length > facts.maxChars);
+  return long === undefined ? "" : `A MaxSim text has ${long.length} characters; this server takes at most`
+    + ` ${facts.maxChars} per text (ATTNSERVE_MAX_INPUT_CHARS). Shorten it.`;
+}
+
+// The MaxSim view of the query and document typed, for the model (and task) chosen: /maxsim's map drawn, its
+// score written, the pair kept in the link.
+async function runMaxSim() {
+  if (!facts.multiVector) return;
+  const query = ui.maxsimQuery.value;
+  const document = ui.maxsimDocument.value;
+  const problem = checkPair(query, document);
+  const mine = ++maxsimRuns;
+  ui.maxsim.dataset.state = "loading";
+  ui.maxsimRun.disabled = true;
+  try {
+    if (problem) throw new Error(problem);
+    const answer = await fetchMaxSim(query, document, facts);
+    if (mine !== maxsimRuns) return;
+    pair = { query, document };
+    ui.maxsimFigure.replaceChildren();
+    new MaxSimMap(ui.maxsimFigure, ui.maxsimReadout).show(answer, Math.max(ui.maxsimFigure.clientWidth - 4, 240));
+    ui.maxsimScore.textContent = scoreLine(answer);
+    Object.assign(ui.maxsimScore.dataset, { score: String(answer.score), reduction: answer.reduction });
+    Object.assign(ui.maxsim.dataset, { state: "ready", model: facts.model, query, document });
+    keepLink(texts.length ? texts : currentTexts(), facts, pair);
+  } catch (error) {
+    if (mine !== maxsimRuns) return;
+    showMessage(error instanceof Error ? error.message : String(error));
+    ui.maxsim.dataset.state = "error";
+  } finally {
+    if (mine === maxsimRuns) ui.maxsimRun.disabled = false;
+  }
+}
+
+/**
  * What a link to the page asks for: its texts go in the boxes, its model and task are chosen once the facts are
  * loaded. Returns what it asked for.
  */
@@ -165,6 +224,10 @@ function fromLink() {
     ui.compare.checked = true;
     ui.textBBox.hidden = false;
     ui.textB.value = linked.compare;
+  }
+  if (linked.pair) {
+    ui.maxsimQuery.value = linked.pair.query;
+    ui.maxsimDocument.value = linked.pair.document;
   }
   Object.assign(facts, { model: linked.model, task: linked.task });
   return linked;
@@ -287,8 +350,9 @@ function wire() {
   }
   ui.compare.addEventListener("change", () => { ui.textBBox.hidden = !ui.compare.checked; });
   ui.keyForm.addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
-  ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); });
-  ui.task.addEventListener("change", () => { useModel(facts.model, ui.task.value); run(); });
+  ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); runMaxSim(); });
+  ui.task.addEventListener("change", () => { useModel(facts.model, ui.task.value); run(); runMaxSim(); });
+  ui.maxsimForm.addEventListener("submit", (e) => { e.preventDefault(); runMaxSim(); });
   ui.tabs.addEventListener("keydown", onTabKey);
   for (const tab of tabs()) tab.addEventListener("click", () => selectTab(viewOfTab(tab)));
   ui.layer.addEventListener("change", () => changeSettings({ layer: Number(ui.layer.value) }));
@@ -312,7 +376,7 @@ syncControls();
 const linked = fromLink();
 loadFacts().then(async (ok) => {
   if (!ok) return;
-  await run();
+  await Promise.all([run(), runMaxSim()]);
   const problem = linkProblem(linked, facts);
   if (problem && ui.message.hidden) showMessage(problem);
 });

@@ -68,17 +68,20 @@ export function formatValue(value) {
 }
 
 /**
- * A vertical colour bar at (x, y), `height` tall, labelled 0 .. max, drawn into a 2D context.
+ * A vertical colour bar at (x, y), `height` tall, labelled low .. max (low 0: attention's scale), drawn into a 2D
+ * context.
  * @param {CanvasRenderingContext2D} ctx
  * @param {number} x
  * @param {number} y
  * @param {number} height
  * @param {number} max
  * @param {number} [width]
+ * @param {number} [low] the scale's bottom (MaxSim's cosines go below 0)
  */
-export function drawColourBar(ctx, x, y, height, max, width = 14) {
+export function drawColourBar(ctx, x, y, height, max, width = 14, low = 0) {
+  const span = max - low;
   for (let py = 0; py < height; py++) {
-    ctx.fillStyle = cssColour((1 - py / Math.max(height - 1, 1)) * max, max);
+    ctx.fillStyle = cssColour((1 - py / Math.max(height - 1, 1)) * span, span);
     ctx.fillRect(x, y + py, width, 1);
   }
   ctx.strokeStyle = "#4a4a4a";
@@ -87,6 +90,6 @@ export function drawColourBar(ctx, x, y, height, max, width = 14) {
   ctx.textBaseline = "middle";
   ctx.textAlign = "left";
   for (const fraction of [1, 0.5, 0]) {
-    ctx.fillText(formatValue(fraction * max), x + width + 4, y + (1 - fraction) * (height - 1));
+    ctx.fillText(formatValue(low + fraction * span), x + width + 4, y + (1 - fraction) * (height - 1));
   }
 }

@@ -1,8 +1,8 @@
 // @ts-check
 // The served models' facts, from GET /info (which lists every served model under `models`): for the model
 // chosen, what the controls and requests depend on (its layers and heads, which layers attend locally, labels,
-// max length, whether it serves attention, its tasks: the LoRA adapters it carries), and the limits all models
-// share. The first model listed is the server's default.
+// max length, whether it serves attention and token vectors (MaxSim), its tasks: the LoRA adapters it carries), and
+// the limits all models share. The first model listed is the server's default.
 
 import { call } from "./api.js";
 import { reach, reachInWords } from "./matrix.js";
@@ -20,6 +20,7 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {string[]} labels empty for a model without a classification head
  * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
  * @property {string[]} [adapters] its tasks: the names of the LoRA adapters its bundle carries (none: empty)
+ * @property {string[]} [tasks] what it can be asked (embed, attention, multi_vector, ...)
  */
 
 /**
@@ -44,6 +45,7 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {boolean} attention whether it has an attention graph (/attention answers for it)
  * @property {string[]} adapters its tasks (LoRA adapters), which a request's `task` names; empty for none
  * @property {string} task the task chosen, one of `adapters`; "" for none: the bare base model
+ * @property {boolean} multiVector whether it gives token vectors for late interaction (/maxsim answers for it)
  */
 
 /** @returns {Promise<Served>} */
@@ -69,7 +71,7 @@ export function factsOf(served, name, task = "") {
     maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
     causal: entry.causal ?? false,
     maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
-    adapters, task: adapters.includes(task) ? task : "",
+    adapters, task: adapters.includes(task) ? task : "", multiVector: (entry.tasks ?? []).includes("multi_vector"),
   };
 }
 
@@ -96,6 +98,7 @@ export function describe(facts) {
   const windows = local.length ? ` · ${which} ${reachInWords(Number(facts.windows[local[0]]), facts.causal)}` : "";
   const causal = facts.causal ? " · causal: each token sees only itself and the tokens before it" : "";
   const tasks = facts.adapters.length ? ` · tasks: ${facts.adapters.join(", ")}` : "";
+  const late = facts.multiVector ? " · token vectors: MaxSim below" : "";
   return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · up to ${facts.maxLength}`
-    + ` tokens · ${labels}${tasks}${attention}`;
+    + ` tokens · ${labels}${tasks}${attention}${late}`;
 }

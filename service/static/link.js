@@ -1,6 +1,7 @@
 // @ts-check
 // The page's link: `/explore?text=...&compare=...&model=...&task=...` opens with its texts run on its model and
-// task, and after each run the address bar is made to say what was run, so it can be copied and opens the same run.
+// task (`&query=...&document=...`: and the MaxSim view's pair, for a multi-vector model), and after each run the
+// address bar is made to say what was run, so it can be copied and opens the same run.
 
 /** @typedef {import("./facts.js").Facts} Facts */
 
@@ -11,26 +12,43 @@
  * @property {string | null} compare a second text; null: none
  * @property {string} model "" for none: the server's default
  * @property {string} task "" for none: the bare base model
+ * @property {Pair | null} pair the MaxSim view's query and document; null: none (both are needed)
  */
+
+/** @typedef {{query: string, document: string}} Pair a MaxSim view's inputs */
 
 /** @returns {Linked} */
 export function readLink() {
   const params = new URLSearchParams(location.search);
   return { text: params.get("text"), compare: params.get("compare"), model: params.get("model") ?? "",
-    task: params.get("task") ?? "" };
+    task: params.get("task") ?? "", pair: pairOf(params.get("query"), params.get("document")) };
+}
+
+/**
+ * @param {string | null} query
+ * @param {string | null} document
+ * @returns {Pair | null}
+ */
+function pairOf(query, document) {
+  return query === null || document === null ? null : { query, document };
 }
 
 /**
  * The address bar made to name the texts run (`&compare=...` for a second text), the model when several are served
- * and the task when one is chosen.
+ * and the task when one is chosen, and the MaxSim view's query and document when it drew them.
  * @param {string[]} texts
  * @param {Facts} facts
+ * @param {Pair | null} [pair]
  */
-export function keepLink(texts, facts) {
+export function keepLink(texts, facts, pair = null) {
   const params = new URLSearchParams({ text: texts[0] });
   if (texts.length > 1) params.set("compare", texts[1]);
   if (facts.modelCount > 1) params.set("model", facts.model);
   if (facts.task) params.set("task", facts.task);
+  if (pair) {
+    params.set("query", pair.query);
+    params.set("document", pair.document);
+  }
   history.replaceState(null, "", `${location.pathname}?${params}`);
 }
 

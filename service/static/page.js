@@ -40,6 +40,15 @@ export const ui = {
   exportPng: byId("export-png", HTMLButtonElement),
   exportJson: byId("export-json", HTMLButtonElement),
   views: byId("views", HTMLElement),
+  maxsimBox: byId("maxsim-box", HTMLElement),
+  maxsimForm: byId("maxsim-form", HTMLFormElement),
+  maxsimQuery: byId("maxsim-query", HTMLTextAreaElement),
+  maxsimDocument: byId("maxsim-document", HTMLTextAreaElement),
+  maxsimRun: byId("maxsim-run", HTMLButtonElement),
+  maxsimScore: byId("maxsim-score", HTMLElement),
+  maxsim: byId("maxsim", HTMLElement),
+  maxsimFigure: byId("maxsim-figure", HTMLElement),
+  maxsimReadout: byId("maxsim-readout", HTMLElement),
 };
 
 /** The view tabs (the buttons of the tablist), in order. */
