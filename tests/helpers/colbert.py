@@ -37,7 +37,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-from tests.helpers.tokenizers import MULTILINGUAL
+from tests.helpers.tokenizers import MULTILINGUAL, frozen
 
 SHAPES: dict[str, dict[str, int]] = {
     "tiny": dict(hidden=32, heads=2, layers=2, ffn=64, size=16, query_length=12, document_length=48),
@@ -55,8 +55,10 @@ DOCUMENTS = [
 ]
 
 
-def wordpiece() -> Tokenizer:
-    """BERT's uncased WordPiece with [CLS] A [SEP], trained offline, [unused0] and [unused1] in its vocabulary."""
+@frozen
+def colbert_wordpiece() -> Tokenizer:
+    """BERT's uncased WordPiece with [CLS] A [SEP], trained offline, [unused0] and [unused1] in its vocabulary
+    (saved: tests.helpers.tokenizers.FROZEN)."""
     tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -70,7 +72,7 @@ def wordpiece() -> Tokenizer:
 
 def save_bert(directory: Path, shape: str, seed: int = 0) -> Path:
     """A seeded random BertModel of `shape` with the WordPiece tokenizer, biases and norms moved off their start."""
-    s, tokenizer = SHAPES[shape], wordpiece()
+    s, tokenizer = SHAPES[shape], colbert_wordpiece()
     config = transformers.BertConfig(
         vocab_size=tokenizer.get_vocab_size(), hidden_size=s["hidden"], num_attention_heads=s["heads"],
         num_hidden_layers=s["layers"], intermediate_size=s["ffn"], max_position_embeddings=256)

@@ -175,8 +175,9 @@ def gemma_bpe(vocab_size: int = 600) -> Tokenizer:
 ALL = (wordpiece, wordpiece_fairseq, byte_level_bpe, modernbert_bpe, unigram, qwen_bpe, gemma_bpe)
 
 if __name__ == "__main__":
+    from tests.helpers.colbert import colbert_wordpiece
     from tests.helpers.tiny import tiny_wordpiece
 
     FROZEN.mkdir(exist_ok=True)
-    for helper in (*ALL, tiny_wordpiece):
+    for helper in (*ALL, tiny_wordpiece, colbert_wordpiece):
         helper.train().save(str(FROZEN / f"{helper.__name__}.json"))  # type: ignore[attr-defined]
