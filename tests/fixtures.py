@@ -19,6 +19,10 @@
                       family's bundle is exported once per session, whichever tests ask for it
     task_model        a jina-v3-shaped sentence-transformers BERT with three PEFT LoRA adapters (tests.helpers.tasks)
     task_bundle       its fp32 bundle with the adapters, name "jina"
+    bge_m3_tiny       a tiny random bge-m3 (tests.helpers.bge_m3) and its fp32 bundle: (source, bundle)
+    colbert_tiny      tests.helpers.colbert.build_case at the tiny shape (PyLate and colbert-ai layouts with their
+                      references' vectors and scores), each layout exported fp32 as `{layout}_bundle` (names
+                      "pylate", "colbert_ai")
 """
 
 from __future__ import annotations
@@ -153,3 +157,27 @@ def task_bundle(task_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Pa
     from tests.helpers.tasks import export_task_bundle
 
     return export_task_bundle(task_model, tmp_path_factory.mktemp("bundles") / "jina")
+
+
+@pytest.fixture(scope="session")
+def bge_m3_tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    from export.bundle import export_bundle
+    from tests.helpers import bge_m3
+
+    root = tmp_path_factory.mktemp("bge-m3-tiny")
+    bge_m3.save_bge_m3(root / "source", "tiny")
+    export_bundle(root / "source", root / "bundle", variants=("fp32",))
+    return root / "source", root / "bundle"
+
+
+@pytest.fixture(scope="session")
+def colbert_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from export.bundle import export_bundle
+    from tests.helpers import colbert
+
+    root = tmp_path_factory.mktemp("colbert-tiny")
+    built = colbert.build_case(root, "tiny")
+    for layout in ("pylate", "colbert_ai"):
+        built[f"{layout}_bundle"] = root / f"bundle-{layout}"
+        export_bundle(built[f"{layout}_dir"], built[f"{layout}_bundle"], variants=("fp32",), name=layout)
+    return built

@@ -22,7 +22,6 @@ import httpx
 import numpy as np
 import pytest
 
-from export.bundle import export_bundle
 from tests.browser.watch import WAIT_MS, Watched, bodies
 from tests.helpers import bge_m3, colbert
 from tests.helpers.process import running
@@ -33,14 +32,13 @@ M3 = "m3"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_plain_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("maxsim-view")
-    bge_m3.save_bge_m3(root / "source", "tiny")
-    export_bundle(root / "source", root / "bundle", variants=["fp32"], name=M3)
-    pylate, _ = colbert.save_pylate(root / "colbert", "tiny")
-    export_bundle(pylate, root / "pylate", variants=["fp32"], name="pylate")
-    with running(root / "bundle", root / "server.log", "--bundle", f"plain={tiny_plain_bundle}",
-                 "--bundle", f"pylate={root / 'pylate'}") as server:
+def served(tiny_plain_bundle: Path, bge_m3_tiny: tuple[Path, Path], colbert_tiny: dict[str, Any],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """bge-m3 (as "m3", the default), the plain bundle and PyLate's ColBERT, the session's bundles."""
+    log = tmp_path_factory.mktemp("maxsim-view") / "server.log"
+    first = Path(f"{M3}={bge_m3_tiny[1]}")  # NAME=DIR, as --bundle takes it
+    with running(first, log, "--bundle", f"plain={tiny_plain_bundle}",
+                 "--bundle", f"pylate={colbert_tiny['pylate_bundle']}") as server:
         yield server.url
     assert server.proc.returncode == 0, server.log()
 

@@ -18,7 +18,6 @@ import pytest
 from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
-from export.bundle import export_bundle
 from export.graphs import export_graph, output_names
 from inference import multivector
 from model.checkpoint import LoadedModel
@@ -56,18 +55,18 @@ class Case:
 
 @pytest.fixture(scope="module", params=["tiny", "realistic"])
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
-    root = tmp_path_factory.mktemp(f"bge-m3-{request.param}")
-    bge_m3.save_bge_m3(root / "source", request.param)
-    model = load_model(root / "source")
     manifest = None
-    if request.param == "tiny":
-        manifest = export_bundle(root / "source", root / "bundle", variants=["fp32"])
-        graph = root / "bundle" / "fast-fp32.onnx"
+    if request.param == "tiny":  # the session's tiny bge-m3 bundle (tests/fixtures.py), served by other tests too
+        source, bundle = request.getfixturevalue("bge_m3_tiny")
+        model, manifest, graph = load_model(source), Manifest.read(bundle), bundle / "fast-fp32.onnx"
     else:
-        graph = root / "fast-fp32.onnx"
+        root = tmp_path_factory.mktemp(f"bge-m3-{request.param}")
+        source, graph = root / "source", root / "fast-fp32.onnx"
+        bge_m3.save_bge_m3(source, request.param)
+        model = load_model(source)
         export_graph(model.encoder, "fast", graph)
     texts = [*(bge_m3.TEXTS if request.param == "tiny" else bge_m3.LONG_TEXTS), bge_m3.QUERY, bge_m3.DOCUMENT]
-    reference = bge_m3.reference_model(root / "source")
+    reference = bge_m3.reference_model(source)
     expected = bge_m3.encode_reference(reference, texts, model.encoder.config.serving_length)
     return Case(model, graph, manifest, reference, texts, expected)
 

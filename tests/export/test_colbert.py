@@ -28,6 +28,8 @@ LAYOUTS = {"tiny": ("pylate", "colbert_ai"), "realistic": ("pylate",)}  # the la
 
 @pytest.fixture(scope="module", params=["tiny", "realistic"])
 def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if request.param == "tiny":  # the session's tiny case (tests/fixtures.py), served by other tests too
+        return request.getfixturevalue("colbert_tiny")  # type: ignore[no-any-return]
     root = tmp_path_factory.mktemp(f"colbert-export-{request.param}")
     built = ref.build_case(root, request.param)
     for layout in LAYOUTS[request.param]:

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from export.bundle import export_bundle
 from tests.helpers import colbert as ref
 from tests.helpers.serving import assert_error, post_ok, serving
 
@@ -25,13 +24,8 @@ LAYOUTS = ("pylate", "colbert_ai")
 
 
 @pytest.fixture(scope="module")
-def case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("colbert-served")
-    built = ref.build_case(root, "tiny")
-    for layout in LAYOUTS:
-        export_bundle(built[f"{layout}_dir"], root / f"bundle-{layout}", variants=("fp32",), name=layout)
-        built[f"{layout}_bundle"] = root / f"bundle-{layout}"
-    return built
+def case(colbert_tiny: dict[str, Any]) -> dict[str, Any]:
+    return colbert_tiny  # exported once per session (tests/fixtures.py)
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")

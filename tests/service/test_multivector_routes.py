@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from export.bundle import export_bundle
 from inference.loading import LoadedBundle
 from tests.helpers import bge_m3
 from tests.helpers.fakes import GatedBundle
@@ -33,10 +32,8 @@ DOCUMENTS = [bge_m3.DOCUMENT, *bge_m3.TEXTS[:3], bge_m3.UNKNOWN]
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    directory = tmp_path_factory.mktemp("bge-m3-served") / "source"
-    bge_m3.save_bge_m3(directory, "tiny")
-    return directory
+def source(bge_m3_tiny: tuple[Path, Path]) -> Path:
+    return bge_m3_tiny[0]  # with its bundle, exported once per session (tests/fixtures.py)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +63,10 @@ def runs() -> dict[str, Counting]:
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(source: Path, tiny_plain_bundle: Path, runs: dict[str, Counting]) -> AsyncIterator[httpx.AsyncClient]:
+async def client(bge_m3_tiny: tuple[Path, Path], tiny_plain_bundle: Path,
+                 runs: dict[str, Counting]) -> AsyncIterator[httpx.AsyncClient]:
     """bge-m3 first (fp32, with its attention graph), a plain bundle second; each bundle's runs counted."""
-    bundle = source.parent / "bundle"
-    export_bundle(source, bundle, variants=["fp32"])
+    bundle = bge_m3_tiny[1]
 
     def counting(loaded: LoadedBundle) -> Counting:
         fake = Counting(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
