@@ -50,6 +50,9 @@ def check(manifest: Manifest, output: JobOutput) -> None:
                        "lexical weights) or --sparse alone (a masked-LM bundle's SPLADE vector)")
     if output.chunking is not None or output.classify:
         raise JobError("--outputs does not go with --chunking or --classify: multi-vector outputs are per document")
+    if output.prompt_name is not None or output.instruction is not None:  # the model's own prefixes are used
+        raise JobError("--outputs does not go with --prompt-name or --instruction: a multi-vector model's texts get "
+                       "its own query or document prefix (--input-type)")
     if output.multi_dtype not in MULTI_DTYPES or output.input_type not in INPUT_TYPES:
         raise JobError(f"--multi-dtype is one of {', '.join(MULTI_DTYPES)}; --input-type one of query, document")
     given = {o.name for g in manifest.graphs if g.kind == "fast" for o in g.outputs}

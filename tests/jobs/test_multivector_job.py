@@ -100,6 +100,8 @@ def test_refusals(bge, tiny_bundle: Path, tmp_path: Path, capsys) -> None:
         _run(tiny_bundle, bge["docs"], tmp_path / "plain", outputs=("multi",))
     with pytest.raises(JobError, match="--sparse does not go with --outputs"):
         _run(bge["bundle"], bge["docs"], tmp_path / "both", outputs=("multi",), sparse=True)
+    with pytest.raises(JobError, match="--prompt-name"):  # the model's own prefixes, never silently another
+        _run(bge["bundle"], bge["docs"], tmp_path / "prompt", outputs=("multi",), prompt_name="query")
     args = [str(bge["docs"]), "--bundle", str(bge["bundle"]), "--id-column", "id"]
     assert main([*args, "--out", str(tmp_path / "bad"), "--outputs", "dense,colbert"]) == 2
     assert "'colbert'" in capsys.readouterr().err
