@@ -18,7 +18,7 @@ import pyarrow as pa
 from bundle.manifest import Manifest, MultiVectorSpec
 from inference import colbert, multivector, postprocess
 from inference.graphs import Graph
-from inference.late import OUTPUTS, _fed
+from inference.late import OUTPUTS, fed
 from inference.loading import LoadedBundle
 from inference.sparse import lexical
 from jobs import embedding
@@ -101,7 +101,7 @@ def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
                document: bool) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
     """What the graph is fed per text ((n,) ids, or ColBERT's (n, 3) ids, type ids and attended flags), its (n,)
     ids and its (n,) kept positions (before the spec's skips)."""
-    if not _fed(spec):  # bge-m3: the text after the model's prefix, every real token kept
+    if not fed(spec):  # bge-m3: the text after the model's prefix, every real token kept
         prefix = spec.document_prefix if document else spec.query_prefix
         ids = embedding.tokenize(bundle, texts, prefix)
         return ids, ids, [np.ones_like(i) for i in ids]
