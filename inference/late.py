@@ -74,7 +74,7 @@ async def encode(
     check_dimensions(dimensions, spec.size if "multi" in wanted else model.bundle.manifest.embedding_size)
     width = (dimensions or spec.size) if "multi" in wanted else 0
     document = input_type == "document"
-    if _fed(spec):
+    if fed(spec):
         ids, keep, offsets, ran = await _run_fed(model, inputs, document, width)
     else:
         prefix = spec.document_prefix if document else spec.query_prefix
@@ -99,7 +99,7 @@ async def encode(
     return MultiOutputs(sum(lengths), lengths, offsets, dense, sparse, multi, positions, ids, weights)
 
 
-def _fed(spec: MultiVectorSpec) -> bool:
+def fed(spec: MultiVectorSpec) -> bool:
     """Whether the model's inputs are fed as ColBERT's references feed them (marker ids, query expansion)."""
     return bool(spec.query_prefix_ids or spec.document_prefix_ids or spec.query_length or spec.document_length)
 
@@ -150,7 +150,7 @@ async def rerank(
         scored = [_maxsim(asked.multi[0], vectors, spec) for vectors in found.multi]
         spans, tokens = None, found.tokens
     else:
-        if spec.document_prefix or _fed(spec):
+        if spec.document_prefix or fed(spec):
             raise Unsupported(f"model {model.name} marks its documents (a prefix): its windows cannot be cut as "
                               "its documents are; send the documents truncated (it cuts them at its length)")
         cut = functools.partial(chunking.cut, keep_tokens=True)

@@ -57,6 +57,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--token-count", action="store_true", help="also write each row's token count")
     parser.add_argument("--sparse", action="store_true", help="also write a masked-LM (SPLADE) bundle's sparse "
                         "vector: a column of (index, value) lists, its nonzero entries in vocabulary order")
+    parser.add_argument("--outputs", metavar="LIST",
+                        help="a multi-vector bundle's outputs, comma separated, all from one graph run per batch: "
+                             "dense (the `embedding` column), sparse (bge-m3's lexical weights: the `sparse` column "
+                             "of (index, value) lists), multi (the token vectors: the `multi` column, per row a list "
+                             "of fixed-size lists); default: dense, as without the flag (not with --sparse)")
+    parser.add_argument("--multi-dtype", choices=("float32", "float16"), default="float32",
+                        help="with --outputs multi: the token vectors' type in Parquet (float16 halves the size, "
+                             "rounding each value)")
+    parser.add_argument("--input-type", choices=("query", "document"), default="document",
+                        help="with --outputs: read the texts as a multi-vector model's queries or documents "
+                             "(ColBERT: [Q]/[D] markers, queries expanded with [MASK]s; bge-m3: the same either way)")
     parser.add_argument("--prompt-name", metavar="NAME",
                         help="put the model's prompt NAME (manifest.json prompts, GET /info) before every text, as "
                              "/embed's prompt_name does (default: the model's default prompt, when it names one)")
@@ -162,8 +173,15 @@ def _job(args: argparse.Namespace, max_windows: int):
         raise JobError("--part-rows must be at least 1")
     return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
                JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
-                         args.sparse, args.prompt_name, args.instruction, args.task),
+                         args.sparse, args.prompt_name, args.instruction, args.task, _outputs(args),
+                         args.multi_dtype, args.input_type),
                args.part_rows, args.overwrite)
+
+
+def _outputs(args: argparse.Namespace) -> tuple[str, ...] | None:
+    from jobs.multivector import parse_outputs
+
+    return None if args.outputs is None else parse_outputs(args.outputs)
 
 
 def _chunking(args: argparse.Namespace, max_windows: int) -> Chunking | None:

@@ -80,6 +80,9 @@ class JobOutput:
     prompt_name: str | None = None  # the model's prompt put before every text; None: its default, as the server's
     instruction: str | None = None  # an instruction-following embedder's task, as /embed's `instruction`
     task: str | None = None  # the model's LoRA adapter every row runs with, as a request's `task`; None: the base
+    outputs: tuple[str, ...] | None = None  # --outputs of a multi-vector bundle (jobs.multivector); None: dense as ever
+    multi_dtype: str = "float32"  # the token vectors' type in Parquet: float32 or float16
+    input_type: str = "document"  # a multi-vector model's texts read as queries or documents
 
 
 def adapter_of(manifest: Manifest, output: JobOutput) -> int:
@@ -228,20 +231,27 @@ def finite(values: np.ndarray, name: str) -> None:
         raise JobError(f"the model produced NaN or Inf in {name}") from None
 
 
-def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutput, fingerprint: str) -> pa.Schema:
-    """id, embedding, then tokens, label and scores as asked. With --chunking windows, one row per window:
+def schema(id_type: pa.DataType, hidden: int, labels: list[str], output: JobOutput, fingerprint: str,
+           multi_width: int = 0) -> pa.Schema:
+    """id, embedding (with --outputs: when dense is asked for), then tokens, label, scores, sparse and multi (each
+    row's `multi_width`-wide token vectors, jobs.multivector) as asked. With --chunking windows, one row per window:
     id, window, start, stop, tokens (its content tokens: always), embedding, then label and scores. The
     schema's metadata holds the model's fingerprint (FINGERPRINT_KEY), as the server's x-model-fingerprint
     says it: an index built from parts of several jobs can tell whether one model build made every vector."""
     windows = output.chunking is not None and output.chunking.mode == "windows"
     fields = [pa.field("id", id_type)] + [pa.field(name, pa.int32()) for name in WINDOW_COLUMNS if windows]
-    fields.append(pa.field("embedding", pa.list_(pa.float32(), hidden)))
+    if output.outputs is None or "dense" in output.outputs:
+        fields.append(pa.field("embedding", pa.list_(pa.float32(), hidden)))
     if output.token_count and not windows:
         fields.append(pa.field("tokens", pa.int32()))
     if output.classify:
         fields += [pa.field("label", pa.string()), pa.field("scores", pa.list_(pa.float32(), len(labels)))]
-    if output.sparse:
+    if output.sparse or "sparse" in (output.outputs or ()):
         fields.append(pa.field("sparse", SPARSE_TYPE))
+    if "multi" in (output.outputs or ()):
+        from jobs.multivector import multi_type
+
+        fields.append(pa.field("multi", multi_type(multi_width, output.multi_dtype)))
     return pa.schema(fields, metadata={FINGERPRINT_KEY: fingerprint.encode()})
 
 
@@ -250,8 +260,9 @@ def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], targ
     values["doc"] (M,) is each row's document: its index in `ids`."""
     if "doc" in values:
         ids = [ids[doc] for doc in values["doc"].tolist()]
-    columns: dict[str, pa.Array] = {"id": pa.array(ids, type=target.field("id").type),
-                                    "embedding": _fixed(values["embeddings"])}
+    columns: dict[str, pa.Array] = {"id": pa.array(ids, type=target.field("id").type)}
+    if "embedding" in target.names:
+        columns["embedding"] = _fixed(values["embeddings"])
     for name in WINDOW_COLUMNS:  # tokens among them: written in every mode that asks for it
         if name in target.names:
             columns[name] = pa.array(values[name], type=pa.int32())
@@ -262,6 +273,12 @@ def table(ids: list[Any], values: dict[str, np.ndarray], labels: list[str], targ
         columns["scores"] = _fixed(scores)
     if "sparse" in target.names:
         columns["sparse"] = _sparse(values["sparse"])  # type: ignore[arg-type]
+    if "multi" in target.names:
+        from jobs.multivector import multi_column
+
+        row_type = target.field("multi").type.value_type  # fixed-size lists of M values
+        dtype = "float16" if row_type.value_type == pa.float16() else "float32"
+        columns["multi"] = multi_column(values["multi"], row_type.list_size, dtype)  # type: ignore[arg-type]
     return pa.table(columns, schema=target)
 
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 from inference.errors import StartupError
 from inference.loading import LoadedBundle, load_bundle
 from inference.options import BatchOptions, LoadOptions
-from jobs import embedding, inputs, parts, windows
+from jobs import embedding, inputs, multivector, parts, windows
 from jobs.embedding import Batching, JobError, JobOutput
 from jobs.inputs import Chunk, Columns, Source
 from jobs.progress import Progress
@@ -79,6 +79,7 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    multivector.check(bundle.manifest, output)  # first: --sparse with --outputs is refused as such
     check_sparse(bundle.manifest.task, output)
     prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
     output = windows.resolve(output, bundle.tokenizer, bundle.manifest)
@@ -98,7 +99,7 @@ def check_sparse(task: str, output: JobOutput) -> None:
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
     return embedding.schema(embedding.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
-                            job.output, bundle.fingerprint)
+                            job.output, bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:

@@ -36,7 +36,7 @@ from bundle.files import written_whole
 from inference.errors import StartupError
 from inference.loading import verify
 from inference.tokenize import load_tokenizer
-from jobs import embedding, inputs, parts, windows
+from jobs import embedding, inputs, multivector, parts, windows
 from jobs.embedding import JobError, JobOutput
 from jobs.local import Job, JobModel, Summary, check_sparse, open_bundle
 
@@ -86,8 +86,9 @@ class Embedder:
         load = model.load.model_copy(update={"intra_op_threads": threads})
         self.batching, self.output = model.batching, output
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
-        self.schema = embedding.schema(embedding.id_type(has_id_column), self.bundle.manifest.embedding_size,
-                                       list(self.bundle.manifest.labels), output, self.bundle.fingerprint)
+        m = self.bundle.manifest
+        self.schema = embedding.schema(embedding.id_type(has_id_column), m.embedding_size, list(m.labels), output,
+                                       self.bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)
@@ -193,6 +194,7 @@ def _check_bundle(model: JobModel, output: JobOutput) -> tuple[JobOutput, window
         raise JobError(f"cannot load the bundle: {error.message}") from None
     if output.classify and not manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
+    multivector.check(manifest, output)  # first: --sparse with --outputs is refused as such
     check_sparse(manifest.task, output)
     prompt = embedding.prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:

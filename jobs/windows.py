@@ -91,6 +91,10 @@ def embed(
     """`embedding.embed` without chunking. With it, per document (mean): embeddings (N, D), tokens (N,) run (every
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
+    if output.outputs is not None:  # a multi-vector bundle's outputs, one run per batch
+        from jobs import multivector
+
+        return multivector.embed(bundle, texts, output, batching, on_rows)  # type: ignore[return-value]
     if output.chunking is None:
         return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
