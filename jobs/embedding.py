@@ -16,6 +16,7 @@ Shape letters: N rows, D hidden, C labels, T tokens of one row.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -83,6 +84,17 @@ class JobOutput:
     outputs: tuple[str, ...] | None = None  # --outputs of a multi-vector bundle (jobs.multivector); None: dense as ever
     multi_dtype: str = "float32"  # the token vectors' type in Parquet: float32 or float16
     input_type: str = "document"  # a multi-vector model's texts read as queries or documents
+
+
+# Fields a job's record (_job.json) leaves out at their defaults, so a job begun before they existed still resumes
+LATER_FIELDS = ("outputs", "multi_dtype", "input_type")
+
+
+def recorded(output: JobOutput) -> dict[str, Any]:
+    """The output's fields as _job.json records them: every field, less those of LATER_FIELDS at their defaults."""
+    defaults = JobOutput()
+    return {name: value for name, value in dataclasses.asdict(output).items()
+            if name not in LATER_FIELDS or value != getattr(defaults, name)}
 
 
 def adapter_of(manifest: Manifest, output: JobOutput) -> int:

@@ -181,7 +181,7 @@ def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobMo
     graph = m.graph("fast", bundle.variants["fast"])
     return {
         "inputs": [_identity(s.path) for s in sources], "formats": [s.format for s in sources],
-        "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
+        "text_column": job.columns.text, "id_column": job.columns.id, "output": embedding.recorded(job.output),
         "part_rows": job.part_rows, "batching": asdict(model.batching),
         "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.content_sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,

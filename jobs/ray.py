@@ -24,7 +24,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -207,7 +207,7 @@ def _check_bundle(model: JobModel, output: JobOutput) -> tuple[JobOutput, window
 
 def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:
     return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
-            "text_column": job.columns.text, "id_column": job.columns.id, "output": asdict(job.output),
+            "text_column": job.columns.text, "id_column": job.columns.id, "output": embedding.recorded(job.output),
             "bundle": str(model.bundle.resolve()), "provider": model.load.provider, "variant": model.load.variant}
 
 

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from export.bundle import export_bundle
 from inference.graphs import Graph
 from jobs.cli import main
 from jobs.embedding import JobError, JobOutput
@@ -28,13 +27,13 @@ ALL = ("dense", "sparse", "multi")
 
 
 @pytest.fixture(scope="module")
-def bge(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    root = tmp_path_factory.mktemp("bge-m3-job")
-    bge_m3.save_bge_m3(root / "source", "tiny")
-    export_bundle(root / "source", root / "bundle", variants=["fp32"])
-    expected = bge_m3.encode_reference(bge_m3.reference_model(root / "source"), TEXTS, 64)
-    docs = write(root / "docs.jsonl", [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)])
-    return dict(bundle=root / "bundle", expected=expected, docs=docs)
+def bge(bge_m3_tiny: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The session's tiny bge-m3 (tests/fixtures.py) and its reference's outputs for TEXTS."""
+    source, bundle = bge_m3_tiny
+    expected = bge_m3.encode_reference(bge_m3.reference_model(source), TEXTS, 64)
+    docs = write(tmp_path_factory.mktemp("bge-m3-job") / "docs.jsonl",
+                 [{"id": f"d{i}", "text": t} for i, t in enumerate(TEXTS)])
+    return dict(bundle=bundle, expected=expected, docs=docs)
 
 
 def _run(bundle: Path, docs: Path, out: Path, max_batch_size: int = 64, **output: Any):
@@ -82,14 +81,13 @@ def test_float16_token_vectors_and_outputs_asked_alone(bge, tmp_path: Path) -> N
         assert np.abs(g - w.astype(np.float16).astype(np.float32)).max() <= 2.0 ** -11
 
 
-def test_pylate_documents_equal_pylates(tmp_path: Path) -> None:
-    built = ref.build_case(tmp_path, "tiny")
-    export_bundle(built["pylate_dir"], tmp_path / "bundle", variants=("fp32",), name="pylate")
+def test_pylate_documents_equal_pylates(colbert_tiny: dict[str, Any], tmp_path: Path) -> None:
+    built, bundle = colbert_tiny, colbert_tiny["pylate_bundle"]  # the session's tiny PyLate case
     docs = write(tmp_path / "docs.jsonl", [{"id": str(i), "text": t} for i, t in enumerate(ref.DOCUMENTS)])
-    _run(tmp_path / "bundle", docs, tmp_path / "out", max_batch_size=2, outputs=("multi",), input_type="document")
+    _run(bundle, docs, tmp_path / "out", max_batch_size=2, outputs=("multi",), input_type="document")
     ref.assert_equal_vectors(_multi(output(tmp_path / "out")), built["pylate"]["documents"], TOLERANCE)
     queries = write(tmp_path / "q.jsonl", [{"id": str(i), "text": t} for i, t in enumerate(ref.QUERIES)])
-    _run(tmp_path / "bundle", queries, tmp_path / "q", outputs=("multi",), input_type="query")
+    _run(bundle, queries, tmp_path / "q", outputs=("multi",), input_type="query")
     ref.assert_equal_vectors(_multi(output(tmp_path / "q")), built["pylate"]["queries"], TOLERANCE)
 
 
