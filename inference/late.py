@@ -104,7 +104,7 @@ def fed(spec: MultiVectorSpec) -> bool:
     return bool(spec.query_prefix_ids or spec.document_prefix_ids or spec.query_length or spec.document_length)
 
 
-_FEEDERS: dict[tuple[str, str, int], colbert.ColbertFeeder] = {}  # by what a feeder is made of: one per model
+_FEEDERS: dict[str, colbert.ColbertFeeder] = {}  # by the bundle's fingerprint (its content): one per model
 
 
 async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
@@ -116,10 +116,9 @@ async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
         raise InvalidRequest(f"model {model.name} takes texts (its queries and documents get marker tokens)",
                              code="texts_only")
     tokenizer, spec = model.bundle.tokenizer, _spec(model)
-    key = (model.bundle.manifest.tokenizer_sha256, spec.model_dump_json(), tokenizer.max_length)
-    feeder = _FEEDERS.get(key)
+    feeder = _FEEDERS.get(model.fingerprint)  # no per-request serialising of the spec
     if feeder is None:
-        feeder = _FEEDERS[key] = colbert.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+        feeder = _FEEDERS[model.fingerprint] = colbert.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
     feed = await model.maybe_off_loop(inputs, feeder.documents if document else feeder.queries, inputs)
     check_multi_size(model.limits, feed.lengths, width)
     ids = [feed.input_ids[row, :n] for row, n in enumerate(feed.lengths)]  # (n,) each
