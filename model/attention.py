@@ -30,12 +30,24 @@ its two neighbours (3w keys: every key within w of any query in the block), so s
 cut to those 3w keys, so every query sees exactly the keys it saw before; the softmax adds the same non-zero
 terms. Used where nobody asks for the (T, T) maps (the encoder's fast path); the maps come from the full form.
 Extra letters: W = w block size, N = ceil(T / W) blocks.
+
+Streamed layers (streamed_attention: the fast path's global and causal layers of the models that read long inputs,
+EncoderConfig.streams) compute the same equation without ever holding the (T, T) scores. In PyTorch the queries go
+in blocks of QUERY_BLOCK = C rows, each block the equation above against every key with that block's rows of the mask
+((B, H, C, T) scores: memory grows with T·C). In an exported graph they are onnxruntime's kernels that stream over
+the keys as flash attention does (one block of queries against one block of keys at a time, carrying each row's
+running maximum and sum of the softmax): com.microsoft.MultiHeadAttention for bidirectional layers, whose CPU flash
+path takes no mask, so the padding enters the scores through one more dimension of q and k (q's is 1, k's 0 for a
+real key and a large negative number for padding: q·k + 1·that is the additive mask), and
+com.microsoft.GroupQueryAttention for causal ones (the same padding dimension, a causal layer's window, shared
+key/value heads read as they are). Both take the scale as an attribute (the padded width must not change 1 / √d_k).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -111,6 +123,103 @@ def band_mask(key_padding_mask: Tensor, window: int) -> Tensor:
     return (keys > 0) & near  # (B, 1, N, W, 3W)
 
 
+# Queries per block in PyTorch's streamed form: (B, H, QUERY_BLOCK, T) scores at a time.
+QUERY_BLOCK = 512
+# The score a padding key gets in the exported bidirectional kernel (float16's lowest finite value, so the graph's
+# float16 variant holds it too): exp of it, times the scale, against any real score underflows to exactly zero.
+PADDING_SCORE = -65504.0
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A streamed layer's mask, in the terms the kernels take: the (B, T) attention mask (1: a real token), whether
+    query i sees only keys j <= i, and a causal layer's window (j >= i - window; 0: none)."""
+
+    attention_mask: Tensor
+    causal: bool = False
+    window: int = 0
+
+
+def streamed_attention(q: Tensor, k: Tensor, v: Tensor, stream: Stream, scale_dim: float = 0.0) -> Tensor:
+    """softmax(Q Kᵀ / √d_k) · V under `stream`'s mask, never holding (T, T) scores (module docstring): q (B, H, T,
+    d_k), k and v (B, H_kv, T, d_k) -> (B, H, T, d_k)."""
+    scale = 1.0 / math.sqrt(scale_dim or q.size(-1))
+    if torch.onnx.is_in_onnx_export():
+        if stream.causal:
+            return _exported_causal(q, k, v, stream, scale)
+        return _exported_bidirectional(q, k, v, stream.attention_mask, scale)
+    G = q.size(1) // k.size(1)
+    k, v = share_heads(k, G), share_heads(v, G)  # (B, H, T, d_k) each
+    keys = torch.arange(q.size(2), device=q.device)  # (T,)
+    blocks = []
+    for start in range(0, q.size(2), QUERY_BLOCK):
+        rows = keys[start:start + QUERY_BLOCK, None]  # (C, 1): this block's query positions
+        mask = padding_mask(stream.attention_mask)  # (B, 1, 1, T)
+        if stream.causal:
+            mask = mask & (keys <= rows)  # (B, 1, C, T)
+        if stream.window:
+            mask = mask & (rows - keys <= stream.window)  # (B, 1, C, T)
+        context, _ = scaled_dot_product_attention(q[:, :, start:start + QUERY_BLOCK], k, v, mask,
+                                                  scale_dim=scale_dim)  # (B, H, C, d_k)
+        blocks.append(context)
+    return torch.cat(blocks, dim=2)  # (B, H, T, d_k)
+
+
+def _exported_bidirectional(q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor, scale: float) -> Tensor:
+    """com.microsoft.MultiHeadAttention over (B, T, H · width) inputs, the padding as q and k's extra dimension."""
+    B, H, T, d_k = q.shape
+    G = H // k.size(1)
+    q, k = with_key_scores(q, share_heads(k, G), attention_mask, d_k + 1)  # (B, H, T, d_k + 1) each
+    context = torch.onnx.ops.symbolic(
+        "com.microsoft::MultiHeadAttention", [_tokens_first(q), _tokens_first(k), _tokens_first(share_heads(v, G))],
+        {"num_heads": H, "scale": scale}, dtype=q.dtype, shape=(B, T, H * d_k), version=1)  # (B, T, H · d_k)
+    return context.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
+
+
+def _exported_causal(q: Tensor, k: Tensor, v: Tensor, stream: Stream, scale: float) -> Tensor:
+    """com.microsoft.GroupQueryAttention over (B, T, heads · width) inputs, the padding as q and k's extra dimension
+    (so any padding, left or right: every row is given as T long), the window as the keys a query sees, itself
+    included (window + 1; -1: none), the key/value heads unshared. The kernel takes one head width for q, k and v, a
+    multiple of 8: all three are zero-padded to it, which changes no q·k, and v's padded columns are cut."""
+    B, H, T, d_k = q.shape
+    H_kv = k.size(1)
+    width = d_k + 1 + (-(d_k + 1) % 8)
+    q, k = with_key_scores(q, k, stream.attention_mask, width)  # (B, H, T, width), (B, H_kv, T, width)
+    v = F.pad(v, (0, width - d_k))  # (B, H_kv, T, width)
+    last = stream.attention_mask.new_full((B,), T - 1, dtype=torch.int32)  # (B,): each row's last position
+    total = stream.attention_mask.new_full((), T, dtype=torch.int32)  # (): the sequence length
+    context, _, _ = torch.onnx.ops.symbolic_multi_out(
+        "com.microsoft::GroupQueryAttention", [_tokens_first(q), _tokens_first(k), _tokens_first(v), None, None, last,
+                                               total],
+        {"num_heads": H, "kv_num_heads": H_kv, "scale": scale, "local_window_size": stream.window + 1 if stream.window
+         else -1}, dtypes=[q.dtype] * 3, shapes=[(B, T, H * width), (B, H_kv, T, width), (B, H_kv, T, width)],
+        version=1)  # (B, T, H · width), the cache outputs unused
+    return context.view(B, T, H, width).transpose(1, 2)[..., :d_k]  # (B, H, T, d_k)
+
+
+def with_key_scores(q: Tensor, k: Tensor, attention_mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """q (B, H, T, d_k), k (B, heads, T, d_k) -> each (..., width): one more dimension, q's 1 and k's the padding
+    score (0 for a real key, PADDING_SCORE for padding), so q·k gains the additive mask; then zeros up to width."""
+    key_score = (1.0 - attention_mask.to(q.dtype)) * PADDING_SCORE  # (B, T): 0 for a real key
+    q = torch.cat((q, torch.ones_like(q[..., :1])), dim=-1)  # (B, H, T, d_k + 1)
+    k = torch.cat((k, key_score[:, None, :, None].expand(*k.shape[:3], 1)), dim=-1)  # (B, heads, T, d_k + 1)
+    return F.pad(q, (0, width - q.size(-1))), F.pad(k, (0, width - k.size(-1)))
+
+
+def _tokens_first(x: Tensor) -> Tensor:
+    """(B, heads, T, width) -> (B, T, heads · width), the layout onnxruntime's attention kernels read."""
+    B, heads, T, width = x.shape
+    return x.transpose(1, 2).reshape(B, T, heads * width)
+
+
+def share_heads(x: Tensor, G: int) -> Tensor:
+    """(B, H_kv, T, d_k) -> (B, H, T, d_k): each key/value head repeated for its G query heads."""
+    if G == 1:
+        return x
+    B, H_kv, T, d_k = x.shape
+    return x[:, :, None].expand(B, H_kv, G, T, d_k).reshape(B, H_kv * G, T, d_k)  # (B, H, T, d_k)
+
+
 class MultiHeadSelfAttention(nn.Module):
     """Q, K, V from three projections of one input; heads split, attended, merged, then W_o. num_kv_heads below
     num_heads shares each key/value head among G query heads; qk_norm builds the per-head query and key norms;
@@ -140,23 +249,16 @@ class MultiHeadSelfAttention(nn.Module):
         x = x.view(B, T, heads, self.d_k)  # (B, T, heads, d_k)
         return x.transpose(1, 2)  # (B, heads, T, d_k)
 
-    def share(self, x: Tensor) -> Tensor:
-        """(B, H_kv, T, d_k) -> (B, H, T, d_k): each key/value head repeated for its G query heads."""
-        B, H_kv, T, d_k = x.shape
-        G = self.num_heads // H_kv
-        if G == 1:
-            return x
-        return x[:, :, None].expand(B, H_kv, G, T, d_k).reshape(B, H_kv * G, T, d_k)  # (B, H, T, d_k)
-
     def forward(
         self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None, window: int = 0, adapter: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        stream: Stream | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
         the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k. window > 0: attend within `window`
         over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring).
+        stream: attend by streamed_attention under its mask instead (no weights: None).
         adapter (B,): each row's LoRA adapter in the projections that carry them (model.lora; None: the base)."""
-        B, T, _ = x.shape
         q = self.split_heads(project(self.q_proj, x, adapter), self.num_heads)  # (B, H, T, d_k)
         k = self.split_heads(project(self.k_proj, x, adapter), self.num_kv_heads)  # (B, H_kv, T, d_k)
         v = self.split_heads(project(self.v_proj, x, adapter), self.num_kv_heads)  # (B, H_kv, T, d_k)
@@ -164,16 +266,23 @@ class MultiHeadSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)  # each head's vector normalised over d_k
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k), (B, H_kv, T, d_k)
-        k, v = self.share(k), self.share(v)  # (B, H, T, d_k) each
-        if window:
-            if mask is None or bias is not None:
-                raise ValueError("banded attention takes a padding mask and no score bias")
-            context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout, self.scale_dim)
+        if stream is not None:
+            context, weights = streamed_attention(q, k, v, stream, self.scale_dim), None  # (B, H, T, d_k)
         else:
-            context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias, self.scale_dim)
+            G = self.num_heads // self.num_kv_heads
+            k, v = share_heads(k, G), share_heads(v, G)  # (B, H, T, d_k) each
+            if window:
+                if mask is None or bias is not None:
+                    raise ValueError("banded attention takes a padding mask and no score bias")
+                context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout, self.scale_dim)
+            else:
+                context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias, self.scale_dim)
+        return project(self.out_proj, self.merge_heads(context), adapter), weights
+
+    def merge_heads(self, context: Tensor) -> Tensor:
+        B, _, T, _ = context.shape
         context = context.transpose(1, 2).contiguous()  # (B, T, H, d_k)
-        context = context.view(B, T, self.num_heads * self.d_k)  # (B, T, H · d_k): heads merged back
-        return project(self.out_proj, context, adapter), weights
+        return context.view(B, T, self.num_heads * self.d_k)  # (B, T, H · d_k): heads merged back
 
 
 def padding_mask(attention_mask: Tensor) -> Tensor:

@@ -191,6 +191,16 @@ class EncoderConfig:
             return self.projection_chain[-1][0]
         return self.projection_size or self.d_model
 
+    @property
+    def streams(self) -> bool:
+        """Its fast path's global and causal layers attend by model.attention.streamed_attention, never holding (T, T)
+        scores: rotary and causal models and any model past 512 positions, whose inputs can be long. The
+        512-position encoders keep the explicit equation, the form onnxruntime's optimiser fuses into its Attention
+        operator (export.variants), and so do a relative-position bias, which is (T, T) itself, and mask_kind window
+        (a bidirectional window in every layer, which the streamed kernels do not take)."""
+        long = bool(self.rotary_theta) or self.causal or self.position_limit > 512
+        return long and not self.relative_attention_buckets and self.mask_kind != "window"
+
     def is_local(self, layer: int) -> bool:
         """Layer `layer` attends within window_size: layer_types says so, else ModernBERT's pattern (every n-th
         layer is global)."""

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.attention import MultiHeadSelfAttention, build_mask, padding_mask
+from model.attention import MultiHeadSelfAttention, Stream, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
 from model.layers import FeedForward, norm
@@ -54,6 +54,7 @@ class LayerInputs:
     rotary: tuple[Tensor, Tensor] | None  # cos, sin: (1, 1, T, d_k) each
     window: int = 0  # > 0: attend within it over bands (model/attention.py); mask is then the padding mask
     adapter: Tensor | None = None  # (B,) int64: each row's LoRA adapter (model/lora.py); None: the base
+    stream: Stream | None = None  # attend by model.attention.streamed_attention under this mask (mask: unused)
 
 
 class Embeddings(nn.Module):
@@ -109,13 +110,13 @@ class EncoderBlock(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor, bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
-        window: int = 0, adapter: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        window: int = 0, adapter: Tensor | None = None, stream: Stream | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         if self.pre_norm:
-            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter)
+            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter, stream)
             x = x + self.dropout(self.attn_post_norm(attended))
             return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x), adapter))), weights
-        attended, weights = self.attention(x, mask, bias, rotary, window, adapter)
+        attended, weights = self.attention(x, mask, bias, rotary, window, adapter, stream)
         x = self.attn_norm(x + self.dropout(attended))
         return self.ffn_norm(x + self.dropout(self.ffn(x, adapter))), weights
 
@@ -164,15 +165,15 @@ class Encoder(nn.Module):
         layers = []
         for block in self.blocks:
             kind = inputs["local" if block.local else "full"]
-            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter)
-            layers.append(weights)  # (B, H, T, T); banded (B, H, N, W, 3W) in local layers when banded
+            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter, kind.stream)
+            layers.append(weights)  # (B, H, T, T); banded (B, H, N, W, 3W) in local layers when banded; None streamed
         x = self.final_norm(x)
         pooled = self.pooled(x, attention_mask)  # (B, E)
         return EncoderOutput(
             token_states=x,
             embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
-            logits=self.head_logits(x, pooled, inputs["full"].mask, attention_mask),
-            attentions=torch.stack(layers, dim=1) if output_attentions else None,  # (B, L, H, T, T)
+            logits=self.head_logits(x, pooled, attention_mask),
+            attentions=torch.stack(layers, dim=1) if output_attentions else None,  # type: ignore[arg-type]
             multi_vectors=self.multi_vector(x) if self.multi_vector is not None else None,  # (B, T, M)
             token_weights=torch.relu(self.token_weight(x)).squeeze(-1) if self.token_weight is not None else None,
         )
@@ -183,24 +184,32 @@ class Encoder(nn.Module):
         any, the local ones.
         banded: the local layers attend over bands, O(T x window), and give no (T, T) maps (not with a relative
         bias, which is (T, T) anyway, nor under a causal mask, whose window is one-sided); else through the full
-        window mask, as the attention maps need."""
+        window mask, as the attention maps need. Banded, and not training (streaming has no attention dropout), a
+        model that streams (config.streams) attends in its global layers, and in causal local ones, by
+        model.attention.streamed_attention: no (T, T) mask is built for them."""
         c, T, device = self.config, attention_mask.size(1), attention_mask.device
         bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
-        kinds = {"full": build_mask(attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
         window = c.window_size if banded and bias is None and not c.causal else 0
+        stream = banded and c.streams and not self.training
+        streams = {"full": Stream(attention_mask, c.causal), "local": Stream(attention_mask, True, c.window_size)}
+        kinds = {"full": padding_mask(attention_mask) if stream else build_mask(
+            attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)
         if any(block.local for block in self.blocks):
-            kinds["local"] = padding_mask(attention_mask) if window else build_mask(
+            kinds["local"] = padding_mask(attention_mask) if window or stream else build_mask(
                 attention_mask, "causal_window" if c.causal else "window", c.window_size)  # (B, 1, 1|T, T)
         return {kind: LayerInputs(mask, bias, self.rotary[kind](T, device) if self.rotary is not None else None,
-                                  window if kind == "local" else 0, adapter) for kind, mask in kinds.items()}
+                                  window if kind == "local" else 0, adapter,
+                                  streams[kind] if stream and (kind == "full" or not window) else None)
+                for kind, mask in kinds.items()}
 
     def pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
         """The embedding before L2 normalisation: pooled, then projected when there is a projection."""
         pooled = pool(self.config.pooling, token_states, attention_mask)  # (B, D)
         return self.projection(pooled) if self.projection is not None else pooled  # (B, E)
 
-    def head_logits(self, token_states: Tensor, pooled: Tensor, mask: Tensor, attention_mask: Tensor) -> Tensor | None:
+    def head_logits(self, token_states: Tensor, pooled: Tensor, attention_mask: Tensor) -> Tensor | None:
         if isinstance(self.head, ClassificationHead):
+            mask = build_mask(attention_mask, self.config.mask_kind, self.config.window_size)  # (B, 1, 1|T, T)
             return self.head(token_states, pooled, mask, attention_mask)  # (B, C)
         return self.head(token_states) if self.head is not None else None  # (B, T, C) or (B, T, V)
 

@@ -7,11 +7,14 @@ Shape letters: B batch, T sequence, D hidden.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -20,6 +23,7 @@ from bundle.session import open_session
 from export.bundle import export_bundle
 from model.load import load_model
 from model.tokenizer import token_ids
+from tests.helpers.exports import Exported as Case
 from tests.helpers.families import save_hf
 from tests.helpers.serving import serving
 from tests.helpers.tokenizers import MULTILINGUAL
@@ -89,10 +93,40 @@ def softmax_ranks(path: Path) -> list[int]:
 
 
 def test_the_fast_graph_attends_over_bands_in_local_layers(long_model: Exported) -> None:
-    """Layer 0 global: softmax over (B, H, T, T); layer 1 local: over (B, H, N, W, 3W) bands. The attention graph,
-    which hands out (T, T) maps, keeps the full form in both."""
-    assert softmax_ranks(long_model.bundle / "fast-fp32.onnx") == [4, 5]
+    """Layer 0 global: streamed by onnxruntime's MultiHeadAttention (no Softmax of ours); layer 1 local: softmax over
+    (B, H, N, W, 3W) bands. The attention graph, which hands out (T, T) maps, keeps the full form in both."""
+    assert softmax_ranks(long_model.bundle / "fast-fp32.onnx") == [5]
+    assert [n.op_type for n in onnx.load(str(long_model.bundle / "fast-fp32.onnx")).graph.node
+            if n.domain == "com.microsoft"] == ["MultiHeadAttention"]
     assert softmax_ranks(long_model.bundle / "attention-fp32.onnx") == [4, 4]
+
+
+def square_outputs(path: Path, tokens: int) -> list[tuple[str, list[int]]]:
+    """Run the graph once on two rows of `tokens` tokens (one padded) with onnxruntime's profiler on: each node's
+    output (op, shape) that has two axes of length `tokens` -- a (T, T) tensor, as the profiler saw it allocated."""
+    options = ort.SessionOptions()
+    options.enable_profiling, options.profile_file_prefix = True, str(path.parent.parent / f"profile-{path.stem}")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    ids = np.full((2, tokens), 7, dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, tokens // 2:] = 0
+    feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+    events = json.loads(Path(session.end_profiling()).read_text())
+    shapes = [(e["args"]["op_name"], next(iter(out.values()))) for e in events if e.get("cat") == "Node"
+              for out in e["args"].get("output_type_shape", [])]
+    return [(op, shape) for op, shape in shapes if shape.count(tokens) >= 2]
+
+
+@pytest.mark.parametrize("case", ["modernbert-classifier", "qwen3-classifier", "embeddinggemma-scorer"])
+def test_the_fast_graph_holds_no_sequence_by_sequence_tensor(family_export: Callable[[str], Case], case: str) -> None:
+    """Every node output of the fast graph, at its real shapes for 43 tokens, has at most one axis of the sequence's
+    length: global and causal layers go through the streaming kernels (ModernBERT's and EmbeddingGemma's global
+    layers MultiHeadAttention, Qwen3's causal and causal sliding ones GroupQueryAttention), the bidirectional local
+    layers over bands. The attention graph, which holds the maps, has (T, T) outputs: the check can fail."""
+    bundle = family_export(case).bundle
+    assert square_outputs(bundle / "fast-fp32.onnx", 43) == []
+    assert square_outputs(bundle / "attention-fp32.onnx", 43) != []
 
 
 async def test_the_core_serves_the_whole_length_and_truncates_past_it(long_model: Exported) -> None:
