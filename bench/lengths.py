@@ -1,15 +1,18 @@
 """python -m bench.lengths: time and peak memory of one long input, the exported graph against transformers.
 
-    python -m bench.lengths                        # a random-weight ModernBERT-base, built and cached once
-    python -m bench.lengths --bundle B --lengths 512,2048 --repeats 5
+    python -m bench.lengths                                   # every preset of bench.longmodel, built once each
+    python -m bench.lengths --models modernbert-base --lengths 512,2048 --repeats 5
+    python -m bench.lengths --bundle B --lengths 512,2048     # a bundle of your own (its manifest names its source)
 
-For each length (default 512, 2,048 and 8,192 tokens) and each side, a fresh process (bench.peak) loads the
-model and runs one input at batch 1: ours is the bundle's fast fp32 graph in onnxruntime on CPU, the reference
-transformers' ModernBertModel on the same weights (the bundle's source directory), its default attention on
-CPU. The two sides alternate, length by length, so both see the same background load. Printed: a Markdown
-table (median wall and CPU ms per input; the peak memory the input cost on top of the loaded model, and the
-process's whole peak; the ratios of wall time and of the input's memory) and the 1-minute load average; one
-JSON line per point is appended to --out. Without --bundle, bench.longmodel builds the model.
+For each model (bench.longmodel's presets: ModernBERT-base, Qwen3-Embedding-0.6B and EmbeddingGemma-300m shapes,
+each at its own lengths up to its max), each length and each side, a fresh process (bench.peak) loads the model and
+runs one input at batch 1: ours is the bundle's fast fp32 graph in onnxruntime on CPU, the reference transformers'
+AutoModel on the same weights (the bundle's source directory), its default attention on CPU (sdpa), up to
+--reference-up-to tokens (one transformers run of Qwen3-0.6B at 32,768 tokens takes tens of minutes on two cores).
+The two sides alternate, length by length, so both see the same background load. Printed: a Markdown table per model
+(median wall and CPU ms per input; the peak memory the input cost on top of the loaded model, and the process's whole
+peak; the ratios of wall time and of the input's memory; the max abs difference of the two sides' token states) and
+the 1-minute load average; one JSON line per point is appended to --out.
 """
 
 from __future__ import annotations
@@ -19,33 +22,42 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import report
-from bench.procs import ROOT
+import numpy as np
 
-LENGTHS = (512, 2048, 8192)
+from bench import report
+from bench.longmodel import PRESETS
+from bench.procs import ROOT
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.lengths", description=__doc__.splitlines()[0])
-    p.add_argument("--bundle", type=Path, help="a ModernBERT bundle whose manifest names its transformers source "
-                   "(default: the cached random-weight ModernBERT-base, built on first use)")
-    p.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="comma-separated token counts")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per point, after one warm-up run")
+    p.add_argument("--models", default=",".join(PRESETS), help=f"comma-separated presets, from {', '.join(PRESETS)}")
+    p.add_argument("--bundle", type=Path, help="measure this bundle instead of the presets (its manifest names its "
+                   "transformers source)")
+    p.add_argument("--lengths", help="comma-separated token counts (default: each preset's own; a bundle: 512,2048)")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per point, after one warm-up run")
+    p.add_argument("--reference-up-to", type=int, default=8192, metavar="TOKENS",
+                   help="run transformers at lengths up to this many tokens (above it: ours only)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads, both sides")
     p.add_argument("--no-reference", action="store_true", help="measure the graph only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results-lengths.jsonl",
                    help="JSON-lines file the points are appended to")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    unknown = set(args.models.split(",")) - set(PRESETS)
+    if unknown and args.bundle is None:
+        p.error(f"unknown preset(s) {', '.join(sorted(unknown))}; expected some of {', '.join(PRESETS)}")
+    return args
 
 
-def point(side: str, bundle: Path, tokens: int, repeats: int, threads: int) -> dict[str, Any]:
+def point(side: str, bundle: Path, tokens: int, repeats: int, threads: int, save: Path) -> dict[str, Any]:
     """One bench.peak process; its last line is the point. A process the kernel killed (out of memory) is a
     point with an error, not the end of the run."""
     command = [sys.executable, "-m", "bench.peak", side, str(bundle), str(tokens), "--repeats", str(repeats),
-               "--threads", str(threads)]
+               "--threads", str(threads), "--save", str(save)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0:
@@ -59,10 +71,11 @@ def table(points: list[dict[str, Any]]) -> str:
     for tokens in sorted({p["tokens"] for p in points}):
         ours = next(p for p in points if p["tokens"] == tokens and p["side"] == "ours")
         ref = next((p for p in points if p["tokens"] == tokens and p["side"] == "reference"), {})
+        diff = f"{ours['max_abs_diff']:.1e}" if "max_abs_diff" in ours else "-"
         rows.append([f"{tokens:,}", *_cells(ours), *_cells(ref), _ratio(ours, ref, "wall_ms"),
-                     _ratio(ours, ref, "peak_mb")])
+                     _ratio(ours, ref, "peak_mb"), diff])
     return report.table(["tokens", "ours ms (CPU ms)", "ours peak MB (process)", "reference ms (CPU ms)",
-                         "reference peak MB (process)", "time ours / ref", "memory ours / ref"], rows)
+                         "reference peak MB (process)", "time ours / ref", "memory ours / ref", "max abs diff"], rows)
 
 
 def _cells(p: dict[str, Any]) -> list[Any]:
@@ -80,32 +93,55 @@ def _ratio(ours: dict[str, Any], ref: dict[str, Any], key: str) -> str:
     return f"{ours[key] / ref[key]:.2f}x"
 
 
+def max_abs_diff(ours: Path, reference: Path) -> float | None:
+    """The largest |ours - reference| over the two sides' saved token states; None when either is missing."""
+    if not ours.is_file() or not reference.is_file():
+        return None
+    return float(np.abs(np.load(ours) - np.load(reference)).max())
+
+
+def measure_model(name: str, bundle: Path, lengths: list[int], args: argparse.Namespace,
+                  rec: report.Recorder) -> list[dict[str, Any]]:
+    print(f"\n## {name}: {bundle}", flush=True)
+    points = []
+    with tempfile.TemporaryDirectory(prefix="bench-lengths-") as scratch:
+        for tokens in lengths:
+            saved = {side: Path(scratch) / f"{side}-{tokens}.npy" for side in ("ours", "reference")}
+            sides = ["ours"] if args.no_reference or tokens > args.reference_up_to else ["ours", "reference"]
+            rows = {side: point(side, bundle, tokens, args.repeats, args.threads, saved[side]) for side in sides}
+            diff = max_abs_diff(saved["ours"], saved["reference"])
+            if diff is not None:
+                rows["ours"]["max_abs_diff"] = diff
+            for side, row in rows.items():
+                points.append(rec.add("length", model=name, bundle=str(bundle), **row))
+                print(f"  {side:9s} {tokens:6,d} tokens  " + _line(row), flush=True)
+    print("\n" + table(points), flush=True)
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.bundle is None:
+    rec = report.Recorder(args.out)
+    print(f"# bench.lengths: {report.machine()['cpu']}, {args.threads} threads, batch 1", flush=True)
+    chosen = [int(n) for n in args.lengths.split(",")] if args.lengths else None
+    count = 0
+    if args.bundle is not None:
+        count += len(measure_model(args.bundle.name, args.bundle, chosen or [512, 2048], args, rec))
+    else:
         from bench.longmodel import cached_bundle
 
-        args.bundle = cached_bundle()
-    rec = report.Recorder(args.out)
-    sides = ["ours"] if args.no_reference else ["ours", "reference"]
-    print(f"# bench.lengths {args.bundle}: {report.machine()['cpu']}, {args.threads} threads, batch 1", flush=True)
-    points = []
-    for tokens in (int(n) for n in args.lengths.split(",")):
-        for side in sides:
-            row = rec.add("length", bundle=str(args.bundle), **point(side, args.bundle, tokens, args.repeats,
-                                                                     args.threads))
-            print(f"  {side:9s} {tokens:6,d} tokens  " + _line(row), flush=True)
-            points.append(row)
-    print("\n" + table(points) + f"\n\nload average (1 min) {os.getloadavg()[0]:.2f}; "
-          f"{len(points)} rows appended to {args.out}")
+        for name in args.models.split(","):
+            count += len(measure_model(name, cached_bundle(name), chosen or list(PRESETS[name].lengths), args, rec))
+    print(f"\nload average (1 min) {os.getloadavg()[0]:.2f}; {count} rows appended to {args.out}")
     return 0
 
 
 def _line(row: dict[str, Any]) -> str:
     if "error" in row:
         return f"FAILED {row['error']}"
+    diff = f"  max abs diff {row['max_abs_diff']:.1e}" if "max_abs_diff" in row else ""
     return (f"{row['wall_ms']:9,.0f} ms wall {row['cpu_ms']:9,.0f} ms CPU  loaded {row['loaded_mb']:6,.0f} MB  "
-            f"peak +{row['peak_mb']:6,.0f} MB  load {row['loadavg_1m']:.2f}")
+            f"peak +{row['peak_mb']:6,.0f} MB  load {row['loadavg_1m']:.2f}{diff}")
 
 
 if __name__ == "__main__":

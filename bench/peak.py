@@ -4,11 +4,12 @@ Loads one side, notes its resident set, resets the process's peak resident set (
 /proc/self/clear_refs resets VmHWM), then runs one warm-up and --repeats timed runs of one input of TOKENS
 tokens (batch 1) and prints one JSON line: median wall and CPU milliseconds per run, the resident set after
 loading, and the peak during the runs less that (VmHWM - VmRSS before: what the input cost on top of the
-loaded model, the allocators' arenas and caches included, as the operating system counts it).
+loaded model, the allocators' arenas and caches included, as the operating system counts it). --save writes the
+last run's answer, the (T, D) token states, as a .npy file (bench.lengths compares the two sides').
 
     ours       the bundle's fast fp32 graph in onnxruntime (CPU), opened as the service opens it (bundle.session)
-    reference  transformers' ModernBertModel from the bundle's source directory, its default attention on
-               CPU (sdpa), under torch.inference_mode; its weights are paged in before the resident set is noted
+    reference  transformers' AutoModel from the bundle's source directory, its default attention on CPU (sdpa),
+               under torch.inference_mode; its weights are paged in before the resident set is noted
 
 Both read the same token ids: a text of bench.texts' words made TOKENS tokens long by the bundle's tokenizer.
 """
@@ -47,7 +48,7 @@ def ours(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray
     if entry is None:
         raise SystemExit(f"{bundle} has no fast fp32 graph")
     session = open_session(bundle / entry.file, "cpu", threads)
-    return lambda ids: session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    return lambda ids: session.run(["token_embeddings"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]
 
 
 def reference(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
@@ -64,7 +65,7 @@ def reference(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.nd
     def run(ids: np.ndarray) -> Any:
         with torch.inference_mode():
             tensor = torch.from_numpy(ids)
-            return model(input_ids=tensor, attention_mask=torch.ones_like(tensor)).last_hidden_state
+            return model(input_ids=tensor, attention_mask=torch.ones_like(tensor)).last_hidden_state[0].numpy()
     return run
 
 
@@ -94,11 +95,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tokens", type=int)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--save", type=Path, help="write the last run's (T, D) token states here (.npy)")
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
     ids = input_ids(args.bundle, manifest, args.tokens)
     run = (ours if args.side == "ours" else reference)(args.bundle, manifest, args.threads)
-    figures = measure(run, ids, args.repeats)
+    answer: dict[str, Any] = {}
+
+    def kept(x: np.ndarray) -> Any:
+        answer.clear()  # the previous answer is let go before the next run, as a caller would
+        answer["states"] = run(x)
+        return answer["states"]
+
+    figures = measure(kept, ids, args.repeats)
+    if args.save:
+        np.save(args.save, answer["states"])
     print(json.dumps({"side": args.side, "tokens": args.tokens, "repeats": args.repeats, **figures}), flush=True)
     return 0
 

@@ -24,14 +24,15 @@ def test_the_peak_counts_what_the_runs_allocate_not_what_was_loaded() -> None:
 
 def test_the_table_gives_ours_over_the_reference_and_marks_a_failed_point() -> None:
     points = [
-        {"side": "ours", "tokens": 512, "wall_ms": 100.0, "cpu_ms": 180.0, "loaded_mb": 1000.0, "peak_mb": 50.0},
+        {"side": "ours", "tokens": 512, "wall_ms": 100.0, "cpu_ms": 180.0, "loaded_mb": 1000.0, "peak_mb": 50.0,
+         "max_abs_diff": 3.2e-6},
         {"side": "reference", "tokens": 512, "wall_ms": 400.0, "cpu_ms": 700.0, "loaded_mb": 900.0, "peak_mb": 200.0},
         {"side": "ours", "tokens": 8192, "wall_ms": 9000.0, "cpu_ms": 17000.0, "loaded_mb": 1000.0, "peak_mb": 3000.0},
         {"side": "reference", "tokens": 8192, "error": "exit -9: killed"},
     ]
     rows = lengths.table(points).splitlines()[2:]
-    assert rows[0] == "| 512 | 100 (180) | 50 (1,050) | 400 (700) | 200 (1,100) | 0.25x | 0.25x |"
-    assert rows[1] == "| 8,192 | 9,000 (17,000) | 3,000 (4,000) | failed | failed | - | - |"
+    assert rows[0] == "| 512 | 100 (180) | 50 (1,050) | 400 (700) | 200 (1,100) | 0.25x | 0.25x | 3.2e-06 |"
+    assert rows[1] == "| 8,192 | 9,000 (17,000) | 3,000 (4,000) | failed | failed | - | - | - |"
 
 
 def test_a_text_of_n_words_is_n_plus_two_tokens() -> None:
