@@ -76,6 +76,13 @@ def check_attention_size(
             f"the attention response would take about {total} bytes, over the cap of {cap} bytes "
             "(ATTNSERVE_ATTENTION_CAP_BYTES); ask for fewer inputs, layers or heads, or aggregate them"
         )
+    computed = sum(4 * num_layers * num_heads * e.length * e.length for e in encoded)  # every (T, T) map, float32
+    if computed > limits.attention_graph_cap_bytes:
+        raise AttentionTooLarge(
+            f"the attention graph would compute {computed} bytes of maps (every layer and head of every input, "
+            f"whatever is selected), over the cap of {limits.attention_graph_cap_bytes} bytes "
+            "(ATTNSERVE_ATTENTION_GRAPH_CAP_BYTES); send fewer or shorter inputs"
+        )
 
 
 def check_embed_all_size(limits: RequestLimits, encoded: list[Encoded], hidden: int) -> None:

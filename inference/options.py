@@ -139,6 +139,13 @@ class RequestLimits(_Options):
         64 * 1024 * 1024, ge=1, description="Largest attention answer (estimated before computing); bigger "
         "requests are refused (422).",
     )
+    attention_graph_cap_bytes: int = Field(
+        2 * 1024 * 1024 * 1024, ge=1, description="Largest set of maps the attention graph may compute for one "
+        "request: it computes every layer's and head's (T, T) maps of every input (inputs x layers x heads x T^2 x 4 "
+        "bytes), whatever the request selects, and onnxruntime holds a few times that while it runs; a request over "
+        "it is refused (422) before any graph runs. Long inputs are served by the fast graph, which streams its "
+        "attention (docs/performance.md).",
+    )
     embed_all_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest per-token answer (/embed_all: one vector per token; estimated "
         "before computing); bigger requests are refused (422).",
