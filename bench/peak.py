@@ -2,7 +2,7 @@
 
 Loads one side, notes its resident set, resets the process's peak resident set (Linux: writing 5 to
 /proc/self/clear_refs resets VmHWM), then runs one warm-up and --repeats timed runs of one input of TOKENS
-tokens (batch 1) and prints one JSON line: median wall and CPU milliseconds per run, the resident set after
+tokens (batch 1) (--repeats 0: one cold run, timed) and prints one JSON line: median wall and CPU milliseconds per run, the resident set after
 loading, and the peak during the runs less that (VmHWM - VmRSS before: what the input cost on top of the
 loaded model, the allocators' arenas and caches included, as the operating system counts it). --save writes the
 last run's answer, the (T, D) token states, as a .npy file (bench.lengths compares the two sides').
@@ -77,9 +77,10 @@ def status_kb(field: str) -> int:
 def measure(run: Callable[[np.ndarray], Any], ids: np.ndarray, repeats: int) -> dict[str, float]:
     before_kb = status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    run(ids)  # warm-up: the allocator's arenas grow here; they count in the peak
+    if repeats:
+        run(ids)  # warm-up: the allocator's arenas grow here; they count in the peak
     walls, cpus = [], []
-    for _ in range(repeats):
+    for _ in range(max(repeats, 1)):  # repeats 0: one run, timed cold (a run of many minutes)
         wall, cpu = time.perf_counter(), time.process_time()
         run(ids)
         walls.append(time.perf_counter() - wall)
