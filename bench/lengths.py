@@ -116,7 +116,7 @@ def measure_model(name: str, bundle: Path, lengths: list[int], args: argparse.Na
                 rows["ours"]["max_abs_diff"] = diff
             for side, row in rows.items():
                 points.append(rec.add("length", model=name, bundle=str(bundle), **row))
-                print(f"  {side:9s} {tokens:6,d} tokens  " + _line(row), flush=True)
+                print(f"  {side:9s} {tokens:6,d} tokens  " + _line(points[-1]), flush=True)
     print("\n" + table(points), flush=True)
     return points
 
