@@ -2,10 +2,11 @@
 
 Loads one side, notes its resident set, resets the process's peak resident set (Linux: writing 5 to
 /proc/self/clear_refs resets VmHWM), then runs one warm-up and --repeats timed runs of one input of TOKENS
-tokens (batch 1) (--repeats 0: one cold run, timed) and prints one JSON line: median wall and CPU milliseconds per run, the resident set after
-loading, and the peak during the runs less that (VmHWM - VmRSS before: what the input cost on top of the
-loaded model, the allocators' arenas and caches included, as the operating system counts it). --save writes the
-last run's answer, the (T, D) token states, as a .npy file (bench.lengths compares the two sides').
+tokens (batch 1; --repeats 0: one cold run, timed) and prints one JSON line: median wall and CPU milliseconds
+per run, the resident set after loading, and the peak during the runs less that (VmHWM - VmRSS before: what the
+input cost on top of the loaded model, the allocators' arenas and caches included, as the operating system counts
+it). --save writes the last run's answer, the (T, D) token states, as a .npy file (bench.lengths compares the two
+sides').
 
     ours       the bundle's fast fp32 graph in onnxruntime (CPU), opened as the service opens it (bundle.session)
     reference  transformers' AutoModel from the bundle's source directory, its default attention on CPU (sdpa),
