@@ -52,7 +52,7 @@ QWEN3_EMBEDDING_06B: dict[str, Any] = dict(  # Qwen/Qwen3-Embedding-0.6B's confi
 EMBEDDINGGEMMA_300M: dict[str, Any] = dict(  # google/embeddinggemma-300m's config.json, less its defaults
     vocab_size=262144, hidden_size=768, intermediate_size=1152, num_hidden_layers=24, num_attention_heads=3,
     num_key_value_heads=1, head_dim=256, max_position_embeddings=2048, sliding_window=512, query_pre_attn_scalar=256,
-    layer_types=["sliding_attention"] * 5 + ["full_attention"], use_bidirectional_attention=True,
+    layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 4, use_bidirectional_attention=True,
     rope_theta=1000000.0, rope_local_base_freq=10000.0, rms_norm_eps=1e-6, **SPECIAL_IDS,
 )
 

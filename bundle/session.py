@@ -7,6 +7,11 @@ several batches at once (graph_runs >= 2) runs them in separate threads on the s
 using the session's intra-op threads. Intra-op threads default to the CPU cores this process may use
 (the server shares them out among its runs); by default they sleep after a run instead of spinning, so
 an idle session leaves the CPU to the event loop and to other sessions.
+
+onnxruntime's memory pattern is off: with it, the second run of a shape allocates the whole planned block for that
+shape while the arena still holds the first run's buffers, so a ModernBERT-base input of 8,192 tokens peaked at
++1,906 MB from its second run on, against +1,040 MB without it (the first run's peak either way); its time was the
+same (25-27 s), and so was MiniLM's at 32 x 128 tokens (within 1 %, interleaved).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.enable_mem_pattern = False  # see the module docstring
     options.intra_op_num_threads = intra_op_threads or cpu_cores()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
