@@ -131,9 +131,10 @@ $(RERANK_BUNDLE)/manifest.json: | $(STAMP)
 
 bundle-rerank: $(RERANK_BUNDLE)/manifest.json
 
-# The long-input table of docs/performance.md: one ModernBERT input of 512, 2,048 and 8,192 tokens, the exported
-# graph against transformers, time and peak memory. Builds a random-weight ModernBERT-base under build/ once
-# (1.8 GB); the 8,192-token points take minutes each and the graph's peak is several GB.
+# The long-input tables of docs/performance.md: one input of each model's lengths (ModernBERT-base and Qwen3-0.6B
+# up to 8,192 tokens, Qwen3 alone at 32,768, EmbeddingGemma-300m up to 2,048), the exported graph against
+# transformers: time, peak memory, max abs difference. Builds the random-weight models under build/ once (about
+# 10 GB); the whole run takes about an hour on two cores, the 32,768-token point most of it.
 bench-lengths: $(TEST_STAMP)
 	$(BIN)/python -m bench.lengths
 

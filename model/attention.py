@@ -33,14 +33,15 @@ Extra letters: W = w block size, N = ceil(T / W) blocks.
 
 Streamed layers (streamed_attention: the fast path's global and causal layers of the models that read long inputs,
 EncoderConfig.streams) compute the same equation without ever holding the (T, T) scores. In PyTorch the queries go
-in blocks of QUERY_BLOCK = C rows, each block the equation above against every key with that block's rows of the mask
-((B, H, C, T) scores: memory grows with T·C). In an exported graph they are onnxruntime's kernels that stream over
-the keys as flash attention does (one block of queries against one block of keys at a time, carrying each row's
-running maximum and sum of the softmax): com.microsoft.MultiHeadAttention for bidirectional layers, whose CPU flash
-path takes no mask, so the padding enters the scores through one more dimension of q and k (q's is 1, k's 0 for a
-real key and a large negative number for padding: q·k + 1·that is the additive mask), and
-com.microsoft.GroupQueryAttention for causal ones (the same padding dimension, a causal layer's window, shared
-key/value heads read as they are). Both take the scale as an attribute (the padded width must not change 1 / √d_k).
+in blocks of QUERY_BLOCK = C rows, each block the equation above against every key with that block's rows of the
+mask ((B, H, C, T) scores: memory grows with T·C). In an exported graph they are onnxruntime's kernels
+(model/kernels.py) that stream over the keys as flash attention does (one block of queries against one block of keys
+at a time, carrying each row's running maximum and sum of the softmax): com.microsoft.MultiHeadAttention for
+bidirectional layers, whose CPU flash path takes no mask, so the padding enters the scores through one more
+dimension of q and k (q's is 1, k's 0 for a real key and a large negative number for padding: q·k + 1·that is the
+additive mask), and com.microsoft.GroupQueryAttention for causal ones (the same padding dimension, a causal layer's
+window, shared key/value heads read as they are). Both take the scale as an attribute (the padded width must not
+change 1 / √d_k).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from model import kernels
 from model.lora import project
 from model.positions import rotate
 
@@ -125,10 +127,6 @@ def band_mask(key_padding_mask: Tensor, window: int) -> Tensor:
 
 # Queries per block in PyTorch's streamed form: (B, H, QUERY_BLOCK, T) scores at a time.
 QUERY_BLOCK = 512
-# The score a padding key gets in the exported bidirectional kernel (float16's lowest finite value, so the graph's
-# float16 variant holds it too): exp of it, times the scale, against any real score underflows to exactly zero.
-PADDING_SCORE = -65504.0
-
 
 @dataclass(frozen=True)
 class Stream:
@@ -144,12 +142,12 @@ def streamed_attention(q: Tensor, k: Tensor, v: Tensor, stream: Stream, scale_di
     """softmax(Q Kᵀ / √d_k) · V under `stream`'s mask, never holding (T, T) scores (module docstring): q (B, H, T,
     d_k), k and v (B, H_kv, T, d_k) -> (B, H, T, d_k)."""
     scale = 1.0 / math.sqrt(scale_dim or q.size(-1))
-    if torch.onnx.is_in_onnx_export():
-        if stream.causal:
-            return _exported_causal(q, k, v, stream, scale)
-        return _exported_bidirectional(q, k, v, stream.attention_mask, scale)
+    if torch.onnx.is_in_onnx_export() and stream.causal:
+        return kernels.causal(q, k, v, stream.attention_mask, stream.window, scale)  # shared heads read unshared
     G = q.size(1) // k.size(1)
     k, v = share_heads(k, G), share_heads(v, G)  # (B, H, T, d_k) each
+    if torch.onnx.is_in_onnx_export():
+        return kernels.bidirectional(q, k, v, stream.attention_mask, scale)
     keys = torch.arange(q.size(2), device=q.device)  # (T,)
     blocks = []
     for start in range(0, q.size(2), QUERY_BLOCK):
@@ -163,53 +161,6 @@ def streamed_attention(q: Tensor, k: Tensor, v: Tensor, stream: Stream, scale_di
                                                   scale_dim=scale_dim)  # (B, H, C, d_k)
         blocks.append(context)
     return torch.cat(blocks, dim=2)  # (B, H, T, d_k)
-
-
-def _exported_bidirectional(q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor, scale: float) -> Tensor:
-    """com.microsoft.MultiHeadAttention over (B, T, H · width) inputs, the padding as q and k's extra dimension."""
-    B, H, T, d_k = q.shape
-    G = H // k.size(1)
-    q, k = with_key_scores(q, share_heads(k, G), attention_mask, d_k + 1)  # (B, H, T, d_k + 1) each
-    context = torch.onnx.ops.symbolic(
-        "com.microsoft::MultiHeadAttention", [_tokens_first(q), _tokens_first(k), _tokens_first(share_heads(v, G))],
-        {"num_heads": H, "scale": scale}, dtype=q.dtype, shape=(B, T, H * d_k), version=1)  # (B, T, H · d_k)
-    return context.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
-
-
-def _exported_causal(q: Tensor, k: Tensor, v: Tensor, stream: Stream, scale: float) -> Tensor:
-    """com.microsoft.GroupQueryAttention over (B, T, heads · width) inputs, the padding as q and k's extra dimension
-    (so any padding, left or right: every row is given as T long), the window as the keys a query sees, itself
-    included (window + 1; -1: none), the key/value heads unshared. The kernel takes one head width for q, k and v, a
-    multiple of 8: all three are zero-padded to it, which changes no q·k, and v's padded columns are cut."""
-    B, H, T, d_k = q.shape
-    H_kv = k.size(1)
-    width = d_k + 1 + (-(d_k + 1) % 8)
-    q, k = with_key_scores(q, k, stream.attention_mask, width)  # (B, H, T, width), (B, H_kv, T, width)
-    v = F.pad(v, (0, width - d_k))  # (B, H_kv, T, width)
-    last = stream.attention_mask.new_full((B,), T - 1, dtype=torch.int32)  # (B,): each row's last position
-    total = stream.attention_mask.new_full((), T, dtype=torch.int32)  # (): the sequence length
-    context, _, _ = torch.onnx.ops.symbolic_multi_out(
-        "com.microsoft::GroupQueryAttention", [_tokens_first(q), _tokens_first(k), _tokens_first(v), None, None, last,
-                                               total],
-        {"num_heads": H, "kv_num_heads": H_kv, "scale": scale, "local_window_size": stream.window + 1 if stream.window
-         else -1}, dtypes=[q.dtype] * 3, shapes=[(B, T, H * width), (B, H_kv, T, width), (B, H_kv, T, width)],
-        version=1)  # (B, T, H · width), the cache outputs unused
-    return context.view(B, T, H, width).transpose(1, 2)[..., :d_k]  # (B, H, T, d_k)
-
-
-def with_key_scores(q: Tensor, k: Tensor, attention_mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
-    """q (B, H, T, d_k), k (B, heads, T, d_k) -> each (..., width): one more dimension, q's 1 and k's the padding
-    score (0 for a real key, PADDING_SCORE for padding), so q·k gains the additive mask; then zeros up to width."""
-    key_score = (1.0 - attention_mask.to(q.dtype)) * PADDING_SCORE  # (B, T): 0 for a real key
-    q = torch.cat((q, torch.ones_like(q[..., :1])), dim=-1)  # (B, H, T, d_k + 1)
-    k = torch.cat((k, key_score[:, None, :, None].expand(*k.shape[:3], 1)), dim=-1)  # (B, heads, T, d_k + 1)
-    return F.pad(q, (0, width - q.size(-1))), F.pad(k, (0, width - k.size(-1)))
-
-
-def _tokens_first(x: Tensor) -> Tensor:
-    """(B, heads, T, width) -> (B, T, heads · width), the layout onnxruntime's attention kernels read."""
-    B, heads, T, width = x.shape
-    return x.transpose(1, 2).reshape(B, T, heads * width)
 
 
 def share_heads(x: Tensor, G: int) -> Tensor:
