@@ -149,7 +149,7 @@ async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
     from inference.options import ServingOptions
     from inference.registry import start_models
 
-    options = ServingOptions(variant="fp32")
+    options = ServingOptions(variant="fp32", max_input_chars=1 << 20)  # the long input is ~40,000 characters
     models, executors = start_models(["large"], [loaded], options)
     texts = [" ".join(WORDS[(i * 60 + j) % len(WORDS)] for j in range(60)) for i in range(TEXTS)]
     long_text = " ".join(WORDS[j % len(WORDS)] for j in range(long_tokens - 2))  # a word a token, + [CLS] [SEP]
