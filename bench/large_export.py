@@ -3,18 +3,25 @@
 Three fresh processes, so each one's memory is its own:
 
     source  a seeded random-weight transformers model of the preset's shape, saved with save_pretrained and
-            bench.longmodel's word-level tokenizer: its parameters and fp32 weight bytes
+            bench.longmodel's word-level tokenizer: its parameters and fp32 weight bytes. A preset with a
+            max_seq_length is also written as a sentence-transformers model (modules.json, mean pooling,
+            sentence_bert_config.json's max_seq_length) with that length as its tokenizer_config.json's
+            model_max_length too, as a long-input checkpoint states it: the bundle's max length
     export  `attnserve export SOURCE --out BUNDLE --variants fp32` (what an operator runs): wall time, the
             kernel's high-water resident set (the export is the only child of a small wrapper, whose
             RUSAGE_CHILDREN peak is the export's), and the resident set sampled as each log line comes (where
             the memory goes); the export is killed if its resident set passes --rss-limit-gb
     serve   the inference core on the bundle: verify_bundle alone (seconds, peak), then load_bundle (verify,
             open the fast graph, one run) as the service starts, the resident set it leaves (anonymous and
-            file-backed, from /proc/self/status) against the weights' bytes, and one embed call's time
+            file-backed, from /proc/self/status) against the weights' bytes, one embed call's time, and one
+            embed of a single input of min(the bundle's max length, LONG_TOKENS) tokens: its time and the
+            process's peak resident set while it ran
 
 Presets: bert-0.6b (the default) is a BERT with Qwen3-Embedding-0.6B's vocabulary, width, depth and heads and
 a feed-forward widened to 5632 so it has that model's ~0.6B parameters (2.4 GB fp32); qwen3-embedding-0.6b is
-that model's own shape (28 layers, hidden 1024, 16 heads over 8 key/value heads of 128, feed-forward 3072).
+that model's own shape (28 layers, hidden 1024, 16 heads over 8 key/value heads of 128, feed-forward 3072);
+modernbert-base is ModernBERT-base's shape (bench.longmodel: 22 layers, hidden 768, 12 heads, local attention 128
+in two layers of three, 8,192 positions; 150M parameters) with max_seq_length 8,192.
 `--set KEY=VALUE` changes any field of the transformers config (e.g. --set num_hidden_layers=2 for a smoke run).
 The work directory (2 x the weights for the source, 2 x for the bundle's fast and attention graphs) is removed
 at the end unless --keep. Prints one JSON object last.
@@ -34,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.longmodel import MODERNBERT_BASE
 from bench.procs import ROOT, tree_rss_kb
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -42,8 +50,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "qwen3-embedding-0.6b": dict(model_type="qwen3", vocab_size=151669, hidden_size=1024, num_hidden_layers=28,
                                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=3072,
                                  max_position_embeddings=32768, tie_word_embeddings=True),
+    "modernbert-base": dict(model_type="modernbert", **MODERNBERT_BASE, max_seq_length=8192),
 }
 TEXTS = 4  # texts in the served embed call, each about 60 tokens
+LONG_TOKENS = 8192  # the single long input of the serve phase, cut to the bundle's max length
 GIB = 1 << 30
 
 
@@ -70,19 +80,35 @@ def model_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def write_source(directory: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """The seeded random-weight model, saved; its parameter count and fp32 bytes."""
+    """The seeded random-weight model, saved (as a sentence-transformers model when the config names a
+    max_seq_length); its parameter count and fp32 bytes."""
     import torch
     import transformers
 
     from bench.longmodel import word_level_tokenizer
 
-    settings = {k: v for k, v in config.items() if k != "model_type"}
+    settings = {k: v for k, v in config.items() if k not in ("model_type", "max_seq_length")}
     torch.manual_seed(0)
     model = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(config["model_type"], **settings))
     model.save_pretrained(directory)
     word_level_tokenizer().save(str(directory / "tokenizer.json"))
+    if config.get("max_seq_length"):
+        write_sentence_files(directory, config["max_seq_length"], model.config.hidden_size)
     parameters = sum(p.numel() for p in model.parameters())
     return {"parameters": parameters, "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters())}
+
+
+def write_sentence_files(directory: Path, max_seq_length: int, hidden_size: int) -> None:
+    """modules.json (Transformer, mean Pooling), sentence_bert_config.json and tokenizer_config.json, each
+    stating `max_seq_length` where sentence-transformers 5 and 6 read it (model.sentence.max_seq_length)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    (directory / "modules.json").write_text(json.dumps(modules))
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    (directory / "tokenizer_config.json").write_text(json.dumps({"model_max_length": max_seq_length}))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": hidden_size, "pooling_mode_mean_tokens": True}))
 
 
 def export_peak(source: Path, bundle: Path, variants: str) -> dict[str, Any]:
@@ -108,27 +134,37 @@ def serve(bundle: Path) -> dict[str, Any]:
     started = time.perf_counter()
     loaded = load_bundle(bundle, LoadOptions(variant="fp32"), kinds=("fast",))
     load_s, after = time.perf_counter() - started, process_memory()
-    embed_s = asyncio.run(_embed_seconds(loaded))
-    return {"verify_s": verified, "verify_peak_rss_kb": verify_peak, "load_s": load_s, "embed_s": embed_s,
+    embeds = asyncio.run(_embed_seconds(loaded, min(loaded.manifest.max_length, LONG_TOKENS)))
+    return {"verify_s": verified, "verify_peak_rss_kb": verify_peak, "load_s": load_s, **embeds,
+            "max_length": loaded.manifest.max_length,
             "rss_before_kb": base["VmRSS"], "load_peak_rss_kb": after["VmHWM"], "rss_after_load_kb": after["VmRSS"],
             "rss_anon_after_load_kb": after["RssAnon"], "rss_file_after_load_kb": after["RssFile"]}
 
 
-async def _embed_seconds(loaded: Any) -> float:
-    """Seconds of one embed call of TEXTS texts through the core's batcher (ServedModel, operations.embed)."""
+async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
+    """Seconds of one embed call of TEXTS texts through the core's batcher (ServedModel, operations.embed), then
+    of one input of `long_tokens` tokens, with the process's peak resident set during it."""
     from bench.texts import WORDS
     from inference import operations
     from inference.options import ServingOptions
     from inference.registry import start_models
 
-    options = ServingOptions(variant="fp32")
+    options = ServingOptions(variant="fp32", max_input_chars=1 << 20)  # the long input is ~40,000 characters
     models, executors = start_models(["large"], [loaded], options)
     texts = [" ".join(WORDS[(i * 60 + j) % len(WORDS)] for j in range(60)) for i in range(TEXTS)]
+    long_text = " ".join(WORDS[j % len(WORDS)] for j in range(long_tokens - 2))  # a word a token, + [CLS] [SEP]
     try:
         started = time.perf_counter()
         vectors = (await operations.embed(models.default, texts, truncate=True)).vectors
         assert vectors.shape[0] == TEXTS and bool((vectors == vectors).all()), "no finite vectors"
-        return time.perf_counter() - started
+        embed_s = time.perf_counter() - started
+        _reset_peak()
+        started = time.perf_counter()
+        long = await operations.embed(models.default, [long_text], truncate=False)
+        long_s = time.perf_counter() - started
+        assert long.tokens == long_tokens and bool((long.vectors == long.vectors).all()), (long.tokens, "not finite")
+        return {"embed_s": embed_s, "long_tokens": long.tokens, "long_s": long_s,
+                "long_peak_rss_kb": process_memory()["VmHWM"]}
     finally:
         await models.default.batcher.stop()
         for executor in executors:
@@ -236,6 +272,8 @@ def report(f: dict[str, Any]) -> str:
         f"{f['rss_file_after_load_kb'] / gb:.2f}; {f['rss_before_kb'] / gb:.2f} before) = "
         f"{(f['rss_after_load_kb'] - f['rss_before_kb']) / gb / weights:.2f} x the weights",
         f"embed          {TEXTS} texts of ~60 tokens: {f['embed_s']:.2f} s",
+        f"embed, long    one input of {f['long_tokens']} tokens (max length {f['max_length']}): {f['long_s']:.1f} s, "
+        f"peak resident {f['long_peak_rss_kb'] / gb:.2f} GiB",
         *[f"parity         {name}: {', '.join(f'{k} {v:.2g}' for k, v in diffs.items())}"
           for name, diffs in f["parity"].items()],
         "export timeline (s, resident GiB when the line came, peak GiB before it, line):",

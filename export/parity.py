@@ -94,6 +94,10 @@ def adapter_sets(model: LoadedModel, texts: Sequence[Sequence[str | tuple[str, s
 
 # The attention maps of one parity batch, at most (a batch past it is halved, down to single texts).
 MAP_BATCH_BYTES = 256 << 20
+# What an export's peak resident memory is held to (docs/export.md, large models): this many times the model's fp32
+# weights, plus this many bytes (the interpreter, torch, the exporter, onnxruntime). Measured, not enforced here:
+# tests/export/test_export_memory.py exports a deep model under it.
+MEMORY_BUDGET_WEIGHTS, MEMORY_BUDGET_BYTES = 4.0, 2 << 30
 
 
 @dataclass
