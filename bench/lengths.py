@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="timed runs per point, after one warm-up run")
     p.add_argument("--reference-up-to", type=int, default=8192, metavar="TOKENS",
                    help="run transformers at lengths up to this many tokens (above it: ours only)")
+    p.add_argument("--layers", type=int, default=0, help="cut each preset to its first N layers (0: all of them)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads, both sides")
     p.add_argument("--no-reference", action="store_true", help="measure the graph only")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results-lengths.jsonl",
@@ -133,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.longmodel import cached_bundle
 
         for name in args.models.split(","):
-            count += len(measure_model(name, cached_bundle(name), chosen or list(PRESETS[name].lengths), args, rec))
+            bundle = cached_bundle(name, args.layers)
+            count += len(measure_model(name, bundle, chosen or list(PRESETS[name].lengths), args, rec))
     print(f"\nload average (1 min) {os.getloadavg()[0]:.2f}; {count} rows appended to {args.out}")
     return 0
 

@@ -71,20 +71,30 @@ PRESETS = {
 }
 
 
-def cached_bundle(preset: str = "modernbert-base") -> Path:
-    """The preset's cached bundle for the current code, built (source, then export) when missing."""
-    home = CACHE / preset
+def cached_bundle(preset: str = "modernbert-base", layers: int = 0) -> Path:
+    """The preset's cached bundle for the current code, built (source, then export) when missing. layers > 0: the
+    preset cut to its first `layers` layers (one input's activations are a layer's at a time, so a shallow cut shows
+    a long input's memory in minutes where the whole depth takes tens of them)."""
+    home = CACHE / (f"{preset}-{layers}-layers" if layers else preset)
     bundle = home / f"bundle-{code_hash()}"
     if not (bundle / "manifest.json").is_file():
         source = home / "source"
         if not (source / "model.safetensors").is_file():
-            write_source(source, PRESETS[preset])
+            write_source(source, shallow(PRESETS[preset], layers) if layers else PRESETS[preset])
         for stale in home.glob("bundle-*"):
             shutil.rmtree(stale)
         print(f"exporting {source} to {bundle} (once per version of model/ and export/) ...", flush=True)
         subprocess.run([sys.executable, "-m", "attnserve", "export", str(source), "--out", str(bundle),
                         "--variants", "fp32", "--quiet"], cwd=ROOT, check=True)
     return bundle
+
+
+def shallow(preset: Preset, layers: int) -> Preset:
+    """The preset with its first `layers` layers."""
+    config = {**preset.config, "num_hidden_layers": layers}
+    if "layer_types" in config:
+        config["layer_types"] = config["layer_types"][:layers]
+    return Preset(preset.model_type, config, preset.lengths)
 
 
 def code_hash() -> str:
