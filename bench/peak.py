@@ -8,7 +8,9 @@ input cost on top of the loaded model, the allocators' arenas and caches include
 it). --save writes the last run's answer, the (T, D) token states, as a .npy file (bench.lengths compares the two
 sides').
 
-    ours       the bundle's fast fp32 graph in onnxruntime (CPU), opened as the service opens it (bundle.session)
+    ours       the bundle's fast fp32 graph in onnxruntime (CPU), opened as the service opens it (bundle.session);
+               with --maps LAYERS:HEADS its attention graph instead, computing the maps of only those layers and
+               heads (comma-separated indices, e.g. 0:0), as the service runs an /attention request for them
     reference  transformers' AutoModel from the bundle's source directory, its default attention on CPU (sdpa),
                under torch.inference_mode; its weights are paged in before the resident set is noted
 
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.texts import load_tokenizer, make_text
+from bundle.feeds import selected, selects
 from bundle.manifest import Manifest
 from bundle.session import open_session
 
@@ -44,12 +47,17 @@ def input_ids(bundle: Path, manifest: Manifest, tokens: int) -> np.ndarray:
     return np.array([ids], dtype=np.int64)  # (1, T)
 
 
-def ours(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
-    entry = manifest.graph("fast", "fp32")
+def ours(bundle: Path, manifest: Manifest, threads: int, maps: str = "") -> Callable[[np.ndarray], Any]:
+    kind = "attention" if maps else "fast"
+    entry = manifest.graph(kind, "fp32")
     if entry is None:
-        raise SystemExit(f"{bundle} has no fast fp32 graph")
+        raise SystemExit(f"{bundle} has no {kind} fp32 graph")
     session = open_session(bundle / entry.file, "cpu", threads)
-    return lambda ids: session.run(["token_embeddings"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]
+    chosen = selected(*([int(i) for i in part.split(",")] for part in maps.split(":"))) if maps else {}
+    if chosen and not selects(session):
+        raise SystemExit(f"{bundle}'s attention graph computes every map (exported before it took a choice)")
+    output = "attentions" if maps else "token_embeddings"
+    return lambda ids: session.run([output], {"input_ids": ids, "attention_mask": np.ones_like(ids)} | chosen)[0][0]
 
 
 def reference(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
@@ -97,11 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tokens", type=int)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--save", type=Path, help="write the last run's (T, D) token states here (.npy)")
+    p.add_argument("--save", type=Path, help="write the last run's answer here (.npy): (T, D) token states, with "
+                   "--maps the (l, h, T, T) maps")
+    p.add_argument("--maps", default="", metavar="LAYERS:HEADS",
+                   help="ours: run the attention graph for these layers' and heads' maps (e.g. 0:0 or 0,5:1,2)")
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
     ids = input_ids(args.bundle, manifest, args.tokens)
-    run = (ours if args.side == "ours" else reference)(args.bundle, manifest, args.threads)
+    if args.maps and args.side != "ours":
+        raise SystemExit("--maps is for ours: the reference's maps come from its eager attention, every one")
+    run = ours(args.bundle, manifest, args.threads, args.maps) if args.side == "ours" else \
+        reference(args.bundle, manifest, args.threads)
     answer: dict[str, Any] = {}
 
     def kept(x: np.ndarray) -> Any:

@@ -11,6 +11,11 @@ pad(sequences, pad_id, names=[i.name for i in entry.inputs]).
 A bundle with LoRA adapters (manifest `adapters`) has graphs that take one more input, `adapter` (B,) int64: each
 row's adapter index, i + 1 for the manifest's adapters[i] and 0 for the bare base. pad() builds it from `adapters`
 when given, else all 0 (every row the base).
+
+An attention graph may take two more, `layers` (l,) and `heads` (h,) int64: the indices of the layers and heads whose
+maps it computes, every one unless fed. They are initializers that are also graph inputs (onnxruntime's overridable
+initializers: `session.get_overridable_initializers()`, not `get_inputs()`), so a caller that feeds only the token
+inputs gets every map, as from a graph without them; selected(...) builds them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_IDS = "token_type_ids"
 KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)  # the (B, T) inputs
 ADAPTER = "adapter"  # (B,): each row's LoRA adapter index, 0 the base
+SELECTION = ("layers", "heads")  # an attention graph's (l,) and (h,) indices of the maps it computes (default: all)
 
 
 def input_names(session: Any) -> list[str]:
@@ -56,3 +62,13 @@ def pad(
         if type_ids is not None:
             feeds[TOKEN_TYPE_IDS][row, : len(ids)] = type_ids[row]
     return {name: feeds[name] for name in names}
+
+
+def selects(session: Any) -> bool:
+    """Whether an attention graph's session takes the layers and heads to compute (module docstring)."""
+    return set(SELECTION) <= {i.name for i in session.get_overridable_initializers()}
+
+
+def selected(layers: Sequence[int], heads: Sequence[int]) -> dict[str, np.ndarray]:
+    """The feeds choosing which maps an attention graph computes: (l,) and (h,) int64 indices."""
+    return dict(zip(SELECTION, (np.asarray(layers, dtype=np.int64), np.asarray(heads, dtype=np.int64)), strict=True))

@@ -13,7 +13,10 @@ Graph kinds:
                real tokens of log(1 + relu(masked-LM logits))); "embed" has neither. A multi-vector model adds,
                after those: multi_vectors (batch, sequence, multi_vector.size), every token's raw vector, and/or
                token_weights (batch, sequence), every token's relu(sparse_linear) weight (bge-m3's).
-    attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence).
+    attention  the same inputs and outputs plus attentions (batch, layers, heads, sequence, sequence): the maps of the
+               layers and heads it is fed (bundle.feeds: `layers`, `heads`, overridable initializers holding every
+               index, so not in the entry's `inputs`; every map when not fed). A graph exported before the choice
+               has fixed axes there (num_layers, num_heads) and always computes every map.
 Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8 (static
 quantisation with calibrated activation scales, CPU), int8-dynamic (dynamic quantisation, CPU; its
 vectors depend on their batch partners), fp16 (CUDA).

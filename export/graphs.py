@@ -28,6 +28,12 @@ is all segment A (type ids 0), exactly as before. Every caller feeds what a grap
 A model with LoRA adapters (config.adapters, model/lora.py) takes one more input, after the others: `adapter`
 (B,) int64, each row's adapter index (0: the bare base). A model without adapters has no such input and no
 adapter ops.
+
+The attention graph takes, last, `layers` (l,) and `heads` (h,) int64, the indices of the maps it computes (attentions
+(B, l, h, T, T)); each is an initializer too, every layer's and every head's index (bundle.feeds: onnxruntime's
+overridable initializers), so a caller that feeds only the token inputs gets every map. Its layers run the fast way
+(banded, streamed), keeping the chosen heads' queries and keys, and only the chosen maps are computed
+(model.encoder.Encoder.attention_maps): a request for one head of one layer at 8,192 tokens holds one (T, T) map.
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ import logging
 import warnings
 from pathlib import Path
 
+import numpy as np
+import onnx_ir as ir
 import torch
 from torch import Tensor, nn
 
-from bundle.feeds import ADAPTER, INPUT_NAMES, TOKEN_TYPE_IDS
+from bundle.feeds import ADAPTER, INPUT_NAMES, SELECTION, TOKEN_TYPE_IDS
 from export import onnxfiles
 from model.config import SEQUENCE_HEADS, EncoderConfig
 from model.encoder import Encoder
@@ -104,7 +112,7 @@ def output_shapes(config: EncoderConfig, kind: str) -> dict[str, list[str | int]
         "sparse": ["batch", config.vocab_size],
         "multi_vectors": ["batch", "sequence", config.multi_vector_size],
         "token_weights": ["batch", "sequence"],
-        "attentions": ["batch", config.num_layers, config.num_heads, "sequence", "sequence"],
+        "attentions": ["batch", *SELECTION, "sequence", "sequence"],  # the chosen layers and heads
     }
     return {name: shapes[name] for name in output_names(config, kind)}
 
@@ -120,12 +128,13 @@ class GraphModule(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.names = output_names(encoder.config, kind)
-        self.input_names = input_names(encoder.config, token_types)
+        self.input_names = input_names(encoder.config, token_types)  # fed by callers (attention: + SELECTION)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
-                adapter: Tensor | None = None) -> tuple[Tensor, ...]:
+                adapter: Tensor | None = None, layers: Tensor | None = None,
+                heads: Tensor | None = None) -> tuple[Tensor, ...]:
         out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names,
-                           adapter=adapter)
+                           adapter=adapter, layers=layers, heads=heads)
         pooled = self.encoder.pooled(out.token_states, attention_mask)  # (B, E), not normalised
         values = {"embeddings": pooled, "token_embeddings": out.token_states, "logits": out.logits,
                   "token_logits": out.logits, "attentions": out.attentions, "multi_vectors": out.multi_vectors,
@@ -148,6 +157,12 @@ def example_inputs(config: EncoderConfig, token_types: bool = True) -> dict[str,
     return {name: values[name] for name in input_names(config, token_types)}
 
 
+def selection_examples(config: EncoderConfig) -> dict[str, Tensor]:
+    """Two layer and two head indices (the first and last: sizes above 1, so neither axis is specialised)."""
+    return {name: torch.tensor([0, count - 1])
+            for name, count in zip(SELECTION, (config.num_layers, config.num_heads), strict=True)}
+
+
 def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
     """Export one graph kind of `encoder` (put in eval mode) to `path`: a single .onnx file, or with its weights
     in an external data file beside it when they pass export.onnxfiles.EXTERNAL_DATA_BYTES."""
@@ -157,19 +172,36 @@ def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = Tr
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=encoder.config.position_limit)
     axes = {0: batch, 1: sequence}
+    examples = example_inputs(encoder.config, token_types)
+    shapes: dict[str, dict[int, torch.export.Dim]] = {
+        name: {0: batch} if name == ADAPTER else axes for name in examples}
+    if kind == "attention":
+        examples |= selection_examples(encoder.config)
+        shapes |= {name: {0: torch.export.Dim(name)} for name in SELECTION}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         program = torch.onnx.export(
-            module, (), kwargs=example_inputs(encoder.config, token_types), dynamo=True, optimize=False,
-            verbose=False, input_names=module.input_names, output_names=module.names,
-            dynamic_shapes={name: {0: batch} if name == ADAPTER else axes for name in module.input_names},
+            module, (), kwargs=examples, dynamo=True, optimize=False, verbose=False,
+            input_names=list(examples), output_names=module.names, dynamic_shapes=shapes,
         )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
+    if kind == "attention":
+        select_all_by_default(program, encoder.config)
     large = onnxfiles.is_large(initializer_bytes(program))
     onnxfiles.clear(path)
     program.save(str(path), external_data=large)  # large: tensors in onnxfiles.data_name(path), as torch names it
     log.info("exported %s graph to %s%s", kind, path, " (weights in an external data file)" if large else "")
+
+
+def select_all_by_default(program: torch.onnx.ONNXProgram, config: EncoderConfig) -> None:
+    """Make the layers and heads inputs initializers too, every index: their defaults when not fed."""
+    graph = program.model.graph
+    for value in graph.inputs:
+        if value.name in SELECTION:
+            count = config.num_layers if value.name == SELECTION[0] else config.num_heads
+            value.const_value = ir.tensor(np.arange(count, dtype=np.int64), name=value.name)
+            graph.register_initializer(value)
 
 
 def initializer_bytes(program: torch.onnx.ONNXProgram) -> int:

@@ -35,6 +35,7 @@ import numpy as np
 from inference.admission import Permits, Ticket
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
 from inference.fairqueue import ANYONE, Caller, FairQueue, Priority
+from inference.graphs import graph_of
 from inference.observer import BatchObserver
 from inference.options import BatchOptions
 
@@ -294,7 +295,7 @@ class Batcher:
         for name, seconds in waits.items():
             self._observer.queue_waits(name, seconds)
         lengths = [item.length for item in live]
-        self._observer.batch(live[0].kind, len(live), sum(lengths), max(lengths) * len(live))
+        self._observer.batch(graph_of(live[0].kind), len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
             outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live],
@@ -302,18 +303,18 @@ class Batcher:
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
         except Exception:
-            self._observer.inference(live[0].kind, time.monotonic() - now, False)
+            self._observer.inference(graph_of(live[0].kind), time.monotonic() - now, False)
             raise
         done = time.monotonic()
         for item in live:
             item.done_at = done
-        self._observer.inference(live[0].kind, done - now, True)
+        self._observer.inference(graph_of(live[0].kind), done - now, True)
         self.last_ok = True
         return outputs
 
     def _fail(self, live: list[WorkItem], exc: Exception) -> None:
         self.last_ok = False
-        log.error("batch of %d %s inputs failed", len(live), live[0].kind, exc_info=exc)
+        log.error("batch of %d %s inputs failed", len(live), graph_of(live[0].kind), exc_info=exc)
         for item in live:
             if not item.future.done():
                 item.future.set_exception(InferenceFailed("inference failed for this batch"))

@@ -13,6 +13,10 @@ The session's inputs are fed by name: `input_ids` and `attention_mask`, `token_t
 takes them, and `adapter` (B,) for the graphs of a bundle with LoRA adapters: each row's adapter index (0 the
 bare base, i + 1 the manifest's adapters[i]), so rows of different adapters share one batch.
 
+An attention graph that takes the layers and heads to compute (bundle.feeds.selects: every bundle exported since
+it could) computes only the maps asked for: the batch kind says which (`attention_kind`: "attention" every map,
+"attention:1,3:0" layers 1 and 3, head 0), so that runs of one choice share a batch and the graph is fed it.
+
 A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
 graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none. A
 (T, 3) sequence also says which of its tokens are attended (its attention_mask; ColBERT's expansion tokens are
@@ -26,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import ADAPTER, pad
+from bundle.feeds import ADAPTER, pad, selected, selects
 
 Outputs = dict[str, np.ndarray]
 TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token_embeddings only
@@ -35,6 +39,28 @@ VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LO
 # A multi-vector model's one run: its pooled vector, token vectors and token weights together (those it has)
 MULTI, MULTI_OUTPUTS = "multi", ("embeddings", "multi_vectors", "token_weights")
 PER_TOKEN = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a row per token: (B, T, ...)
+
+
+ATTENTION = "attention"
+
+
+def attention_kind(layers: Sequence[int], heads: Sequence[int]) -> str:
+    """The batch kind of an attention graph run that computes the maps of only these layers and heads, in order."""
+    return ":".join((ATTENTION, ",".join(map(str, layers)), ",".join(map(str, heads))))
+
+
+def graph_of(kind: str) -> str:
+    """A batch kind's graph kind (what metrics and logs name it by)."""
+    return kind.split(":")[0]
+
+
+def graph_kind(kind: str) -> tuple[str, dict[str, np.ndarray]]:
+    """A batch kind's graph kind and the choice it feeds (attention_kind's layers and heads; none: {})."""
+    graph, *chosen = kind.split(":")
+    if not chosen:
+        return graph, {}
+    layers, heads = ([int(i) for i in part.split(",")] for part in chosen)
+    return graph, selected(layers, heads)
 
 
 def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
@@ -51,7 +77,7 @@ def split(outputs: Outputs, lengths: Sequence[int]) -> list[Outputs]:
         one: Outputs = {}
         for name, value in outputs.items():
             if name == "attentions":
-                one[name] = np.ascontiguousarray(value[row, :, :, :n, :n])  # (L, H, n, n)
+                one[name] = np.ascontiguousarray(value[row, :, :, :n, :n])  # (l, H|h, n, n)
             elif name in PER_TOKEN:
                 one[name] = np.ascontiguousarray(value[row, :n])  # (n, D) or (n, C)
             else:
@@ -68,10 +94,15 @@ class Graph:
         self._inputs = [i.name for i in session.get_inputs()]
         self._types = "token_type_ids" in self._inputs
         self.adapted = ADAPTER in self._inputs  # takes each row's adapter index
+        self.selects = selects(session)  # an attention graph that takes the layers and heads to compute
 
-    def run(self, sequences: Sequence[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
+    def run(self, sequences: Sequence[np.ndarray], adapters: Sequence[int] | None = None,
+            chosen: dict[str, np.ndarray] | None = None) -> list[Outputs]:
         """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens; `adapters`: each
-        sequence's adapter index (None: the bare base for all), fed to a graph that takes them."""
+        sequence's adapter index (None: the bare base for all), fed to a graph that takes them; `chosen`: the
+        layers and heads whose maps an attention graph that selects computes (graph_kind; None: all)."""
+        if chosen and not self.selects:
+            raise ValueError("layers and heads chosen for a graph that computes every map")
         ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]
         types = [s[:, 1] if s.ndim == 2 else np.zeros_like(s) for s in sequences] if self._types else None
         if not self.adapted and adapters is not None and any(adapters):
@@ -80,7 +111,7 @@ class Graph:
         for row, s in enumerate(sequences):
             if s.ndim == 2 and s.shape[1] == 3:  # which of its tokens are attended (ColBERT's expansion: not all)
                 feeds["attention_mask"][row, :len(s)] = s[:, 2]
-        values = self.session.run(self.outputs, feeds)
+        values = self.session.run(self.outputs, feeds | (chosen or {}))
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [int(s.shape[0]) for s in sequences])
 

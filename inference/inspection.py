@@ -1,7 +1,9 @@
 """Looking inside a served model: attention maps over real tokens (selected by layer and head, aggregated),
 and the graphs' raw outputs with or without attention maps, for one request that asks for both (the Open
 Inference Protocol's tensors). Both go through `ServedModel.run`: admitted and tokenised once, the attention
-cap checked on the token counts before any graph runs.
+cap checked on the token counts before any graph runs. An attention graph that takes the layers and heads to compute
+(inference.graphs.attention_kind) is run for only those asked for; an older one computes every map, and the chosen
+ones are selected from its answer.
 
 Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chosen ones, n real tokens.
 """
@@ -9,10 +11,11 @@ Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chos
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from inference import postprocess
 from inference.errors import OutOfRange
-from inference.graphs import VIEWS, Outputs
+from inference.graphs import VIEWS, Outputs, attention_kind
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
 from inference.operations import tokens
 from inference.results import AttentionMap, GraphOutputs
@@ -36,9 +39,11 @@ async def graph_outputs(
     """The fast graph's outputs stacked (embeddings (N, D) pooled, not normalised; logits (N, C) with
     labels) when `fast`, each of `views`' outputs (e.g. SPARSE: sparse (N, V)), and the attention maps
     `query` asks for when given, of the texts after `prompt`; one admission either way."""
-    kinds = (["fast"] if fast else []) + list(views) + (["attention"] if query is not None else [])
+    maps_kind, left = "attention", query  # left: what is still to select from the run's maps
     if query is not None:
         check_attention_query(model, query)
+        maps_kind, left = attention_run(model, query)
+    kinds = (["fast"] if fast else []) + list(views) + ([maps_kind] if query is not None else [])
     encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=attention_cap(model, query),
                                        prompt=prompt)
     values = {}
@@ -46,7 +51,7 @@ async def graph_outputs(
         values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)
     for kind in views:
         values[VIEWS[kind]] = postprocess.stacked(outputs[kind], VIEWS[kind])  # e.g. (N, V)
-    maps = await model.off_loop(attention_maps, encoded, outputs["attention"], query) if query is not None else None
+    maps = await model.off_loop(attention_maps, encoded, outputs[maps_kind], left) if left is not None else None
     return GraphOutputs(values, [e.length for e in encoded], maps)
 
 
@@ -54,6 +59,17 @@ def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     """Unsupported without an attention graph; OutOfRange for a layer or head past the model's."""
     model.require("attention", "give attention maps (manifest.json graphs has no kind 'attention')")
     check_indices(model, query.layers, query.heads)
+
+
+def attention_run(model: ServedModel, query: AttentionQuery) -> tuple[str, AttentionQuery]:
+    """The batch kind whose run gives `query`'s maps, and what is left to select from its answer: a graph that takes
+    the layers and heads computes just those (nothing left to select), an older one every map."""
+    if not model.bundle.graphs["attention"].selects or (query.layers is None and query.heads is None):
+        return "attention", query
+    m = model.bundle.manifest
+    layers = query.layers if query.layers is not None else range(m.num_layers)
+    heads = query.heads if query.heads is not None else range(m.num_heads)
+    return attention_kind(layers, heads), replace(query, layers=None, heads=None)
 
 
 def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int] | None) -> None:
@@ -70,7 +86,8 @@ def attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | N
     m = model.bundle.manifest
 
     def check(encoded: list[Encoded]) -> None:
-        check_attention_size(model.limits, encoded, query, m.num_layers, m.num_heads)
+        check_attention_size(model.limits, encoded, query, m.num_layers, m.num_heads,
+                             model.bundle.graphs["attention"].selects)
 
     return check
 

@@ -63,7 +63,10 @@ def check_dimensions(dimensions: int | None, hidden: int) -> None:
 
 def check_attention_size(
     limits: RequestLimits, encoded: list[Encoded], query: AttentionQuery, num_layers: int, num_heads: int,
+    selects: bool = True,
 ) -> None:
+    """AttentionTooLarge for an answer over the attention cap, or maps over the graph cap: those asked for when the
+    graph computes only those (`selects`), else every layer's and head's."""
     layers = len(query.layers) if query.layers is not None else num_layers
     heads = len(query.heads) if query.heads is not None else num_heads
     total = 0
@@ -76,12 +79,14 @@ def check_attention_size(
             f"the attention response would take about {total} bytes, over the cap of {cap} bytes "
             "(ATTNSERVE_ATTENTION_CAP_BYTES); ask for fewer inputs, layers or heads, or aggregate them"
         )
-    computed = sum(4 * num_layers * num_heads * e.length * e.length for e in encoded)  # every (T, T) map, float32
+    maps = layers * heads if selects else num_layers * num_heads
+    computed = sum(4 * maps * e.length * e.length for e in encoded)  # the (T, T) maps computed, float32
     if computed > limits.attention_graph_cap_bytes:
+        what = "the layers and heads asked for" if selects else "every layer and head, whatever is selected"
         raise AttentionTooLarge(
-            f"the attention graph would compute {computed} bytes of maps (every layer and head of every input, "
-            f"whatever is selected), over the cap of {limits.attention_graph_cap_bytes} bytes "
-            "(ATTNSERVE_ATTENTION_GRAPH_CAP_BYTES); send fewer or shorter inputs"
+            f"the attention graph would compute {computed} bytes of maps ({what}, of every input), over the cap "
+            f"of {limits.attention_graph_cap_bytes} bytes (ATTNSERVE_ATTENTION_GRAPH_CAP_BYTES); send fewer or "
+            f"shorter inputs{', or ask for fewer layers and heads' if selects else ''}"
         )
 
 

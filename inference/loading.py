@@ -21,7 +21,7 @@ import numpy as np
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from inference.errors import StartupError
-from inference.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs
+from inference.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs, graph_kind
 from inference.options import LoadOptions
 from inference.tokenize import TextTokenizer, load_tokenizer
 from inference.variants import choose_attention_variant, choose_provider, choose_variant
@@ -45,8 +45,10 @@ class LoadedBundle:
     variant_reason: str = ""  # why the fast graph's variant was chosen
 
     def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
-        """The `kind` graph's outputs per sequence; `adapters`: each row's adapter index (None: the base)."""
-        return self.graphs[kind].run(sequences, adapters)
+        """The `kind` graph's outputs per sequence; `adapters`: each row's adapter index (None: the base); an
+        attention kind with a choice of maps (inference.graphs.attention_kind) computes those."""
+        graph, chosen = graph_kind(kind)
+        return self.graphs[graph].run(sequences, adapters, chosen)
 
     @property
     def fingerprint(self) -> str:

@@ -141,10 +141,11 @@ class RequestLimits(_Options):
     )
     attention_graph_cap_bytes: int = Field(
         2 * 1024 * 1024 * 1024, ge=1, description="Largest set of maps the attention graph may compute for one "
-        "request: it computes every layer's and head's (T, T) maps of every input (inputs x layers x heads x T^2 x 4 "
-        "bytes), whatever the request selects, and onnxruntime holds a few times that while it runs; a request over "
-        "it is refused (422) before any graph runs. Long inputs are served by the fast graph, which streams its "
-        "attention (docs/performance.md).",
+        "request: the (T, T) maps of the layers and heads asked for, of every input (inputs x layers x heads x T^2 x 4 "
+        "bytes; an attention graph exported before it took a choice computes every layer's and head's, whatever "
+        "is asked for); a request over it is refused (422) before any graph runs, and ask for fewer layers and "
+        "heads to stay under it. Long inputs are served by the fast graph, which streams its attention "
+        "(docs/performance.md).",
     )
     embed_all_cap_bytes: int = Field(
         64 * 1024 * 1024, ge=1, description="Largest per-token answer (/embed_all: one vector per token; estimated "

@@ -72,16 +72,22 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """Return (weights · V, weights) for q, k, v of shape (B, H, T, d_k); `bias` (1|B, H, T, T) is added to
     the scaled scores before the mask; scale_dim: the scores are divided by its square root (0: by √d_k)."""
+    weights = attention_weights(q, k, mask, bias, scale_dim)  # (B, H, T, T), rows sum to 1
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ v, weights  # (B, H, T, d_k), (B, H, T, T)
+
+
+def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
+                      scale_dim: float = 0.0) -> Tensor:
+    """softmax(Q Kᵀ / √d_k + bias, masked) for q, k (..., T, d_k) -> (..., T, T): the maps the equation weighs V by."""
     d_k = scale_dim or q.size(-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (B, H, T, T)
     if bias is not None:
         scores = scores + bias  # (B, H, T, T)
     if mask is not None:
         scores = scores + (1.0 - mask.to(scores.dtype)) * torch.finfo(scores.dtype).min  # (B, H, T, T)
-    weights = F.softmax(scores, dim=-1)  # (B, H, T, T), rows sum to 1
-    if dropout is not None:
-        weights = dropout(weights)
-    return weights @ v, weights  # (B, H, T, d_k), (B, H, T, T)
+    return F.softmax(scores, dim=-1)  # (B, H, T, T), rows sum to 1
 
 
 def sliding_window_attention(
@@ -203,12 +209,14 @@ class MultiHeadSelfAttention(nn.Module):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None, window: int = 0, adapter: Tensor | None = None,
-        stream: Stream | None = None,
+        stream: Stream | None = None, keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """x (B, T, D) -> (output (B, T, D), attention weights (B, H, T, T)); `bias` (1|B, H, T, T) is added to
         the scores, `rotary` (cos, sin), each (1, 1, T, d_k), turns q and k. window > 0: attend within `window`
         over bands (mask: the (B, 1, 1, T) padding mask; weights (B, H, N, W, 3W), see the module docstring).
         stream: attend by streamed_attention under its mask instead (no weights: None).
+        keep (h,): head indices; in place of the weights, those heads' queries and keys as the scores read them
+        (normalised, turned), stacked: (2, B, h, T, d_k), from which attention_weights gives just their maps.
         adapter (B,): each row's LoRA adapter in the projections that carry them (model.lora; None: the base)."""
         q = self.split_heads(project(self.q_proj, x, adapter), self.num_heads)  # (B, H, T, d_k)
         k = self.split_heads(project(self.k_proj, x, adapter), self.num_kv_heads)  # (B, H_kv, T, d_k)
@@ -217,10 +225,12 @@ class MultiHeadSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)  # each head's vector normalised over d_k
         if rotary is not None:
             q, k = rotate(q, *rotary), rotate(k, *rotary)  # (B, H, T, d_k), (B, H_kv, T, d_k)
+        G = self.num_heads // self.num_kv_heads
+        kept = None if keep is None else torch.stack((  # (2, B, h, T, d_k): a query head's key head is its index // G
+            q.index_select(1, keep), k.index_select(1, torch.div(keep, G, rounding_mode="floor"))))
         if stream is not None:
             context, weights = streamed_attention(q, k, v, stream, self.scale_dim), None  # (B, H, T, d_k)
         else:
-            G = self.num_heads // self.num_kv_heads
             k, v = share_heads(k, G), share_heads(v, G)  # (B, H, T, d_k) each
             if window:
                 if mask is None or bias is not None:
@@ -228,7 +238,7 @@ class MultiHeadSelfAttention(nn.Module):
                 context, weights = sliding_window_attention(q, k, v, mask, window, self.dropout, self.scale_dim)
             else:
                 context, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, bias, self.scale_dim)
-        return project(self.out_proj, self.merge_heads(context), adapter), weights
+        return project(self.out_proj, self.merge_heads(context), adapter), weights if keep is None else kept
 
     def merge_heads(self, context: Tensor) -> Tensor:
         B, _, T, _ = context.shape

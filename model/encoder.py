@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.attention import MultiHeadSelfAttention, Stream, build_mask, padding_mask
+from model.attention import MultiHeadSelfAttention, Stream, attention_weights, build_mask, padding_mask
 from model.config import EncoderConfig
 from model.heads import ClassificationHead, MaskedLMHead, TokenHead
 from model.layers import FeedForward, norm
@@ -40,7 +40,7 @@ class EncoderOutput:
     token_states: Tensor  # (B, T, D)
     embedding: Tensor  # (B, E), pooled, projected (and L2-normalised when configured)
     logits: Tensor | None  # (B, C) sequence, (B, T, C) tokens or (B, T, V) mlm head; None without a head
-    attentions: Tensor | None  # (B, L, H, T, T) when asked for
+    attentions: Tensor | None  # (B, l, h, T, T) when asked for: the chosen layers and heads (all: L, H)
     multi_vectors: Tensor | None = None  # (B, T, M) multi_vector(token_states), raw; None unless configured
     token_weights: Tensor | None = None  # (B, T) relu(token_weight(token_states)); None unless configured
 
@@ -110,13 +110,14 @@ class EncoderBlock(nn.Module):
 
     def forward(
         self, x: Tensor, mask: Tensor, bias: Tensor | None = None, rotary: tuple[Tensor, Tensor] | None = None,
-        window: int = 0, adapter: Tensor | None = None, stream: Stream | None = None,
+        window: int = 0, adapter: Tensor | None = None, stream: Stream | None = None, keep: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
+        """-> (states (B, T, D), the attention's weights, or with `keep` its kept heads' queries and keys)."""
         if self.pre_norm:
-            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter, stream)
+            attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter, stream, keep)
             x = x + self.dropout(self.attn_post_norm(attended))
             return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x), adapter))), weights
-        attended, weights = self.attention(x, mask, bias, rotary, window, adapter, stream)
+        attended, weights = self.attention(x, mask, bias, rotary, window, adapter, stream, keep)
         x = self.attn_norm(x + self.dropout(attended))
         return self.ffn_norm(x + self.dropout(self.ffn(x, adapter))), weights
 
@@ -156,41 +157,66 @@ class Encoder(nn.Module):
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None, output_attentions: bool = False, adapter: Tensor | None = None,
+        layers: Tensor | None = None, heads: Tensor | None = None,
     ) -> EncoderOutput:
-        """adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base)."""
+        """adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base).
+        output_attentions: the maps of the `layers` (l,) and `heads` (h,) chosen (indices; None: all), computed
+        after the layers ran the fast way, from those heads' queries and keys (attention_maps): only they are held."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        keep = None
+        if output_attentions:
+            keep = heads if heads is not None else torch.arange(self.config.num_heads, device=input_ids.device)
         x = self.embeddings(input_ids, attention_mask, token_type_ids, adapter)  # (B, T, D)
-        inputs = self.layer_inputs(attention_mask, banded=not output_attentions, adapter=adapter)
-        layers = []
+        inputs = self.layer_inputs(attention_mask, adapter=adapter)
+        seen = []
         for block in self.blocks:
             kind = inputs["local" if block.local else "full"]
-            x, weights = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter, kind.stream)
-            layers.append(weights)  # (B, H, T, T); banded (B, H, N, W, 3W) in local layers when banded; None streamed
+            x, kept = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter, kind.stream, keep)
+            seen.append(kept)  # (2, B, h, T, d_k) the kept heads' queries and keys
         x = self.final_norm(x)
         pooled = self.pooled(x, attention_mask)  # (B, E)
         return EncoderOutput(
             token_states=x,
             embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
             logits=self.head_logits(x, pooled, attention_mask),
-            attentions=torch.stack(layers, dim=1) if output_attentions else None,  # type: ignore[arg-type]
+            attentions=self.attention_maps(torch.stack(seen), attention_mask, layers, keep)  # type: ignore[arg-type]
+            if keep is not None else None,  # (B, l, h, T, T)
             multi_vectors=self.multi_vector(x) if self.multi_vector is not None else None,  # (B, T, M)
             token_weights=torch.relu(self.token_weight(x)).squeeze(-1) if self.token_weight is not None else None,
         )
 
-    def layer_inputs(self, attention_mask: Tensor, banded: bool = False,
-                     adapter: Tensor | None = None) -> dict[str, LayerInputs]:
+    def attention_maps(self, seen: Tensor, attention_mask: Tensor, layers: Tensor | None, heads: Tensor) -> Tensor:
+        """The chosen layers' maps from every layer's kept queries and keys `seen` (L, 2, B, h, T, d_k), under each
+        layer's own mask (global or local) and the relative bias of the kept heads -> (B, l, h, T, T)."""
+        c = self.config
+        if layers is not None:
+            seen = seen.index_select(0, layers)  # (l, 2, B, h, T, d_k)
+        q, k = seen.unbind(1)  # (l, B, h, T, d_k) each
+        mask = build_mask(attention_mask, c.mask_kind, c.window_size)[None]  # (1, B, 1, 1|T, T)
+        if any(block.local for block in self.blocks):
+            local = torch.tensor([block.local for block in self.blocks], device=q.device)  # (L,)
+            if layers is not None:
+                local = local.index_select(0, layers)  # (l,)
+            near = build_mask(attention_mask, "causal_window" if c.causal else "window", c.window_size)  # (B, 1, T, T)
+            local = local[:, None, None, None, None]  # (l, 1, 1, 1, 1)
+            mask = (local & near[None]) | (~local & mask)  # (l, B, 1, T, T): onnxruntime has no boolean Where
+        bias = self.relative_bias(attention_mask.size(1), attention_mask.device).index_select(1, heads) \
+            if self.relative_bias is not None else None  # (1, h, T, T)
+        weights = attention_weights(q, k, mask, bias, c.query_pre_attn_scalar)  # (l, B, h, T, T)
+        return weights.transpose(0, 1)  # (B, l, h, T, T)
+
+    def layer_inputs(self, attention_mask: Tensor, adapter: Tensor | None = None) -> dict[str, LayerInputs]:
         """Mask, relative bias, rotary angles and each row's adapter for the global layers and, when there are
-        any, the local ones.
-        banded: the local layers attend over bands, O(T x window), and give no (T, T) maps (not with a relative
-        bias, which is (T, T) anyway, nor under a causal mask, whose window is one-sided); else through the full
-        window mask, as the attention maps need. Banded, and not training (streaming has no attention dropout), a
-        model that streams (config.streams) attends in its global layers, and in causal local ones, by
-        model.attention.streamed_attention: no (T, T) mask is built for them."""
+        any, the local ones. The local layers attend over bands, O(T x window) (not with a relative bias, which is
+        (T, T) anyway, nor under a causal mask, whose window is one-sided; those take the full window mask).
+        Not training (streaming has no attention dropout), a model that streams (config.streams) attends in its
+        global layers, and in causal local ones, by model.attention.streamed_attention: no (T, T) mask is built
+        for them."""
         c, T, device = self.config, attention_mask.size(1), attention_mask.device
         bias = self.relative_bias(T, device) if self.relative_bias is not None else None  # (1, H, T, T)
-        window = c.window_size if banded and bias is None and not c.causal else 0
-        stream = banded and c.streams and not self.training
+        window = c.window_size if bias is None and not c.causal else 0
+        stream = c.streams and not self.training
         streams = {"full": Stream(attention_mask, c.causal), "local": Stream(attention_mask, True, c.window_size)}
         kinds = {"full": padding_mask(attention_mask) if stream else build_mask(
             attention_mask, c.mask_kind, c.window_size)}  # (B, 1, 1|T, T)

@@ -35,7 +35,7 @@ def test_manifest_graph_io(tiny_bundle: Path) -> None:
     assert attention is not None
     assert [i.name for i in attention.inputs] == ["input_ids", "attention_mask", "token_type_ids"]  # BERT's segments
     assert [o.name for o in attention.outputs] == ["embeddings", "token_embeddings", "logits", "attentions"]
-    assert attention.outputs[-1].shape == ["batch", 2, 2, "sequence", "sequence"]
+    assert attention.outputs[-1].shape == ["batch", "layers", "heads", "sequence", "sequence"]  # those fed (all: 2, 2)
     assert attention.parity["attentions_max_abs_diff"] <= 1e-5
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bundle.feeds import input_names, pad
+from bundle.feeds import input_names, pad, selected, selects
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from model.heads import sparse_vector
@@ -84,6 +84,31 @@ def test_graphs_match_transformers(family_export: ExportOf, case: str) -> None:
                     continue  # after pooling and Dense: test_sentence_embeddings_match
                 diff = (compared(name, torch.from_numpy(value), mask) - compared(name, reference[name], mask)).abs()
                 assert diff.max() <= TOLERANCE, (kind, variant, name, float(diff.max()))
+
+
+@pytest.mark.parametrize("case", ["bert-classifier", "mpnet-classifier", "modernbert-classifier", "qwen3-classifier",
+                                  "embeddinggemma-scorer"])
+def test_the_attention_graph_computes_the_chosen_layers_and_heads(family_export: ExportOf, case: str) -> None:
+    """Fed layers and heads (bundle.feeds.selected), the attention graph's maps are the reference's of those layers
+    and heads, in the order asked: under a relative bias (MPNet), local and global layers (ModernBERT), shared
+    key/value heads and causal sliding layers (Qwen3), Gemma's scale; unfed, every map (the test above)."""
+    exported = family_export(case)
+    tokenizer = load_model(exported.source).tokenizer
+    session = open_session(exported.bundle / "attention-fp32.onnx")
+    assert selects(session)
+    config = exported.reference.config
+    layers, heads = config.num_hidden_layers, config.num_attention_heads
+    for ids, mask in padded_batches(tokenizer):
+        reference = expected(exported, ids, mask)["attentions"]  # (B, L, H, T, T)
+        feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        if "token_type_ids" in input_names(session):
+            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        for chosen_layers, chosen_heads in (([layers - 1, 0], [heads - 1, 0]), ([1], [heads // 2])):
+            maps, = session.run(["attentions"], feeds | selected(chosen_layers, chosen_heads))  # (B, l, h, T, T)
+            want = reference[:, chosen_layers][:, :, chosen_heads]
+            assert maps.shape == tuple(want.shape)
+            diff = (compared("attentions", torch.from_numpy(maps), mask) - compared("attentions", want, mask)).abs()
+            assert diff.max() <= TOLERANCE, (chosen_layers, chosen_heads, float(diff.max()))
 
 
 @pytest.mark.parametrize("case", CASES)

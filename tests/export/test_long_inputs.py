@@ -8,6 +8,7 @@ Shape letters: B batch, T sequence, D hidden.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from bundle.feeds import selected
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.bundle import export_bundle
@@ -94,16 +96,19 @@ def softmax_ranks(path: Path) -> list[int]:
 
 def test_the_fast_graph_attends_over_bands_in_local_layers(long_model: Exported) -> None:
     """Layer 0 global: streamed by onnxruntime's MultiHeadAttention (no Softmax of ours); layer 1 local: softmax over
-    (B, H, N, W, 3W) bands. The attention graph, which hands out (T, T) maps, keeps the full form in both."""
-    assert softmax_ranks(long_model.bundle / "fast-fp32.onnx") == [5]
-    assert [n.op_type for n in onnx.load(str(long_model.bundle / "fast-fp32.onnx")).graph.node
-            if n.domain == "com.microsoft"] == ["MultiHeadAttention"]
-    assert softmax_ranks(long_model.bundle / "attention-fp32.onnx") == [4, 4]
+    (B, H, N, W, 3W) bands. The attention graph runs its layers the same way, then one softmax more over the chosen
+    maps, (l, B, h, T, T)."""
+    for kind, ranks in (("fast", [5]), ("attention", [5, 5])):
+        path = long_model.bundle / f"{kind}-fp32.onnx"
+        assert softmax_ranks(path) == ranks
+        assert [n.op_type for n in onnx.load(str(path)).graph.node if n.domain == "com.microsoft"] == \
+            ["MultiHeadAttention"]
 
 
-def square_outputs(path: Path, tokens: int) -> list[tuple[str, list[int]]]:
-    """Run the graph once on two rows of `tokens` tokens (one padded) with onnxruntime's profiler on: each node's
-    output (op, shape) that has two axes of length `tokens` -- a (T, T) tensor, as the profiler saw it allocated."""
+def square_outputs(path: Path, tokens: int, chosen: dict[str, np.ndarray] | None = None) -> list[tuple[str, list[int]]]:
+    """Run the graph once on two rows of `tokens` tokens (one padded; `chosen`: the maps' layers and heads, fed)
+    with onnxruntime's profiler on: each node's output (op, shape) that has two axes of length `tokens` -- a (T, T)
+    tensor, as the profiler saw it allocated."""
     options = ort.SessionOptions()
     options.enable_profiling, options.profile_file_prefix = True, str(path.parent.parent / f"profile-{path.stem}")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -111,7 +116,7 @@ def square_outputs(path: Path, tokens: int) -> list[tuple[str, list[int]]]:
     mask = np.ones_like(ids)
     mask[1, tokens // 2:] = 0
     feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+    session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()} | (chosen or {}))
     events = json.loads(Path(session.end_profiling()).read_text())
     shapes = [(e["args"]["op_name"], next(iter(out.values()))) for e in events if e.get("cat") == "Node"
               for out in e["args"].get("output_type_shape", [])]
@@ -182,3 +187,16 @@ async def test_chunking_still_cuts_inputs_longer_than_a_short_max_length(short_m
     assert [w["tokens"] for w in windows.json()[0]] == counts.tolist()
     assert np.abs(served - vectors).max() <= TOLERANCE
     assert np.abs(np.array(mean.json()[0]) - (counts / counts.sum()) @ vectors).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("case", ["modernbert-classifier", "qwen3-classifier"])
+def test_the_attention_graph_holds_only_the_chosen_maps(family_export: Callable[[str], Case], case: str) -> None:
+    """Asked for one head of one layer, no node of the attention graph outputs more than one (T, T) map per row
+    (the chosen one, and its mask): the layers ran the fast way, the other maps were never computed. Unfed, the
+    graph computes every layer's and head's: the check can fail."""
+    bundle = family_export(case).bundle
+    config = Manifest.read(bundle)
+    one = square_outputs(bundle / "attention-fp32.onnx", 43, selected([1], [0]))
+    assert one and max(math.prod(shape) for _, shape in one) <= 2 * 43 * 43
+    every = square_outputs(bundle / "attention-fp32.onnx", 43)
+    assert max(math.prod(shape) for _, shape in every) == 2 * config.num_layers * config.num_heads * 43 * 43

@@ -75,17 +75,19 @@ async def test_422_attention_cap_refused_before_compute(tiny_bundle):
         assert ok.status_code == 200
 
 
-async def test_422_attention_graph_cap_counts_every_layer_and_head_whatever_is_selected(tiny_bundle):
-    """One layer, one head, aggregated: a small answer, but the graph computes every layer's and head's maps."""
-    manifest = Manifest.read(tiny_bundle)
-    text = "a warm and funny film " * 3  # 17 tokens with [CLS] and [SEP]
-    async with serving(tiny_bundle, attention_graph_cap_bytes=4 * manifest.num_layers * manifest.num_heads * 17 * 17
-                       - 1) as (app, client):
+async def test_422_attention_graph_cap_counts_the_maps_asked_for(tiny_bundle):
+    """The graph computes only the layers and heads asked for: with a cap of one 17-token map, one layer's head
+    is answered, two layers' are refused before any run, with how to ask for less."""
+    text = "a warm and funny film " * 3  # 20 tokens with [CLS] and [SEP]
+    async with serving(tiny_bundle, attention_graph_cap_bytes=4 * 20 * 20) as (app, client):
         runs = graph_runs(app)
-        error = assert_error(await client.post("/attention", json={"inputs": text, "layers": [0], "heads": [0]}), 422,
-                             "attention_too_large")
+        error = assert_error(await client.post("/attention", json={"inputs": text, "layers": [0, 1], "heads": [0]}),
+                             422, "attention_too_large")
         assert "ATTNSERVE_ATTENTION_GRAPH_CAP_BYTES" in error["message"] and graph_runs(app) == runs
-        assert (await client.post("/attention", json={"inputs": "a warm and funny film " * 2})).status_code == 200
+        assert "fewer layers and heads" in error["message"]
+        ok = await client.post("/attention", json={"inputs": text, "layers": [1], "heads": [0]})
+        assert ok.status_code == 200 and graph_runs(app) == runs + 1
+        assert len(ok.json()["data"][0]["tokens"]) == 20
 
 
 async def test_413_with_content_length_and_chunked(tiny_bundle):
