@@ -8,7 +8,6 @@ import orjson
 
 import inference.errors
 import service.errors
-from bundle.manifest import Manifest
 from service.errors import status_of
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, graph_runs, serving, until
