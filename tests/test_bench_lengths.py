@@ -1,13 +1,19 @@
 """bench.lengths' own arithmetic (no timing is asserted): the peak an input costs on top of the loaded model,
-the table's ratios, and that a word-level tokenizer makes a text of exactly the asked number of tokens."""
+the table's ratios, that a word-level tokenizer makes a text of exactly the asked number of tokens, and which graph
+bench.peak runs (--maps: the attention graph for the chosen maps)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from bench import lengths, peak
 from bench.longmodel import word_level_tokenizer
 from bench.texts import make_text
+from bundle.manifest import Manifest
+from bundle.session import open_session
+from tests.helpers.exports import Exported
 
 
 def test_the_peak_counts_what_the_runs_allocate_not_what_was_loaded() -> None:
@@ -39,3 +45,17 @@ def test_a_text_of_n_words_is_n_plus_two_tokens() -> None:
     tokenizer = word_level_tokenizer()
     for tokens in (3, 512, 2048):
         assert len(tokenizer.encode(make_text(tokenizer, tokens, seed=tokens)).ids) == tokens
+
+
+def test_peak_runs_the_attention_graph_for_the_maps_asked_for(family_export: Callable[[str], Exported]) -> None:
+    """--maps 1:0,2 runs the attention graph fed layer 1 and heads 0 and 2: the (l, h, T, T) maps of the first row,
+    those of every map the graph computes unfed; without it, the fast graph's (T, D) token states."""
+    bundle = family_export("modernbert-classifier").bundle
+    manifest = Manifest.read(bundle)
+    ids = np.array([[1, 5, 6, 7, 8, 2]], dtype=np.int64)
+    chosen = peak.ours(bundle, manifest, 1, "1:0,2")(ids)
+    session = open_session(bundle / "attention-fp32.onnx")
+    every = session.run(["attentions"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]  # (L, H, T, T)
+    assert chosen.shape == (1, 2, 6, 6)
+    assert np.abs(chosen - every[[1]][:, [0, 2]]).max() <= 1e-6
+    assert peak.ours(bundle, manifest, 1)(ids).shape == (6, manifest.hidden_size)
