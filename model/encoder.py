@@ -173,7 +173,8 @@ class Encoder(nn.Module):
         for block in self.blocks:
             kind = inputs["local" if block.local else "full"]
             x, kept = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter, kind.stream, keep)
-            seen.append(kept)  # (2, B, h, T, d_k) the kept heads' queries and keys
+            if keep is not None:
+                seen.append(kept)  # (2, B, h, T, d_k) the kept heads' queries and keys
         x = self.final_norm(x)
         pooled = self.pooled(x, attention_mask)  # (B, E)
         return EncoderOutput(
