@@ -47,12 +47,13 @@ def input_ids(bundle: Path, manifest: Manifest, tokens: int) -> np.ndarray:
     return np.array([ids], dtype=np.int64)  # (1, T)
 
 
-def ours(bundle: Path, manifest: Manifest, threads: int, maps: str = "") -> Callable[[np.ndarray], Any]:
+def ours(bundle: Path, manifest: Manifest, threads: int, maps: str = "",
+         arena: bool = True) -> Callable[[np.ndarray], Any]:
     kind = "attention" if maps else "fast"
     entry = manifest.graph(kind, "fp32")
     if entry is None:
         raise SystemExit(f"{bundle} has no {kind} fp32 graph")
-    session = open_session(bundle / entry.file, "cpu", threads)
+    session = open_session(bundle / entry.file, "cpu", threads, arena=arena)
     chosen = selected(*([int(i) for i in part.split(",")] for part in maps.split(":"))) if maps else {}
     if chosen and not selects(session):
         raise SystemExit(f"{bundle}'s attention graph computes every map (exported before it took a choice)")
@@ -109,12 +110,14 @@ def main(argv: list[str] | None = None) -> int:
                    "--maps the (l, h, T, T) maps")
     p.add_argument("--maps", default="", metavar="LAYERS:HEADS",
                    help="ours: run the attention graph for these layers' and heads' maps (e.g. 0:0 or 0,5:1,2)")
+    p.add_argument("--no-arena", action="store_true",
+                   help="ours: onnxruntime's CPU memory arena off (the service keeps it on)")
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
     ids = input_ids(args.bundle, manifest, args.tokens)
-    if args.maps and args.side != "ours":
-        raise SystemExit("--maps is for ours: the reference's maps come from its eager attention, every one")
-    run = ours(args.bundle, manifest, args.threads, args.maps) if args.side == "ours" else \
+    if (args.maps or args.no_arena) and args.side != "ours":
+        raise SystemExit("--maps and --no-arena are for ours (onnxruntime)")
+    run = ours(args.bundle, manifest, args.threads, args.maps, not args.no_arena) if args.side == "ours" else \
         reference(args.bundle, manifest, args.threads)
     answer: dict[str, Any] = {}
 

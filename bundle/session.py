@@ -32,10 +32,12 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def session_options(intra_op_threads: int = 0, spinning: bool = False) -> Any:
+def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bool = True) -> Any:
+    """The served options; arena=False: onnxruntime's CPU arena off (bench.peak --no-arena measures what it holds)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.enable_cpu_mem_arena = arena
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -46,7 +48,8 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False) -> Any:
     return options
 
 
-def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False) -> Any:
+def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False,
+                 arena: bool = True) -> Any:
     """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks).
     Opened by path, so onnxruntime finds a large graph's external data files beside it."""
     import onnxruntime as ort
@@ -54,7 +57,7 @@ def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, s
     if provider == "cuda":
         preload_cuda_libraries()
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
-    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning),
+    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning, arena),
                                 providers=providers)
 
 
