@@ -16,6 +16,7 @@ machine, and the check would measure other jobs, not the slow clients).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.reliability.figures import Figures
 from tests.reliability.load import Ledger, mixed_requests, open_loop, unloaded_p99
 
 DEADLINE_S = 2.0
+STOP_S = 0.5  # a slow body stops trickling this long before the deadline
 TIMER_SLACK_S = 0.01  # uvloop (libuv) timers: millisecond granularity from the loop's cached clock
 FLAGS = ("--header-timeout-s", str(DEADLINE_S), "--body-timeout-s", str(DEADLINE_S))
 SLOW_CLIENTS = 16  # of each kind
@@ -44,20 +46,25 @@ async def slow_header(port: int) -> Closed:
 
 
 async def slow_body(port: int) -> Closed:
-    """Full headers announcing 4 kB, then a few bytes every 0.2 s."""
+    """Full headers announcing 4 kB, then a byte every 0.2 s until STOP_S before the deadline."""
     started = time.perf_counter()  # before connecting: so before the server's body timer starts
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(b"POST /embed HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 4096\r\n\r\n")
-    trickle = asyncio.create_task(_trickle(writer, BODY[:40]))
+    trickle = asyncio.create_task(_trickle(writer, BODY[:40], until=started + DEADLINE_S - STOP_S))
     try:
         return await _until_closed(reader, writer, started)
     finally:
         trickle.cancel()
 
 
-async def _trickle(writer: asyncio.StreamWriter, data: bytes, every_s: float = 0.2) -> None:
+async def _trickle(writer: asyncio.StreamWriter, data: bytes, every_s: float = 0.2, until: float = math.inf) -> None:
+    """Write `data` a byte every `every_s`, stopping at time.perf_counter() `until` (the slow body: STOP_S before the
+    deadline, for a write after the server's lingering close ends meets a reset connection, and the stream then
+    raises instead of handing over the 408 it already received: a loaded machine can stall the client that long)."""
     for byte in data:  # bounded: at most len(data) writes
+        if time.perf_counter() >= until:
+            return
         writer.write(bytes([byte]))
         await asyncio.sleep(every_s)
 
