@@ -99,7 +99,8 @@ def shallow(preset: Preset, layers: int) -> Preset:
 
 def code_hash() -> str:
     digest = hashlib.sha256()
-    for path in sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "export").glob("*.py"), Path(__file__)]):
+    for path in sorted([*(ROOT / "model").glob("*.py"), *(ROOT / "export").glob("*.py"), ROOT / "bundle" / "feeds.py",
+                        Path(__file__)]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 

@@ -47,18 +47,27 @@ def input_ids(bundle: Path, manifest: Manifest, tokens: int) -> np.ndarray:
     return np.array([ids], dtype=np.int64)  # (1, T)
 
 
-def ours(bundle: Path, manifest: Manifest, threads: int, maps: str = "",
+def ours(bundle: Path, manifest: Manifest, threads: int, maps: tuple[list[int], list[int]] | None = None,
          arena: bool = True) -> Callable[[np.ndarray], Any]:
     kind = "attention" if maps else "fast"
     entry = manifest.graph(kind, "fp32")
     if entry is None:
         raise SystemExit(f"{bundle} has no {kind} fp32 graph")
     session = open_session(bundle / entry.file, "cpu", threads, arena=arena)
-    chosen = selected(*([int(i) for i in part.split(",")] for part in maps.split(":"))) if maps else {}
+    chosen = selected(*maps) if maps else {}
     if chosen and not selects(session):
         raise SystemExit(f"{bundle}'s attention graph computes every map (exported before it took a choice)")
     output = "attentions" if maps else "token_embeddings"
     return lambda ids: session.run([output], {"input_ids": ids, "attention_mask": np.ones_like(ids)} | chosen)[0][0]
+
+
+def maps_choice(value: str) -> tuple[list[int], list[int]]:
+    """--maps LAYERS:HEADS -> (layers, heads): comma-separated indices each side of one colon."""
+    try:
+        layers, heads = ([int(i) for i in part.split(",")] for part in value.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--maps takes LAYERS:HEADS, e.g. 0:0 or 0,5:1,2, not {value!r}") from None
+    return layers, heads
 
 
 def reference(bundle: Path, manifest: Manifest, threads: int) -> Callable[[np.ndarray], Any]:
@@ -108,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     p.add_argument("--save", type=Path, help="write the last run's answer here (.npy): (T, D) token states, with "
                    "--maps the (l, h, T, T) maps")
-    p.add_argument("--maps", default="", metavar="LAYERS:HEADS",
+    p.add_argument("--maps", metavar="LAYERS:HEADS", type=maps_choice,
                    help="ours: run the attention graph for these layers' and heads' maps (e.g. 0:0 or 0,5:1,2)")
     p.add_argument("--no-arena", action="store_true",
                    help="ours: onnxruntime's CPU memory arena off (the service keeps it on)")

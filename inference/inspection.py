@@ -73,11 +73,13 @@ def attention_run(model: ServedModel, query: AttentionQuery) -> tuple[str, Atten
 
 
 def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int] | None) -> None:
-    """OutOfRange for a layer or head index past the model's (None: all of them)."""
+    """OutOfRange for a layer or head index past the model's, or repeated (None: all of them): the attention graph
+    computes, and holds the queries and keys of, each index it is given, so at most every layer and head."""
     m = model.bundle.manifest
     for name, chosen, size in (("layers", layers, m.num_layers), ("heads", heads, m.num_heads)):
-        if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size):
-            raise OutOfRange(f"{name} must be a non-empty list of indices in [0, {size})")
+        if chosen is not None and (not chosen or min(chosen) < 0 or max(chosen) >= size
+                                   or len(set(chosen)) != len(chosen)):
+            raise OutOfRange(f"{name} must be a non-empty list of distinct indices in [0, {size})")
 
 
 def attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | None:

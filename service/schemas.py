@@ -28,6 +28,14 @@ def _valid_unicode(text: str) -> str:
     return text
 
 
+def _distinct(indices: list[int]) -> list[int]:
+    """Layers and heads are chosen once each: a repeated index would make the attention graph compute and hold its
+    map again (and the document says uniqueItems)."""
+    if len(set(indices)) != len(indices):
+        raise ValueError("must not repeat an index")
+    return indices
+
+
 def integral(value: object) -> object:
     """JSON Schema's `integer` is any number with a zero fractional part, so 2.0 is the integer 2 (the
     document cannot say otherwise); 2.5, true and "2" stay what they are and fail the strict check."""
@@ -45,7 +53,8 @@ TextInputs = Text | Texts
 Index = Annotated[StrictInt, Field(ge=0), BeforeValidator(integral)]  # bounds first: they stay in the schema
 Positive = Annotated[StrictInt, Field(ge=1), BeforeValidator(integral)]
 TokenIds = Annotated[list[Index], Field(min_length=1)]
-Indices = Annotated[list[Index], Field(min_length=1)]
+Indices = Annotated[list[Index], Field(min_length=1, json_schema_extra={"uniqueItems": True}),
+                    AfterValidator(_distinct)]
 Direction = Literal["Left", "Right", "left", "right"]
 DIMENSIONS = "Keep the first `dimensions` values (at most the model's embedding_size, see GET /info), then renormalise."
 CHUNKING = (

@@ -53,7 +53,7 @@ def test_peak_runs_the_attention_graph_for_the_maps_asked_for(family_export: Cal
     bundle = family_export("modernbert-classifier").bundle
     manifest = Manifest.read(bundle)
     ids = np.array([[1, 5, 6, 7, 8, 2]], dtype=np.int64)
-    chosen = peak.ours(bundle, manifest, 1, "1:0,2")(ids)
+    chosen = peak.ours(bundle, manifest, 1, peak.maps_choice("1:0,2"))(ids)
     session = open_session(bundle / "attention-fp32.onnx")
     every = session.run(["attentions"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0][0]  # (L, H, T, T)
     assert chosen.shape == (1, 2, 6, 6)

@@ -255,6 +255,7 @@ def _arrays(schema: dict):
 
 
 async def test_empty_lists_are_refused_and_documented_as_min_items_1(tiny_bundle):
+    """And the attention's layers and heads, repeated: refused, documented as uniqueItems."""
     async with serving(tiny_bundle) as (app, client):
         for path, field in FIELD.items():
             arrays = list(_arrays(_request_schema(app, path)["properties"][field]))
@@ -264,7 +265,11 @@ async def test_empty_lists_are_refused_and_documented_as_min_items_1(tiny_bundle
         attention = _request_schema(app, "/attention")["properties"]
         for name in ("layers", "heads"):
             assert [a["minItems"] for a in _arrays(attention[name])] == [1]
+            assert [a["uniqueItems"] for a in _arrays(attention[name])] == [True]
             assert_error(await client.post("/attention", json={"inputs": "x", name: []}), 422, "validation_error")
+            error = assert_error(await client.post("/attention", json={"inputs": "x", name: [0, 1, 0]}), 422,
+                                 "validation_error")  # a repeated map would be computed and held again
+            assert "repeat" in error["message"], error
 
 
 async def test_token_ids_are_json_integers_not_booleans_strings_or_fractions(tiny_bundle):

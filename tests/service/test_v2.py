@@ -218,6 +218,8 @@ BAD: dict[str, tuple[Any, dict[str, str], int, str]] = {
     "unknown_parameter": (text_body(parameters={"layer": 1}), {}, 422, "layer"),
     "bad_layers": (text_body(parameters={"layers": "0;1"}), {}, 422, "pattern"),
     "layer_out_of_range": (text_body(parameters={"layers": 5}, outputs=[{"name": "attentions"}]), {}, 422, "[0, 2)"),
+    "layer_repeated": (text_body(parameters={"heads": "1,0,1"}, outputs=[{"name": "attentions"}]), {}, 422,
+                       "distinct"),
     "too_many_inputs": ({"inputs": [tensor("text", [9], "BYTES", ["a"] * 9)]}, {}, 422, "ATTNSERVE_MAX_INPUTS"),
     "attention_cap": (text_body([LONG], outputs=[{"name": "attentions"}]), {}, 422, "ATTNSERVE_ATTENTION_CAP_BYTES"),
     "lone_surrogate": (b'{"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["\\ud800"]}]}', {},
