@@ -306,10 +306,10 @@ class Token(BaseModel):
 class AttentionRequest(Truncation):
     inputs: TextInputs
     layers: Indices | None = Field(None, description="Layer indices to return, each below the model's num_layers "
-                                   "(GET /info), in the order given; default: all. Only the maps asked for are "
+                                   "(GET /info), each once, in the order given; default: all. Only the maps asked for are "
                                    "computed and counted against the attention graph cap.")
     heads: Indices | None = Field(None, description="Head indices to return, each below the model's num_heads "
-                                  "(GET /info), in the order given; default: all.")
+                                  "(GET /info), each once, in the order given; default: all.")
     aggregation: Literal["none", "mean", "max", "rollout"] = Field(
         "none", description="none: (layers, heads, n, n); mean or max over heads: (layers, n, n); "
         "rollout (Abnar & Zuidema) across the chosen layers: (n, n).",
