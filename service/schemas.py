@@ -306,8 +306,8 @@ class Token(BaseModel):
 class AttentionRequest(Truncation):
     inputs: TextInputs
     layers: Indices | None = Field(None, description="Layer indices to return, each below the model's num_layers "
-                                   "(GET /info), each once, in the order given; default: all. Only the maps asked for are "
-                                   "computed and counted against the attention graph cap.")
+                                   "(GET /info), each once, in the order given; default: all. Only the maps asked "
+                                   "for are computed and counted against the attention graph cap.")
     heads: Indices | None = Field(None, description="Head indices to return, each below the model's num_heads "
                                   "(GET /info), each once, in the order given; default: all.")
     aggregation: Literal["none", "mean", "max", "rollout"] = Field(
