@@ -38,7 +38,7 @@ def create_app(bundle: Path, variant: str) -> FastAPI:
     tokenizer = load_tokenizer(bundle, manifest)
     fast = open_session(bundle / _graph(manifest, "fast", variant))
     attention = manifest.graph("attention", "fp32")
-    attention_session = open_session(bundle / attention.file) if attention else None
+    attention_session = open_session(bundle / attention.file, kind="attention") if attention else None
     names = input_names(fast)  # token_type_ids too for a BERT-family graph
     app = FastAPI()
 

@@ -53,7 +53,7 @@ def ours(bundle: Path, manifest: Manifest, threads: int, maps: tuple[list[int], 
     entry = manifest.graph(kind, "fp32")
     if entry is None:
         raise SystemExit(f"{bundle} has no {kind} fp32 graph")
-    session = open_session(bundle / entry.file, "cpu", threads, arena=arena)
+    session = open_session(bundle / entry.file, "cpu", threads, arena=arena, kind=kind)
     chosen = selected(*maps) if maps else {}
     if chosen and not selects(session):
         raise SystemExit(f"{bundle}'s attention graph computes every map (exported before it took a choice)")

@@ -12,6 +12,14 @@ onnxruntime's memory pattern is off: with it, the second run of a shape allocate
 shape while the arena still holds the first run's buffers, so a ModernBERT-base input of 8,192 tokens peaked at
 +1,906 MB from its second run on, against +1,040 MB without it (the first run's peak either way); its time was the
 same (25-27 s), and so was MiniLM's at 32 x 128 tokens (within 1 %, interleaved).
+
+Its memory reuse is off too, but in the attention graph. With it, the allocation planner hands a dead tensor's buffer
+to a later one, planned before the shapes are known; with a symbolic sequence length the buffers it keeps for reuse
+stay allocated, so a layer's intermediate tensors piled up: a ModernBERT-base input of 8,192 tokens cost the fast
+graph +1,056 MB over the loaded model with it and +337 MB without, a 4-layer Qwen3-0.6B cut at 32,768 tokens +8,504
+MB and +3,642 MB (docs/performance.md, "Long inputs"); the default bundle's 32 x 128 batch ran as fast without it
+(within 3 %, interleaved). The attention graph's (T, T) maps are the other way round: they reuse each other's
+buffers, and without it two layers' two heads of that ModernBERT input cost +4,182 MB against +3,151 MB.
 """
 
 from __future__ import annotations
@@ -32,8 +40,9 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bool = True) -> Any:
-    """The served options; arena=False: onnxruntime's CPU arena off (bench.peak --no-arena measures what it holds)."""
+def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bool = True, kind: str = "fast") -> Any:
+    """The served options for a graph of `kind` (the manifest's); arena=False: onnxruntime's CPU arena off (bench.peak
+    --no-arena measures what it holds)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -42,6 +51,7 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bo
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_mem_pattern = False  # see the module docstring
+    options.enable_mem_reuse = kind == "attention"  # likewise
     options.intra_op_num_threads = intra_op_threads or cpu_cores()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
@@ -49,15 +59,16 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bo
 
 
 def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False,
-                 arena: bool = True) -> Any:
-    """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks).
-    Opened by path, so onnxruntime finds a large graph's external data files beside it."""
+                 arena: bool = True, kind: str = "fast") -> Any:
+    """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks) for a
+    graph of `kind` ("attention" keeps the memory reuse, module docstring). Opened by path, so onnxruntime finds a
+    large graph's external data files beside it."""
     import onnxruntime as ort
 
     if provider == "cuda":
         preload_cuda_libraries()
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
-    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning, arena),
+    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning, arena, kind),
                                 providers=providers)
 
 

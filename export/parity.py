@@ -252,7 +252,8 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Ite
         return {NOT_MEASURED: 1.0}
     worst: dict[str, float] = {}
     for provider in runnable:
-        measured = tally(run(open_session(path, _SHORT_NAMES[provider]), batches), names)
+        session = open_session(path, _SHORT_NAMES[provider], kind="attention" if "attentions" in names else "fast")
+        measured = tally(run(session, batches), names)
         worst = _merge_worst(worst, measured)
     misses = gate_failures(variant, worst)
     if misses:

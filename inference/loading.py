@@ -149,6 +149,7 @@ def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provid
 
 def _session(bundle_dir: Path, entry: GraphEntry, provider: str, options: LoadOptions) -> Any:
     try:
-        return open_session(bundle_dir / entry.file, provider, options.session_threads(), options.intra_op_spinning)
+        return open_session(bundle_dir / entry.file, provider, options.session_threads(), options.intra_op_spinning,
+                            kind=entry.kind)
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error
