@@ -18,8 +18,9 @@ to a later one, planned before the shapes are known; with a symbolic sequence le
 stay allocated, so a layer's intermediate tensors piled up: a ModernBERT-base input of 8,192 tokens cost the fast
 graph +1,056 MB over the loaded model with it and +337 MB without, a 4-layer Qwen3-0.6B cut at 32,768 tokens +8,504
 MB and +3,642 MB (docs/performance.md, "Long inputs"); the default bundle's 32 x 128 batch ran as fast without it
-(within 3 %, interleaved). The attention graph's (T, T) maps are the other way round: they reuse each other's
-buffers, and without it two layers' two heads of that ModernBERT input cost +4,182 MB against +3,151 MB.
+(two runs each, alternating: 694-713 ms a batch with it, 687-693 ms without). The attention graph's (T, T) maps are
+the other way round: they reuse each other's buffers, and without it two layers' two heads of that ModernBERT input
+cost +4,182 MB against +3,151 MB.
 """
 
 from __future__ import annotations
