@@ -46,13 +46,21 @@ def causal(q: Tensor, k: Tensor, v: Tensor, attention_mask: Tensor, window: int,
     v = F.pad(v, (0, width - d_k))  # (B, H_kv, T, width)
     last = attention_mask.new_full((B,), T - 1, dtype=torch.int32)  # (B,): each row's last position
     total = attention_mask.new_full((), T, dtype=torch.int32)  # (): the sequence length
-    context, _, _ = torch.onnx.ops.symbolic_multi_out(
+    context, key_cache, value_cache = torch.onnx.ops.symbolic_multi_out(
         "com.microsoft::GroupQueryAttention", [_tokens_first(q), _tokens_first(k), _tokens_first(v), None, None, last,
                                                total],
         {"num_heads": H, "kv_num_heads": H_kv, "scale": scale, "local_window_size": window + 1 if window
          else -1}, dtypes=[q.dtype] * 3, shapes=[(B, T, H * width), (B, H_kv, T, width), (B, H_kv, T, width)],
-        version=1)  # (B, T, H · width), the cache outputs unused
+        version=1)  # (B, T, H · width); the cache outputs, (B, H_kv, T, width) each, unused
+    context = context + released(key_cache) + released(value_cache)  # adds zeros
     return context.view(B, T, H, width).transpose(1, 2)[..., :d_k]  # (B, H, T, d_k)
+
+
+def released(unused: Tensor) -> Tensor:
+    """0, read from an output the graph does not use, so that onnxruntime frees it now: it frees a node output
+    nothing reads only when the run ends, so every causal layer's key and value caches would stay resident through
+    the whole graph (without its cache outputs the kernel leaves its streaming path). An empty slice reads it."""
+    return unused[..., :0].sum()
 
 
 def with_key_scores(q: Tensor, k: Tensor, attention_mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
