@@ -5,7 +5,7 @@ does, holding no (T, T) scores.
     bidirectional  com.microsoft.MultiHeadAttention: its CPU flash path takes no mask, so the padding enters the
                    scores through one more dimension of q and k (with_key_scores)
     causal         com.microsoft.GroupQueryAttention: the same padding dimension, a causal layer's window, key/value
-                   heads read unshared
+                   heads read unshared; its key and value cache outputs, unused, are released at once (released)
 
 Both take the scale as an attribute, so the padded width does not change 1 / √d_k. Why these two, measured against
 the other candidates: docs/performance.md ("Why these kernels"). Shape letters as in model/attention.py.
