@@ -123,8 +123,8 @@ def serve(bundle: Path) -> dict[str, Any]:
     import asyncio
 
     from bundle.verify import verify_bundle
-    from inference.loading import load_bundle
     from inference.options import LoadOptions
+    from inference.runtime.loading import load_bundle
 
     base = process_memory()
     started = time.perf_counter()
@@ -142,12 +142,12 @@ def serve(bundle: Path) -> dict[str, Any]:
 
 
 async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
-    """Seconds of one embed call of TEXTS texts through the core's batcher (ServedModel, operations.embed), then
+    """Seconds of one embed call of TEXTS texts through the core's batcher (ServedModel, embed.embed), then
     of one input of `long_tokens` tokens, with the process's peak resident set during it."""
     from bench.texts import WORDS
-    from inference import operations
     from inference.options import ServingOptions
     from inference.registry import start_models
+    from inference.tasks import embed
 
     options = ServingOptions(variant="fp32", max_input_chars=1 << 20)  # the long input is ~40,000 characters
     models, executors = start_models(["large"], [loaded], options)
@@ -155,12 +155,12 @@ async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
     long_text = " ".join(WORDS[j % len(WORDS)] for j in range(long_tokens - 2))  # a word a token, + [CLS] [SEP]
     try:
         started = time.perf_counter()
-        vectors = (await operations.embed(models.default, texts, truncate=True)).vectors
+        vectors = (await embed.embed(models.default, texts, truncate=True)).vectors
         assert vectors.shape[0] == TEXTS and bool((vectors == vectors).all()), "no finite vectors"
         embed_s = time.perf_counter() - started
         _reset_peak()
         started = time.perf_counter()
-        long = await operations.embed(models.default, [long_text], truncate=False)
+        long = await embed.embed(models.default, [long_text], truncate=False)
         long_s = time.perf_counter() - started
         assert long.tokens == long_tokens and bool((long.vectors == long.vectors).all()), (long.tokens, "not finite")
         return {"embed_s": embed_s, "long_tokens": long.tokens, "long_s": long_s,

@@ -9,7 +9,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bundle.manifest import Manifest
-from inference import tokenize
+from inference.runtime import tokenize
 
 # Common English words, each one word piece in BERT vocabularies, so token counts move in steps of one.
 _WORD_LIST = (
@@ -26,7 +26,7 @@ WORDS = tuple(_WORD_LIST.split())
 
 
 def load_tokenizer(bundle: Path, manifest: Manifest | None = None) -> Tokenizer:
-    """The bundle's tokenizer as the server loads it (inference.tokenize.load_tokenizer), cutting at its max
+    """The bundle's tokenizer as the server loads it (inference.runtime.tokenize.load_tokenizer), cutting at its max
     length and never padding."""
     return tokenize.load_tokenizer(bundle, manifest or Manifest.read(bundle)).truncating
 

@@ -47,7 +47,8 @@ bundle without adapters reads and writes as before; an older reader refuses one 
 not permitted") rather than serving every row the base.
 
 Multi-vector models (`multi_vector`, written only when the model has multi-vector outputs, as adapters is): what
-the torch-free side (inference/multivector.py) needs to turn the graph's multi_vectors and token_weights into what
+the torch-free side (inference/tasks/multi_vector_scores.py) needs to turn the graph's multi_vectors and token_weights
+into what
 the reference returns (ColBERT's token vectors and MaxSim, bge-m3's colbert_vecs and lexical weights): see
 MultiVectorSpec. An older reader refuses such a bundle rather than serving only its dense vector.
 """

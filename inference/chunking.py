@@ -39,8 +39,8 @@ import numpy as np
 from tokenizers import Encoding
 
 from inference.errors import InputTooLong, OutOfRange
-from inference.graphs import sequence
-from inference.tokenize import Encoded, Pair, TextTokenizer, encoded
+from inference.runtime.graphs import sequence
+from inference.runtime.tokenize import Encoded, Pair, TextTokenizer, encoded
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
 Mode = Literal["mean", "windows"]  # mean: one answer per input, pooled over its windows; windows: each window's
@@ -69,7 +69,7 @@ class Window:
 
     @property
     def sequence(self) -> np.ndarray:
-        """What the graph runs: (n,) ids, or (n, 2) ids and type ids (`inference.graphs.sequence`)."""
+        """What the graph runs: (n,) ids, or (n, 2) ids and type ids (`inference.runtime.graphs.sequence`)."""
         return sequence(self.ids, self.type_ids)
 
 

@@ -23,7 +23,7 @@ from inference.errors import (
     TooManyInputs,
 )
 from inference.options import RequestLimits
-from inference.tokenize import Encoded, Pair
+from inference.runtime.tokenize import Encoded, Pair
 
 Inputs = Sequence[str] | Sequence[Sequence[int]] | Sequence[Pair | str]  # texts, token-id lists, text pairs
 Aggregation = Literal["none", "mean", "max", "rollout"]

@@ -15,7 +15,7 @@ Which prefix a request's texts get, as sentence-transformers' `encode(prompt_nam
                         prompt written that way, its "query" first); with input_type "query" or alone. A model
                         with no such prompt, or an instruction together with a prompt_name or input_type
                         "document", is refused (NoInstruction)
-The prefix is prepended to the text (`inference.tokenize`), so the model reads, and `usage` counts, its tokens
+The prefix is prepended to the text (`inference.runtime.tokenize`), so the model reads, and `usage` counts, its tokens
 too. Prompts apply to texts; token-id inputs are run as given.
 """
 
@@ -27,7 +27,7 @@ from typing import Literal
 
 from bundle.manifest import Manifest
 from inference.errors import NoInstruction, UnknownPrompt
-from inference.tokenize import TextTokenizer
+from inference.runtime.tokenize import TextTokenizer
 
 InputType = Literal["query", "document"]
 INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {"query": ("query",), "document": ("document", "passage")}

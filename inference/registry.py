@@ -10,7 +10,7 @@ still reaches the model as it is). All the models share the graph threads and `g
 slots (1 by default), so no more graph runs overlap on the CPU than the session threads were sized for, and
 one more thread that runs only interactive batches beside bulk ones (the interactive lane); and one pool for
 tokenising. Bulk batches and the tokenising of bulk requests have threads of their own, at a lower CPU
-priority, holding the same run slots (`inference.threads`).
+priority, holding the same run slots (`inference.scheduling.slots`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from inference.batcher import Batcher, BatchLimits
-from inference.cache import AnswerCache
 from inference.errors import ModelNotFound, StartupError
-from inference.fairqueue import Priority
-from inference.loading import LoadedBundle, Opened, load_bundle
-from inference.observer import BatchObserver
 from inference.options import LoadOptions, ServingOptions
+from inference.runtime.loading import LoadedBundle, Opened, load_bundle
+from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.cache import AnswerCache
+from inference.scheduling.fairqueue import Priority
+from inference.scheduling.observer import BatchObserver
+from inference.scheduling.slots import SharedSlots, background_pool
 from inference.served import ServedModel
-from inference.threads import SharedSlots, background_pool
 
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")

@@ -1,6 +1,6 @@
 """One served model: its loaded bundle, its batcher and its request limits, and the one path every request
-takes through them (`run`). What a caller may ask of a model is in `inference.operations` and
-`inference.inspection`, answered in the types of `inference.results`.
+takes through them (`run`). What a caller may ask of a model is in `inference.tasks.embed` and
+`inference.tasks.attention`, answered in the types of `inference.results`.
 
 A request is checked (`inference.limits`: counts, characters), admitted to the batcher once, taking one
 permit per input for each graph it runs (or refused at once), tokenised once (on the event loop when small:
@@ -10,13 +10,13 @@ queued. A chunked request is cut first, since its windows are only known then; e
 permit and runs as its own input (`inference.chunking`). Inputs are texts, token-id lists or text pairs (a
 query and a document, through the tokenizer's pair template, with their token type ids).
 
-Admission and the queue are the request's caller's (its priority class and fairness key, from the request's
-record: `inference.timing`). Inputs of the cached kinds are looked up in the answer cache first
-(`inference.cache`, through `inference.shared`): a hit returns its permit at once and never queues, a repeat of
-another input of the same request runs once, an input that another request is running now waits for that run
-(unless that request is bulk and this one interactive), and what runs is kept for the next request. A request
-whose graphs are all of the cached kinds takes the token ids of texts seen before from the cache too, without
-tokenising them again. With the cache off (0 bytes) every input is tokenised and runs, repeats too.
+Admission and the queue are the request's caller's (its priority class and fairness key, from the request's record:
+`inference.scheduling.timing`). Inputs of the cached kinds are looked up in the answer cache first
+(`inference.scheduling.cache`, through `inference.scheduling.cache_front`): a hit returns its permit at once and
+never queues, a repeat of another input of the same request runs once, an input that another request is running now
+waits for that run (unless that request is bulk and this one interactive), and what runs is kept for the next
+request. A request whose graphs are all of the cached kinds takes the token ids of texts seen before from the cache
+too, without tokenising them again. With the cache off (0 bytes) every input is tokenised and runs, repeats too.
 
 A bundle with LoRA adapters (the manifest's `adapters`; a request's `task` on the wire) is served by one
 `ServedModel`; `with_adapter(name)` gives a view of it whose every graph run carries that adapter's index, so
@@ -37,19 +37,20 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inference import chunking, timing
-from inference.batcher import Batcher, Ticket
-from inference.cache import CACHED_KINDS, AnswerCache
+from inference import chunking
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
-from inference.fairqueue import Caller
-from inference.graphs import MULTI, PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
 from inference.limits import Inputs, check_finite, check_inputs
-from inference.loading import LoadedBundle
-from inference.observer import BatchObserver
 from inference.options import RequestLimits
-from inference.shared import SharedAnswers
-from inference.tokenize import Direction, Encoded
+from inference.runtime.graphs import MULTI, PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
+from inference.runtime.loading import LoadedBundle
+from inference.runtime.tokenize import Direction, Encoded
+from inference.scheduling import timing
+from inference.scheduling.batcher import Batcher, Ticket
+from inference.scheduling.cache import CACHED_KINDS, AnswerCache
+from inference.scheduling.cache_front import SharedAnswers
+from inference.scheduling.fairqueue import Caller
+from inference.scheduling.observer import BatchObserver
 
 T = TypeVar("T")
 Check = Callable[[list[Encoded]], None]  # a cap checked on the token counts before any graph runs
@@ -190,7 +191,7 @@ class ServedModel:
 
     async def run_sequences(self, sequences: list[np.ndarray], kinds: Sequence[str]) -> dict[str, list[Outputs]]:
         """Sequences the caller made itself from checked inputs ((T,) ids, (T, 2) with type ids, (T, 3) with which
-        tokens are attended: inference.graphs), admitted once (a permit per sequence and graph) and run through
+        tokens are attended: inference.runtime.graphs), admitted once (a permit per sequence and graph) and run through
         each graph of `kinds`."""
         with self.batcher.admit(len(sequences) * len(kinds), self._caller()) as ticket:
             self._admitted(sum(len(s) for s in sequences))
@@ -228,7 +229,7 @@ class ServedModel:
 
     async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
         """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
-        cache: `inference.shared`)."""
+        cache: `inference.scheduling.cache_front`)."""
         return await self._shared.submit(ticket, kind, sequences, self.adapter_index)
 
     async def _run_graph(

@@ -27,16 +27,16 @@ import pyarrow as pa
 
 from bundle.manifest import Manifest
 from inference import postprocess
-from inference.batchqueue import BatchQueue
 from inference.chunking import Mode
 from inference.errors import NoInstruction, NonFiniteOutput, UnknownPrompt
-from inference.graphs import Graph
 from inference.limits import check_finite
-from inference.loading import LoadedBundle
 from inference.options import BatchOptions
 from inference.prompts import prompt_text
 from inference.results import SparseVector
-from inference.sparse import nonzero
+from inference.runtime.graphs import Graph
+from inference.runtime.loading import LoadedBundle
+from inference.scheduling.batchqueue import BatchQueue
+from inference.tasks.sparse import nonzero
 from jobs.inputs import Bad, Chunk
 
 TOKENIZE_ROWS = 1024  # texts tokenised at a time: only their ids are kept

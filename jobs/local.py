@@ -1,6 +1,6 @@
 """`attnserve embed` on one machine: a corpus in, numbered Parquet parts out, resumable.
 
-The bundle is loaded by the inference core as the server loads it (`inference.loading.load_bundle`: verified,
+The bundle is loaded by the inference core as the server loads it (`inference.runtime.loading.load_bundle`: verified,
 provider and variant chosen by the same policy, sessions opened with the same options), with the fast graph
 only. The input is read as one row stream in bounded
 chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the server
@@ -22,8 +22,8 @@ from typing import Any, TextIO
 import pyarrow as pa
 
 from inference.errors import StartupError
-from inference.loading import LoadedBundle, load_bundle
 from inference.options import BatchOptions, LoadOptions
+from inference.runtime.loading import LoadedBundle, load_bundle
 from jobs import embedding, inputs, multivector, parts, windows
 from jobs.embedding import Batching, JobError, JobOutput
 from jobs.inputs import Chunk, Columns, Source

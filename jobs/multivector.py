@@ -2,9 +2,10 @@
 vectors; a ColBERT model's token vectors) written from one run of the fast graph per batch.
 
 The graph fetches `embeddings`, `multi_vectors` and `token_weights` as the outputs asked for need them; the
-arithmetic is the core's (inference.multivector, inference.sparse.lexical), so the rows equal what
-inference.late.encode answers. A ColBERT bundle's texts are fed as its references feed them
-(inference.colbert.ColbertFeeder: marker ids, queries expanded with unattended [MASK]s as (T, 3) sequences);
+arithmetic is the core's (inference.tasks.multi_vector_scores, inference.tasks.sparse.lexical), so the rows equal what
+inference.tasks.multi_vector.encode answers. A ColBERT bundle's texts are fed as its references feed them
+(inference.tasks.multi_vector_feeds.ColbertFeeder: marker ids, queries expanded with unattended [MASK]s as (T, 3)
+sequences);
 --input-type says whether the texts are queries or documents (documents by default).
 
 Shape letters: N texts, D pooled width, n tokens of one text, k kept tokens of one text, M token-vector width.
@@ -16,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from bundle.manifest import Manifest, MultiVectorSpec
-from inference import colbert, multivector, postprocess
-from inference.graphs import Graph
-from inference.late import OUTPUTS, fed
-from inference.loading import LoadedBundle
-from inference.sparse import lexical
+from inference import postprocess
+from inference.runtime.graphs import Graph
+from inference.runtime.loading import LoadedBundle
+from inference.tasks import multi_vector_feeds, multi_vector_scores
+from inference.tasks.multi_vector import OUTPUTS, fed
+from inference.tasks.sparse import lexical
 from jobs import embedding
 from jobs.embedding import Batching, JobError, JobOutput, OnBatch
 
@@ -90,7 +92,7 @@ def embed(bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: B
         values["sparse"] = [lexical(r["token_weights"], i, spec.sparse_drop_ids) for r, i in zip(results, ids,
                                                                                                   strict=True)]
     if "multi" in output.outputs:
-        values["multi"] = [multivector.token_vectors(r["multi_vectors"], i, k, spec, document)
+        values["multi"] = [multi_vector_scores.token_vectors(r["multi_vectors"], i, k, spec, document)
                            for r, i, k in zip(results, ids, keep, strict=True)]
         for vectors in values["multi"]:  # type: ignore[attr-defined]
             embedding.finite(vectors, "multi_vectors")
@@ -106,7 +108,7 @@ def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
         ids = embedding.tokenize(bundle, texts, prefix)
         return ids, ids, [np.ones_like(i) for i in ids]
     tokenizer = bundle.tokenizer
-    feeder = colbert.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+    feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
     sequences, ids, keep = [], [], []
     for start in range(0, len(texts), embedding.TOKENIZE_ROWS):  # a feed is padded: a bounded batch at a time
         batch = texts[start:start + embedding.TOKENIZE_ROWS]

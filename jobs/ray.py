@@ -34,8 +34,8 @@ import pyarrow.parquet as pq
 
 from bundle.files import written_whole
 from inference.errors import StartupError
-from inference.loading import verify
-from inference.tokenize import load_tokenizer
+from inference.runtime.loading import verify
+from inference.runtime.tokenize import load_tokenizer
 from jobs import embedding, inputs, multivector, parts, windows
 from jobs.embedding import JobError, JobOutput
 from jobs.local import Job, JobModel, Summary, check_sparse, open_bundle

@@ -29,9 +29,9 @@ from bundle.manifest import Manifest
 from inference import chunking, postprocess
 from inference.chunking import Window
 from inference.errors import OutOfRange
-from inference.loading import LoadedBundle
 from inference.prompts import longest_prompt
-from inference.tokenize import TextTokenizer
+from inference.runtime.loading import LoadedBundle
+from inference.runtime.tokenize import TextTokenizer
 from jobs import embedding
 from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
 

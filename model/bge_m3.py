@@ -6,9 +6,9 @@ last hidden states of one forward pass:
     dense_vecs       the first (CLS) token's state, L2-normalised: our pooling "cls" + normalize
     lexical_weights  relu(sparse_linear(state)) per token; per token id the largest weight, only weights > 0, the
                      tokenizer's cls, eos, pad and unk ids left out: our token_weight, then
-                     inference.multivector.lexical_weights with the spec's sparse_drop_ids
+                     inference.tasks.multi_vector_scores.lexical_weights with the spec's sparse_drop_ids
     colbert_vecs     colbert_linear(state) at every real token but the first (CLS), each L2-normalised: our
-                     multi_vector, then inference.multivector.token_vectors (skip_first_token, normalize)
+                     multi_vector, then inference.tasks.multi_vector_scores.token_vectors (skip_first_token, normalize)
     colbert_score    each query vector's best dot product over the document's, averaged over the query's vectors
                      (reduction "mean")
 Both files or neither: FlagEmbedding initialises a missing one at random (for training), which no server should.

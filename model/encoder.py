@@ -11,7 +11,8 @@ One encoder for every family the loaders know: the axes of model/config.py choos
 in model/positions.py, feed-forward and norms in model/layers.py, pooling in model/pooling.py, heads in
 model/heads.py). Beside any of them, the multi-vector outputs (config.multi_vector_size, token_weights) read the
 final token states, the same states the pooled vector comes from: ColBERT's per-token vectors and bge-m3's
-per-token lexical weights, raw (not normalised, not masked: the torch-free inference/multivector.py does that, as
+per-token lexical weights, raw (not normalised, not masked: the torch-free inference/tasks/multi_vector_scores.py does
+that, as
 the references do after their forward). The defaults are BERT's layout (post-norm), so BERT-family checkpoints
 load weight for weight and configs saved before the axes existed build the same network.
 """

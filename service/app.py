@@ -21,9 +21,9 @@ from starlette.routing import Match
 
 from attnserve import __version__
 from inference.errors import InferenceError, InvalidRequest
-from inference.fairqueue import Priority
-from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, load_bundles, served_names, start_models
+from inference.runtime.loading import LoadedBundle
+from inference.scheduling.fairqueue import Priority
 from service.callers import Callers, single_key
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
 from service.hot import HotRoutes

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from inference.errors import InferenceError, InvalidRequest
-from inference.fairqueue import Caller, Priority
+from inference.scheduling.fairqueue import Caller, Priority
 from service.budgets import Budgets
 from service.errors import Forbidden, OverBudget, Unauthorized, describe_validation
 

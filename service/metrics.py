@@ -13,7 +13,7 @@ import copy
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from inference.observer import BatchObserver
+from inference.scheduling.observer import BatchObserver
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

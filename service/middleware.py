@@ -1,5 +1,5 @@
 """The HTTP edge, as one pure ASGI middleware (no framework imports): request id, the caller (API key,
-budget, class), body limit, per-route metrics, the request's headers (from `inference.timing`'s record:
+budget, class), body limit, per-route metrics, the request's headers (from `inference.scheduling.timing`'s record:
 whole milliseconds in `x-tokenization-time`, `x-queue-time`, `x-inference-time`, and `x-total-time` for the
 whole request as the server saw it, as text-embeddings-inference sends them; `x-cached-inputs`, the inputs
 answered without a graph run; `x-model-fingerprint`, the model build that answered), and the last line of
@@ -39,9 +39,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from inference import timing
 from inference.errors import InferenceError, Overloaded
-from inference.fairqueue import Caller, Priority
+from inference.scheduling import timing
+from inference.scheduling.fairqueue import Caller, Priority
 from service.callers import Callers, Verdict
 from service.errors import (
     GENERIC_500,

@@ -14,7 +14,7 @@ aggregation), `sparse` FP32 [N, V] for a masked-LM bundle (SPLADE, as /embed_spa
 Text inputs get the model's prompt as on /embed (`instruction`, else `prompt_name`, else the prompt named like
 the request's `task`, else its default). The `task` parameter (or a `base:task` model name) runs the model's
 LoRA adapter of that name.
-One request is one call of `inference.inspection.graph_outputs`: admitted and tokenised once, every cap
+One request is one call of `inference.tasks.attention.graph_outputs`: admitted and tokenised once, every cap
 checked before any graph runs, through the same batching, limits and errors as every route.
 """
 
@@ -26,20 +26,21 @@ from typing import Literal
 import numpy as np
 
 from attnserve import __version__
-from inference import inspection, late, postprocess, sparse
+from inference import postprocess
 from inference.errors import InvalidRequest, ModelNotFound
-from inference.graphs import SPARSE
 from inference.limits import AttentionQuery, Inputs
 from inference.prompts import prompt_text
 from inference.registry import quoted
+from inference.runtime.graphs import SPARSE
 from inference.served import ServedModel
+from inference.tasks import attention, multi_vector, sparse
 from service.oip.codec import Tensor
 from service.oip.schemas import InferParameters, InferRequest, index_list
 
 PLATFORM = "onnx_onnxv1"
 EXTENSIONS = ["binary_tensor_data"]
 FAST_OUTPUTS = ("embeddings", "logits", "scores")
-MULTI_OUTPUTS = ("sparse", "multi_vectors", "multi_vector_mask")  # a multi-vector model's: inference.late
+MULTI_OUTPUTS = ("sparse", "multi_vectors", "multi_vector_mask")  # a multi-vector model's: inference.tasks.multi_vector
 
 
 def server_metadata() -> dict[str, object]:
@@ -89,7 +90,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     if served.multi_outputs and names & set(MULTI_OUTPUTS):
         return await _multi(served, inputs, wanted, params)
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
-    inspection.check_indices(served, index_list(params.layers), index_list(params.heads))  # asked for or not
+    attention.check_indices(served, index_list(params.layers), index_list(params.heads))  # asked for or not
     query = None
     if "attentions" in names:
         binary = next(b for name, b in wanted if name == "attentions")
@@ -99,7 +100,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     fast = bool(names & set(FAST_OUTPUTS)) or (query is None and not views)
     prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction,
                          task=served.adapter)
-    result = await inspection.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
+    result = await attention.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
                                             direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}
     if fast:
@@ -114,7 +115,8 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
 
 async def _multi(served: ServedModel, inputs: Inputs, wanted: list[tuple[str, bool]],
                  params: InferParameters) -> list[Tensor]:
-    """A multi-vector model's outputs of one run (inference.late): embeddings, sparse (dense over the vocabulary),
+    """A multi-vector model's outputs of one run (inference.tasks.multi_vector): embeddings, sparse (dense over the
+    vocabulary),
     multi_vectors (zero-padded to the most kept tokens) with multi_vector_mask, attention_mask. Attention maps are
     not of that run: ask for them in a request of their own."""
     names = {name for name, _ in wanted}
@@ -123,7 +125,7 @@ async def _multi(served: ServedModel, inputs: Inputs, wanted: list[tuple[str, bo
                              "outputs (they are of another run): ask for them in a request of their own")
     asked = {"embeddings": "dense", "sparse": "sparse", "multi_vectors": "multi", "multi_vector_mask": "multi"}
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
-    found = await late.encode(served, inputs, input_type=params.input_type, truncate=params.truncate,
+    found = await multi_vector.encode(served, inputs, input_type=params.input_type, truncate=params.truncate,
                               direction=direction, normalize=params.normalize,
                               outputs={asked[n] for n in names if n in asked})  # type: ignore[misc]
     values = {"attention_mask": _mask(found.lengths)}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import inspection
 from inference.limits import AttentionQuery
+from inference.tasks import attention as core
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
 from service.schemas import AttentionRequest, AttentionResponse
@@ -20,7 +20,7 @@ async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: M
     """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
     served = pick(body.model, model, task=body.task)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
-    maps = await job(inspection.attention(served, as_list(body.inputs), query, truncate=body.truncate,
+    maps = await job(core.attention(served, as_list(body.inputs), query, truncate=body.truncate,
                                           direction=direction(body)))
     return json_response({
         "model": served.name, "aggregation": body.aggregation, "encoding": body.encoding,

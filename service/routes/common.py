@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from inference.chunking import Chunking, check_overlap, default_overlap, window_size
 from inference.prompts import longest_prompt
+from inference.runtime.tokenize import Direction
 from inference.served import ServedModel
-from inference.tokenize import Direction
 from service.schemas import ErrorResponse
 
 _DESCRIPTIONS = {

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import late
+from inference.tasks import multi_vector as core
 from service.dependencies import JobDep, PickDep, needs, require_json
 from service.head_schemas import MaxSimRequest, MaxSimResponse, MultiVectorRequest, MultiVectorResponse
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
@@ -23,7 +23,7 @@ async def multi_vector(body: MultiVectorRequest, pick: PickDep, job: JobDep) -> 
     """Per input, its token vectors as the model keeps them for a query or a document (`input_type`), each cut to
     `dimensions` when asked; `usage` counts the tokens run."""
     served = pick(body.model, task=body.task)
-    found = await job(late.encode(served, as_list(body.input), input_type=body.input_type,
+    found = await job(core.encode(served, as_list(body.input), input_type=body.input_type,
                                   dimensions=body.dimensions, truncate=body.truncate, direction=direction(body)))
     assert found.multi is not None  # asked for
     encode = (lambda rows: [base64_floats(row) for row in rows]) if body.embedding_type == "base64" else _floats
@@ -42,7 +42,7 @@ async def maxsim(body: MaxSimRequest, pick: PickDep, job: JobDep) -> Response:
     """Every query token's cosine with every document token (those with a vector), each query token's best match
     and the score the rerank routes give the pair; a model with token weights (bge-m3) gives each token's weight."""
     served = pick(body.model, task=body.task)
-    found = await job(late.maxsim_map(served, body.query, body.document, truncate=body.truncate,
+    found = await job(core.maxsim_map(served, body.query, body.document, truncate=body.truncate,
                                       direction=direction(body)))
     return json_response({
         "model": body.model or served.name, "similarities": found.similarities, "best": found.best.tolist(),

@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import operations
 from inference.prompts import instruction_info
 from inference.results import grouped
 from inference.served import ServedModel
+from inference.tasks import embed
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
 from service.hot import HotRoute
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
@@ -68,7 +68,7 @@ async def _data(
     served: ServedModel, body: OpenAIEmbeddingRequest, inputs: list[Any],
 ) -> tuple[list[dict[str, Any]], int]:
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
-    result = await operations.embed(served, inputs, normalize=served.bundle.manifest.normalize,
+    result = await embed.embed(served, inputs, normalize=served.bundle.manifest.normalize,
                                     dimensions=body.dimensions, chunked=chunking(body, served),
                                     input_type=body.input_type, instruction=body.instruction)
     if result.spans is None:

@@ -11,10 +11,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import rerank as core
 from inference.chunking import check_pair_overlap, default_overlap, pair_window
 from inference.errors import InvalidRequest
 from inference.served import ServedModel
+from inference.tasks import rerank as core
 from service import wire
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.head_schemas import (

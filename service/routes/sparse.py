@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import sparse as core
+from inference.tasks import sparse as core
 from service import wire
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.head_schemas import EmbedSparseRequest, SparseValue

@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import operations
-from inference import rerank as pairs
 from inference.postprocess import ScoreFunction
 from inference.served import ServedModel
+from inference.tasks import embed as core
+from inference.tasks import rerank as pairs
 from service import wire
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.hot import HotRoute
@@ -67,7 +67,7 @@ async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: Mod
 async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[Any]) -> Any:
     function: ScoreFunction | None = "none" if body.raw_scores else None
     chunked = chunking(body, served)
-    result = await job(operations.classify(served, as_list(body.inputs), truncate=body.truncate,
+    result = await job(core.classify(served, as_list(body.inputs), truncate=body.truncate,
                                            direction=direction(body), function=function, chunked=chunked))
     if result.spans is not None:
         return wire.score_windows(result, body.top_k)
@@ -89,7 +89,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
         result, _ = await job(pairs.score_pairs(served, texts, truncate=body.truncate, direction=direction(body),
                                                 function=function))
     else:
-        result = await job(operations.classify(served, texts, truncate=body.truncate, direction=direction(body),
+        result = await job(core.classify(served, texts, truncate=body.truncate, direction=direction(body),
                                                function=function))
     scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
@@ -108,7 +108,7 @@ async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: Mo
     """Per input, one vector per token (the encoder's last hidden states, special tokens included); refused
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
     served = pick(body.model, model, task=body.task)
-    return json_response(await job(operations.embed_all(
+    return json_response(await job(core.embed_all(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), prompt_name=body.prompt_name,
         instruction=body.instruction,
     )))
@@ -118,7 +118,7 @@ async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: Mo
 async def tokenize(body: TokenizeRequest, pick: PickDep, model: ModelQuery = None) -> Response:
     """Per input, its tokens with ids and character offsets (no truncation)."""
     served = pick(body.model, model)
-    listed = await operations.tokenize(served, as_list(body.inputs), body.add_special_tokens)
+    listed = await core.tokenize(served, as_list(body.inputs), body.add_special_tokens)
     return json_response([wire.tokens(t) for t in listed])
 
 
@@ -127,7 +127,7 @@ async def decode(body: DecodeRequest, pick: PickDep, model: ModelQuery = None) -
     """Per list of token ids, its text (special tokens left out unless skip_special_tokens=false)."""
     served = pick(body.model, model)
     sequences = [body.ids] if isinstance(body.ids[0], int) else body.ids
-    return json_response(await operations.decode(served, sequences, body.skip_special_tokens))  # type: ignore[arg-type]
+    return json_response(await core.decode(served, sequences, body.skip_special_tokens))  # type: ignore[arg-type]
 
 
 @router.post("/", response_model=Embeddings | list[float], responses=errors(*INFERENCE_ERRORS),
@@ -166,7 +166,7 @@ def _sequence(one: list[str]) -> str | tuple[str, str]:
 
 
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
-    result = await operations.embed(
+    result = await core.embed(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
         dimensions=body.dimensions, chunked=chunking(body, served), prompt_name=body.prompt_name,
         instruction=body.instruction,
@@ -176,7 +176,7 @@ async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
 
 async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
     parameters = body.parameters or SimilarityParameters.model_validate({})
-    return await operations.similarity(
+    return await core.similarity(
         served, body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
         direction=direction(parameters), prompt_name=parameters.prompt_name, instruction=parameters.instruction,
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from inference import token_labels as core
 from inference.chunking import default_overlap, window_size
+from inference.tasks import token_labels as core
 from service import wire
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.head_schemas import ClassifyTokensRequest, TokenEntity

@@ -1,5 +1,6 @@
 """bge-m3's fast fp32 graph against FlagEmbedding's BGEM3FlagModel: ONE onnxruntime run of a batch gives the dense
-vectors, the token weights and the token vectors together, and through the torch-free inference/multivector.py (as
+vectors, the token weights and the token vectors together, and through the torch-free
+inference/tasks/multi_vector_scores.py (as
 the manifest's multi_vector section says) they equal BGEM3FlagModel's dense vectors, lexical weights (same ids) and
 colbert vectors, and its lexical and colbert scores, to 1e-5. Tiny shape: the whole bundle as `attnserve export`
 writes it (both graph kinds, parity-gated, the manifest); realistic shape (4 layers, heads of width 64, inputs up to
@@ -19,7 +20,7 @@ from bundle.feeds import input_names, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.graphs import export_graph, output_names
-from inference import multivector
+from inference.tasks import multi_vector_scores
 from model.checkpoint import LoadedModel
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids
@@ -97,8 +98,8 @@ def test_graph_scores_are_flagembeddings(case: Case) -> None:
     assert spec is not None
     lexical = case.reference.compute_lexical_matching_score(*case.expected["lexical_weights"][-2:])
     colbert = float(case.reference.colbert_score(*case.expected["colbert_vecs"][-2:]))
-    assert abs(multivector.lexical_score(*got.lexical[-2:]) - lexical) <= TOLERANCE
-    assert abs(multivector.maxsim(*got.colbert[-2:], spec.reduction) - colbert) <= TOLERANCE
+    assert abs(multi_vector_scores.lexical_score(*got.lexical[-2:]) - lexical) <= TOLERANCE
+    assert abs(multi_vector_scores.maxsim(*got.colbert[-2:], spec.reduction) - colbert) <= TOLERANCE
     assert lexical > 0
 
 

@@ -1,6 +1,7 @@
 """ColBERT bundles (PyLate folders and colbert-ai checkpoints exported fp32 by export.bundle.export_bundle) served
-torch-free: the bundle's tokenizer.json and manifest multi_vector spec feed the fast graph (inference/colbert.py)
-and onnxruntime's multi_vectors, post-processed by inference/multivector.py, equal PyLate and colbert-ai
+torch-free: the bundle's tokenizer.json and manifest multi_vector spec feed the fast graph
+(inference/tasks/multi_vector_feeds.py)
+and onnxruntime's multi_vectors, post-processed by inference/tasks/multi_vector_scores.py, equal PyLate and colbert-ai
 (tests/helpers/colbert.py) on every query token vector (expansion [MASK]s included), every document token vector
 the skip-list leaves, and MaxSim, to 1e-5: both layouts at the tiny shape, the PyLate layout at the realistic one
 (the layouts differ in the loader and the spec, which the tiny shape covers; an export takes ~10 s)."""
@@ -18,8 +19,8 @@ from bundle.feeds import input_names
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.bundle import export_bundle
-from inference import colbert as feeds
-from inference.multivector import maxsim
+from inference.tasks import multi_vector_feeds as feeds
+from inference.tasks.multi_vector_scores import maxsim
 from tests.helpers import colbert as ref
 
 TOLERANCE = 1e-5

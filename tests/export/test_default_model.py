@@ -17,7 +17,7 @@ from bundle.session import open_session
 from export.bundle import bundle_max_length, export_bundle
 from export.calibration import rotten_tomatoes_val_fraction
 from export.parity import GATES
-from inference.variants import choose_variant
+from inference.runtime.variants import choose_variant
 from model.checkpoint import save_checkpoint
 from model.encoder import Encoder, mean_pool
 from model.load import load_model

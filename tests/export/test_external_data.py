@@ -27,9 +27,9 @@ from bundle.files import sha256_file
 from bundle.verify import BundleError, verify_bundle
 from export import onnxfiles, variants
 from export.bundle import export_bundle
-from inference import operations
 from inference.options import ServingOptions
 from inference.registry import ServedBundle, load_bundles, start_models
+from inference.tasks import embed
 from model.config import EncoderConfig
 from model.load import load_model
 from tests.helpers.tiny import SENTENCES
@@ -188,7 +188,7 @@ async def _embed(bundle: Path) -> tuple[np.ndarray, str]:
     options = ServingOptions(variant="fp32", intra_op_threads=1)
     models, executors = start_models(["m"], load_bundles([ServedBundle(path=bundle)], options), options)
     try:
-        return (await operations.embed(models.default, SENTENCES)).vectors, models.default.bundle.fingerprint
+        return (await embed.embed(models.default, SENTENCES)).vectors, models.default.bundle.fingerprint
     finally:
         await models.default.batcher.stop()
         for executor in executors:

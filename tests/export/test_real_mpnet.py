@@ -21,9 +21,9 @@ import transformers
 
 from bundle.manifest import Manifest
 from export.bundle import export_bundle
-from inference import operations
 from inference.options import ServingOptions
 from inference.registry import ServedBundle, load_bundles, start_models
+from inference.tasks import embed
 from tests.helpers.mpnet import mpnet_dir
 from tests.helpers.tokenizers import MULTILINGUAL
 
@@ -71,7 +71,7 @@ async def served(bundle: Path, variant: str) -> np.ndarray:
     models, executors = start_models(["mpnet"], load_bundles([ServedBundle(path=bundle)], options), options)
     try:
         assert models.default.bundle.variants["fast"] == variant
-        return (await operations.embed(models.default, TEXTS, truncate=True)).vectors
+        return (await embed.embed(models.default, TEXTS, truncate=True)).vectors
     finally:
         await models.default.batcher.stop()
         for executor in executors:

@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 
-from inference.batcher import Batcher
-from inference.fairqueue import ANYONE, Caller
+from inference.scheduling.batcher import Batcher
+from inference.scheduling.fairqueue import ANYONE, Caller
 from tests.helpers.serving import until
 
 

@@ -9,7 +9,8 @@
         that is not SentencePiece's precompiled one: NFKC's "，" would become <unk>)
     encode_reference(directory, texts)  BGEM3FlagModel(..., use_fp16=False, devices="cpu").encode with all three
         outputs, and the reference model for its compute_lexical_matching_score and colbert_score
-    from_outputs(...)  our raw outputs (PyTorch's or a graph's) through inference/multivector.py, in the reference's
+    from_outputs(...)  our raw outputs (PyTorch's or a graph's) through inference/tasks/multi_vector_scores.py, in the
+    reference's
         form; differences(ours, reference) the max abs diff of each output
 
 Shapes: tiny (hidden 32, 2 heads, 2 layers), realistic (hidden 256, 4 heads of width 64, 4 layers); TEXTS are the
@@ -29,7 +30,7 @@ import torch
 import transformers
 
 from bundle.manifest import MultiVectorSpec
-from inference import multivector
+from inference.tasks import multi_vector_scores
 from tests.helpers import tokenizers
 from tests.helpers.families import randomise_vectors, save_random
 
@@ -90,12 +91,12 @@ class M3Outputs:
 def from_outputs(dense: np.ndarray, multi_vectors: np.ndarray, token_weights: np.ndarray, feeds: dict[str, np.ndarray],
                  spec: MultiVectorSpec, normalize: bool) -> M3Outputs:
     """Our raw outputs of one padded batch ((N, D), (N, T, M), (N, T)) made into the reference's, through the
-    torch-free inference.multivector and the manifest's normalize."""
+    torch-free inference.tasks.multi_vector_scores and the manifest's normalize."""
     ids, mask = feeds["input_ids"], feeds["attention_mask"]  # (N, T) each
-    vectors = [multivector.token_vectors(multi_vectors[i], ids[i], mask[i], spec) for i in range(len(ids))]
-    weights = [multivector.lexical_weights(token_weights[i], ids[i], mask[i], spec.sparse_drop_ids)
+    vectors = [multi_vector_scores.token_vectors(multi_vectors[i], ids[i], mask[i], spec) for i in range(len(ids))]
+    weights = [multi_vector_scores.lexical_weights(token_weights[i], ids[i], mask[i], spec.sparse_drop_ids)
                for i in range(len(ids))]
-    return M3Outputs(multivector.normalize(dense) if normalize else dense, weights, vectors)
+    return M3Outputs(multi_vector_scores.normalize(dense) if normalize else dense, weights, vectors)
 
 
 def differences(ours: M3Outputs, reference: dict[str, Any]) -> dict[str, float]:

@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from inference.loading import LoadedBundle
+from inference.runtime.loading import LoadedBundle
 from tests.helpers.serving import until
 
 

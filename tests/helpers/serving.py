@@ -16,8 +16,8 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
-from inference.loading import LoadedBundle
 from inference.registry import load_bundles
+from inference.runtime.loading import LoadedBundle
 from service.app import create_app
 from service.deadlines import with_header_timeout
 from service.settings import Settings

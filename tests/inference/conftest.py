@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest_asyncio
 
-from inference.batcher import Batcher, BatchLimits
+from inference.scheduling.batcher import Batcher, BatchLimits
 from tests.helpers.batching import FakeRunner
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inference.graphs import Graph, attention_kind, graph_kind, graph_of
-from inference.inspection import attention_run
 from inference.limits import AttentionQuery
+from inference.runtime.graphs import Graph, attention_kind, graph_kind, graph_of
+from inference.tasks.attention import attention_run
 
 L, H = 4, 3
 

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import pytest_asyncio
 
-from inference.batcher import Batcher, BatchLimits
 from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
+from inference.scheduling.batcher import Batcher, BatchLimits
 from tests.helpers.batching import FakeRunner, plugged, seq, submit
 from tests.helpers.serving import until
 

@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from inference.batcher import Batcher, BatchLimits
 from inference.errors import Overloaded
-from inference.fairqueue import Caller
-from inference.threads import SharedSlots
+from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.fairqueue import Caller
+from inference.scheduling.slots import SharedSlots
 from tests.helpers.batching import FakeRunner, plugged, submit
 from tests.helpers.serving import until
 

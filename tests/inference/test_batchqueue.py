@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from inference.batchqueue import BatchQueue, fill
+from inference.scheduling.batchqueue import BatchQueue, fill
 
 
 @dataclass(eq=False)

@@ -12,8 +12,8 @@ import pytest
 
 from bundle.session import cuda_unavailable_reason
 from inference.errors import StartupError
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
 
 # The CPU build warns that it has no CUDA provider, then opens the session on CPU.
 pytestmark = pytest.mark.filterwarnings("ignore:Specified provider 'CUDAExecutionProvider' is not in available")
@@ -28,7 +28,7 @@ def cuda_offered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("cuda_offered")
 def test_auto_falls_back_to_cpu_with_one_line_saying_why(tiny_bundle: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="inference.loading"):
+    with caplog.at_level(logging.WARNING, logger="inference.runtime.loading"):
         loaded = load_bundle(tiny_bundle, LoadOptions(provider="auto"))
     assert loaded.provider == "cpu"
     lines = [r.getMessage() for r in caplog.records if "serving on CPU" in r.getMessage()]

@@ -1,5 +1,5 @@
-"""The fair queue as a plain structure (inference.fairqueue): which class and which caller head the next
-batch, counted in padded tokens, with no clock; and admission per class (inference.admission)."""
+"""The fair queue as a plain structure (inference.scheduling.fairqueue): which class and which caller head the next
+batch, counted in padded tokens, with no clock; and admission per class (inference.scheduling.admission)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from inference.admission import Permits
 from inference.errors import Overloaded, TooManyInputs
-from inference.fairqueue import Caller, FairQueue, Shares
+from inference.scheduling.admission import Permits
+from inference.scheduling.fairqueue import Caller, FairQueue, Shares
 
 SEARCH = Caller("search", "interactive")
 BACKFILL = Caller("backfill", "bulk")
@@ -166,7 +166,7 @@ def test_other_callers_inputs_are_sorted_only_when_the_chosen_callers_leave_room
 ) -> None:
     """Forming a batch reads every waiting input of the class only when the chosen caller's own do not fill
     it (on the event loop, with 8 bulk callers' 512 inputs waiting, that took about 1 ms a batch)."""
-    from inference import fairqueue
+    from inference.scheduling import fairqueue
 
     sorted_sizes: list[int] = []
     nearest = fairqueue.nearest

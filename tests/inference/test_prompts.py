@@ -1,5 +1,6 @@
 """Prompts in the core: which prefix a request gets (`inference.prompts`), and how a prompted text is tokenised
-and cut (`inference.tokenize`, `inference.chunking`) by each kind of tokenizer real checkpoints ship. Cut from the
+and cut (`inference.runtime.tokenize`, `inference.chunking`) by each kind of tokenizer real checkpoints ship. Cut from
+the
 right, a prompted text is the prompt and text tokenised as one string (sentence-transformers' encoding); cut from
 the left, and in every window of a chunked text, the prompt's tokens are kept at the start."""
 
@@ -13,7 +14,7 @@ from bundle.manifest import Manifest
 from inference.chunking import cut
 from inference.errors import OutOfRange, UnknownPrompt
 from inference.prompts import prompt_text
-from inference.tokenize import TextTokenizer
+from inference.runtime.tokenize import TextTokenizer
 from tests.helpers import tokenizers
 
 PROMPT = "query: "

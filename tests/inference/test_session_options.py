@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
 
 
 def test_only_the_attention_graph_keeps_the_memory_reuse(tiny_bundle: Path) -> None:

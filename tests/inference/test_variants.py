@@ -1,4 +1,4 @@
-"""Provider and variant choice (inference.variants): pure functions of what onnxruntime offers and what the
+"""Provider and variant choice (inference.runtime.variants): pure functions of what onnxruntime offers and what the
 manifest lists. The GPU-marked test (tests/service/test_gpu.py) checks the same policy on a real CUDA host."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from bundle.manifest import Manifest, Measured
 from inference.errors import StartupError
-from inference.variants import choose_attention_variant, choose_provider, choose_variant
+from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 

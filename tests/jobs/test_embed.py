@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
 from jobs.embedding import FINGERPRINT_KEY, JobError, JobOutput
 from jobs.inputs import Chunk, Columns
 from jobs.local import Job, in_parts, run

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from inference.graphs import Graph
+from inference.runtime.graphs import Graph
 from jobs.cli import main
 from jobs.embedding import JobError, JobOutput
 from jobs.inputs import Columns
@@ -56,7 +56,7 @@ def test_three_outputs_equal_bgem3_from_one_run_per_batch(bge, tmp_path: Path, m
     monkeypatch.setattr(Graph, "run", counting)
     _run(bge["bundle"], bge["docs"], tmp_path / "out", max_batch_size=4, outputs=ALL)
     monkeypatch.undo()
-    probe, *batches = runs  # the load's smoke run of one sequence (inference.loading), then the job's batches
+    probe, *batches = runs  # the load's smoke run of one sequence (inference.runtime.loading), then the job's batches
     assert probe[1] == 1 and sum(size for _, size in batches) == len(TEXTS)
     assert len(batches) == 3 and all(sorted(o) == ["embeddings", "multi_vectors", "token_weights"] for o, _ in batches)
     table, expected = output(tmp_path / "out"), bge["expected"]

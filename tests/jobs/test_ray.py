@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
 from jobs.embedding import FINGERPRINT_KEY, Chunking, JobError, JobOutput
 from jobs.inputs import Columns
 from jobs.local import Job, Summary, run

@@ -1,6 +1,7 @@
 """bge-m3 in PyTorch against FlagEmbedding's BGEM3FlagModel: a random XLM-R with FlagEmbedding's colbert_linear.pt and
 sparse_linear.pt beside it (tests/helpers/bge_m3.py) loads into our encoder with its multi-vector outputs, and our
-one forward pass, through the torch-free inference/multivector.py, gives BGEM3FlagModel's dense vectors, lexical
+one forward pass, through the torch-free inference/tasks/multi_vector_scores.py, gives BGEM3FlagModel's dense vectors,
+lexical
 weights (same ids) and colbert vectors, and its lexical and colbert scores, to 1e-5, at a tiny and a realistic shape
 (4 layers, heads of width 64, inputs of up to 256 tokens, one cut there)."""
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from bundle.feeds import pad
-from inference import multivector
+from inference.tasks import multi_vector_scores
 from model.checkpoint import LoadedModel
 from model.load import load_model
 from model.tokenizer import pad_id, token_ids
@@ -98,8 +99,8 @@ def test_scores_are_flagembeddings(case: Case) -> None:
     assert spec is not None
     lexical = case.reference.compute_lexical_matching_score(*expected["lexical_weights"])
     colbert = float(case.reference.colbert_score(*expected["colbert_vecs"]))
-    assert abs(multivector.lexical_score(*got.lexical) - lexical) <= TOLERANCE
-    assert abs(multivector.maxsim(*got.colbert, spec.reduction) - colbert) <= TOLERANCE
+    assert abs(multi_vector_scores.lexical_score(*got.lexical) - lexical) <= TOLERANCE
+    assert abs(multi_vector_scores.maxsim(*got.colbert, spec.reduction) - colbert) <= TOLERANCE
     assert lexical > 0 and colbert != 0
 
 
@@ -122,7 +123,8 @@ def test_one_head_file_alone_is_refused(case: Case, tmp_path: Path) -> None:
 def test_maxsim_explains_each_query_tokens_best_match() -> None:
     query = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]], dtype=np.float32)
     document = np.array([[0.0, 1.0], [1.0, 0.0], [0.8, 0.6]], dtype=np.float32)
-    found = multivector.explain(query, document, "sum")
+    found = multi_vector_scores.explain(query, document, "sum")
     assert found.best.tolist() == [1, 0, 2]
     np.testing.assert_allclose(found.similarity, [1.0, 1.0, 0.96], atol=1e-6)
-    assert found.score == pytest.approx(2.96) and multivector.maxsim(query, document, "mean") == pytest.approx(2.96 / 3)
+    assert found.score == pytest.approx(2.96)
+    assert multi_vector_scores.maxsim(query, document, "mean") == pytest.approx(2.96 / 3)

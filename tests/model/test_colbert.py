@@ -1,5 +1,6 @@
 """ColBERT checkpoints (PyLate folders, colbert-ai checkpoints) loaded by model.load and run in PyTorch, fed and
-post-processed by the torch-free inference/colbert.py and inference/multivector.py, equal their own libraries
+post-processed by the torch-free inference/tasks/multi_vector_feeds.py and inference/tasks/multi_vector_scores.py,
+equal their own libraries
 (tests/helpers/colbert.py): every query token vector (the expansion [MASK]s included), every document token vector
 left after the skip-list, and the MaxSim scores, to 1e-5, at the tiny and the realistic shape. PyLate's own query
 path agrees where no expansion is needed; settings the loader cannot reproduce are refused; without the query
@@ -16,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from inference import colbert as feeds
-from inference.multivector import maxsim
+from inference.tasks import multi_vector_feeds as feeds
+from inference.tasks.multi_vector_scores import maxsim
 from model.load import load_model
 from tests.helpers import colbert as ref
 

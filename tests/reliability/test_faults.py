@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
-from inference.loading import LoadedBundle
+from inference.runtime.loading import LoadedBundle
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, serving, until
 

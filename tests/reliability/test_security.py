@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from inference.errors import StartupError
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
 from service.app import create_app
 from service.settings import Settings
 from tests.helpers.serving import assert_error, graph_runs, serving

@@ -1,4 +1,4 @@
-"""Bulk work on threads of a lower CPU priority (inference.threads): a bulk caller's graph runs and the
+"""Bulk work on threads of a lower CPU priority (inference.scheduling.slots): a bulk caller's graph runs and the
 tokenising of its large requests run on niced threads of their own (under SCHED_IDLE unless
 `bulk_idle_policy` is off), an interactive caller's on the normal ones, and `bulk_nice 0` leaves them all
 alike. Whether that keeps the interactive p99 down under a bulk load
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inference.loading import LoadedBundle
-from inference.threads import background_pool, lower_priority
+from inference.runtime.loading import LoadedBundle
+from inference.scheduling.slots import background_pool, lower_priority
 from tests.helpers.serving import serving
 from tests.helpers.tiny import SENTENCES
 from tests.service.test_callers import bearer, entry, write

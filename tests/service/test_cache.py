@@ -1,4 +1,4 @@
-"""The exact answer cache (inference.cache, ServedModel.submit): a hit is the graph's answer bit for bit, for
+"""The exact answer cache (inference.scheduling.cache, ServedModel.submit): a hit is the graph's answer bit for bit, for
 every variant the tiny model can be served as; another model's fingerprint never hits; repeats within a
 request run once; hits never queue; the cache stays within its bytes; what the metrics and headers say. Its
 speed is measured in tests/reliability/test_cache.py."""
@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inference.cache import ENTRY_BYTES, IDS, AnswerCache, frozen
-from inference.loading import load_bundle
 from inference.options import LoadOptions
+from inference.runtime.loading import load_bundle
+from inference.runtime.tokenize import Encoded, TextTokenizer
+from inference.scheduling.cache import ENTRY_BYTES, IDS, AnswerCache, frozen
 from inference.served import INLINE_TOKENIZE_CHARS
-from inference.tokenize import Encoded, TextTokenizer
 from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
 from tests.helpers.serving import graph_runs, serving

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from inference import chunking
-from inference.tokenize import TextTokenizer
+from inference.runtime.tokenize import TextTokenizer
 from service.settings import Settings
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, graph_runs, serving, until

@@ -1,4 +1,5 @@
-"""On a CUDA host, the serving policy of inference/variants.py (the unit tests in tests/inference/test_variants.py
+"""On a CUDA host, the serving policy of inference/runtime/variants.py (the unit tests in
+tests/inference/test_variants.py
 check the same choices as pure functions): `auto` serves an exact graph on CUDA, fp32 for a bundle whose
 figures were measured elsewhere, and fp16 only when named; CUDA's fp32 answers equal the CPU's closely."""
 

@@ -22,8 +22,8 @@ import pytest_asyncio
 from pydantic import ValidationError
 
 from inference.errors import ModelNotFound, StartupError
-from inference.loading import LoadedBundle
 from inference.registry import ModelRegistry, ServedBundle, load_bundles, served_names
+from inference.runtime.loading import LoadedBundle
 from service.cli import read_settings
 from service.settings import Settings
 from tests.helpers.fakes import GatedBundle, held

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from inference.loading import LoadedBundle
+from inference.runtime.loading import LoadedBundle
 from tests.helpers import bge_m3
 from tests.helpers.fakes import GatedBundle
 from tests.helpers.serving import assert_error, post_ok, serving, worst

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from inference.loading import LoadedBundle
+from inference.runtime.loading import LoadedBundle
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, post_ok, serving, until, worst
 from tests.helpers.tasks import PROMPTS, TASKS, TaskReference

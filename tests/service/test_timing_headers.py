@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from inference.timing import RequestTiming
+from inference.scheduling.timing import RequestTiming
 from service.app import create_app
 from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, timing_headers
 from service.middleware import TIMING_HEADERS as HEADERS

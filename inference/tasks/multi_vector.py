@@ -1,6 +1,7 @@
 """Late interaction, the requests: a multi-vector model's token vectors (ColBERT's, bge-m3's colbert_vecs), its
 outputs of one run together (bge-m3: the dense vector, the lexical weights and the token vectors), and documents
-ranked by MaxSim. The arithmetic is `inference.multivector`'s; the manifest's `multi_vector` spec says how a
+ranked by MaxSim. The arithmetic is `inference.tasks.multi_vector_scores`'s; the manifest's `multi_vector` spec says
+how a
 model's queries and documents are prepared and its vectors kept.
 
 Every request runs the `MULTI` kind: one run of the fast graph's session gives every output the model has. The
@@ -20,15 +21,16 @@ from typing import Literal
 import numpy as np
 
 from bundle.manifest import MultiVectorSpec
-from inference import chunking, colbert, multivector, postprocess
+from inference import chunking, postprocess
 from inference.errors import InvalidRequest, ResponseTooLarge, Unsupported
-from inference.graphs import MULTI, Outputs
 from inference.limits import Inputs, check_dimensions, check_inputs, estimated_bytes
 from inference.options import RequestLimits
 from inference.results import Match, Ranking, Span, SparseVector
+from inference.runtime.graphs import MULTI, Outputs
+from inference.runtime.tokenize import Direction
 from inference.served import ServedModel
-from inference.sparse import lexical
-from inference.tokenize import Direction
+from inference.tasks import multi_vector_feeds, multi_vector_scores
+from inference.tasks.sparse import lexical
 
 InputKind = Literal["query", "document"]
 Output = Literal["dense", "sparse", "multi"]
@@ -59,7 +61,8 @@ async def encode(
     """The outputs asked for, from one run: `multi` each input's token vectors as the model keeps them for a query
     or a document (cut to `dimensions` and renormalised, Matryoshka style), `dense` its pooled vector (cut the
     same way; L2-normalised as `normalize` says, by default as the model's manifest does), `sparse` its lexical
-    weights. A ColBERT model's inputs are fed as its references feed them (inference.colbert: markers, queries
+    weights. A ColBERT model's inputs are fed as its references feed them (inference.tasks.multi_vector_feeds: markers,
+    queries
     expanded, cut at its query or document length whatever `truncate` says)."""
     wanted = set(outputs)
     if not wanted:
@@ -92,8 +95,8 @@ async def encode(
         sparse = [lexical(o["token_weights"], i, spec.sparse_drop_ids) for o, i in zip(ran, ids, strict=True)]
         weights = [o["token_weights"] for o in ran]
     if "multi" in wanted:
-        positions = [multivector.kept_positions(i, k, spec, document) for i, k in zip(ids, keep, strict=True)]
-        multi = [_cut(multivector.token_vectors(o["multi_vectors"], i, k, spec, document), dimensions)
+        positions = [multi_vector_scores.kept_positions(i, k, spec, document) for i, k in zip(ids, keep, strict=True)]
+        multi = [_cut(multi_vector_scores.token_vectors(o["multi_vectors"], i, k, spec, document), dimensions)
                  for o, i, k in zip(ran, ids, keep, strict=True)]
     lengths = [len(i) for i in ids]
     return MultiOutputs(sum(lengths), lengths, offsets, dense, sparse, multi, positions, ids, weights)
@@ -104,12 +107,13 @@ def fed(spec: MultiVectorSpec) -> bool:
     return bool(spec.query_prefix_ids or spec.document_prefix_ids or spec.query_length or spec.document_length)
 
 
-_FEEDERS: dict[str, colbert.ColbertFeeder] = {}  # by the bundle's fingerprint (its content): one per model
+_FEEDERS: dict[str, multi_vector_feeds.ColbertFeeder] = {}  # by the bundle's fingerprint (its content): one per model
 
 
 async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
                    width: int) -> tuple[list[np.ndarray], list[np.ndarray], list[list[tuple[int, int]]], list[Outputs]]:
-    """ColBERT's feeding (inference.colbert), through the model's admission and batches: per input its ids, the
+    """ColBERT's feeding (inference.tasks.multi_vector_feeds), through the model's admission and batches: per input its
+    ids, the
     positions whose vectors are kept, the tokens' characters, and its outputs."""
     check_inputs(model.limits, inputs)
     if not all(isinstance(item, str) for item in inputs):
@@ -118,7 +122,8 @@ async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
     tokenizer, spec = model.bundle.tokenizer, _spec(model)
     feeder = _FEEDERS.get(model.fingerprint)  # no per-request serialising of the spec
     if feeder is None:
-        feeder = _FEEDERS[model.fingerprint] = colbert.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+        feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+        _FEEDERS[model.fingerprint] = feeder
     feed = await model.maybe_off_loop(inputs, feeder.documents if document else feeder.queries, inputs)
     check_multi_size(model.limits, feed.lengths, width)
     ids = [feed.input_ids[row, :n] for row, n in enumerate(feed.lengths)]  # (n,) each
@@ -156,8 +161,8 @@ async def rerank(
         windows, grouped, _ = await model.run_cut(list(documents), overlap, MULTI, cut)
         scored, sides, spans = [], [], []
         for ws, outs in zip(windows, grouped, strict=True):
-            kept = [multivector.kept_positions(w.ids, np.ones_like(w.ids), spec, True) for w in ws]
-            each = [_maxsim(asked.multi[0], _cut(multivector.token_vectors(o["multi_vectors"], w.ids,
+            kept = [multi_vector_scores.kept_positions(w.ids, np.ones_like(w.ids), spec, True) for w in ws]
+            each = [_maxsim(asked.multi[0], _cut(multi_vector_scores.token_vectors(o["multi_vectors"], w.ids,
                                                                            np.ones_like(w.ids), spec, True), None),
                             spec) for w, o in zip(ws, outs, strict=True)]
             best = int(np.argmax([s.score if s is not None else 0.0 for s in each]))  # the first of equals
@@ -225,9 +230,9 @@ def _kept(model: ServedModel, found: MultiOutputs) -> list[KeptToken]:
     return out
 
 
-def _maxsim(query: np.ndarray, document: np.ndarray, spec: MultiVectorSpec) -> multivector.MaxSim | None:
+def _maxsim(query: np.ndarray, document: np.ndarray, spec: MultiVectorSpec) -> multi_vector_scores.MaxSim | None:
     """MaxSim of (Q, M) and (K, M) vectors; None for a document with no kept token (it scores 0)."""
-    return multivector.explain(query, document, spec.reduction) if len(document) and len(query) else None
+    return multi_vector_scores.explain(query, document, spec.reduction) if len(document) and len(query) else None
 
 
 def check_multi_size(limits: RequestLimits, lengths: Sequence[int], width: int) -> None:
@@ -249,7 +254,7 @@ def _spec(model: ServedModel) -> MultiVectorSpec:
 
 def _cut(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
     """(k, M) -> (k, M'): the first `dimensions` of each vector, renormalised (Matryoshka style)."""
-    return vectors if dimensions is None else multivector.normalize(vectors[:, :dimensions])
+    return vectors if dimensions is None else multi_vector_scores.normalize(vectors[:, :dimensions])
 
 
 @dataclass(frozen=True)
@@ -262,7 +267,7 @@ class _Side:
         return self.offsets[int(self.positions[index])]
 
 
-def _matches(scored: multivector.MaxSim | None, query: _Side, document: _Side) -> list[Match]:
+def _matches(scored: multi_vector_scores.MaxSim | None, query: _Side, document: _Side) -> list[Match]:
     """Per kept query token, the character spans of it and of its best document token, and their similarity."""
     if scored is None:
         return []

@@ -21,10 +21,10 @@ import numpy as np
 
 from inference import chunking, postprocess
 from inference.chunking import Window
-from inference.graphs import TOKEN_LOGITS, Outputs
 from inference.results import Entity
+from inference.runtime.graphs import TOKEN_LOGITS, Outputs
+from inference.runtime.tokenize import TextTokenizer
 from inference.served import ServedModel
-from inference.tokenize import TextTokenizer
 
 Aggregation = Literal["none", "simple", "first", "average", "max"]
 IGNORED = ("O",)  # the pipeline's default ignore_labels

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inference.graphs import TOKENS, Outputs
+from inference.runtime.graphs import TOKENS, Outputs
 
 CACHED_KINDS = frozenset({"fast", TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
 IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (every vocabulary served fits)

@@ -1,4 +1,4 @@
-"""A bundle loaded for serving: verified, its provider and graph variants chosen (`inference.variants`),
+"""A bundle loaded for serving: verified, its provider and graph variants chosen (`inference.runtime.variants`),
 its tokenizer and the sessions of the graph kinds the caller asks for opened, and each graph run once.
 
 Bundles loaded together share what has the same content: graphs and tokenizers with the same sha256 are
@@ -21,10 +21,10 @@ import numpy as np
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from inference.errors import StartupError
-from inference.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs, graph_kind
 from inference.options import LoadOptions
-from inference.tokenize import TextTokenizer, load_tokenizer
-from inference.variants import choose_attention_variant, choose_provider, choose_variant
+from inference.runtime.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs, graph_kind
+from inference.runtime.tokenize import TextTokenizer, load_tokenizer
+from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class LoadedBundle:
 
     def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
         """The `kind` graph's outputs per sequence; `adapters`: each row's adapter index (None: the base); an
-        attention kind with a choice of maps (inference.graphs.attention_kind) computes those."""
+        attention kind with a choice of maps (inference.runtime.graphs.attention_kind) computes those."""
         graph, chosen = graph_kind(kind)
         return self.graphs[graph].run(sequences, adapters, chosen)
 

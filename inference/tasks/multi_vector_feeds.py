@@ -12,7 +12,7 @@ Shape letters: B batch, T sequence, M multi-vector width, N kept tokens of an in
                     cut at max_length and padded like a document
     documents       each document cut to document_length (or max_length) less its prefix ids, the prefix inserted
                     after [CLS], right-padded with the pad id; its real tokens kept (the skip-list is applied with
-                    the vectors: inference.multivector.token_vectors(document=True))
+                    the vectors: inference.tasks.multi_vector_scores.token_vectors(document=True))
     token_vectors   a fed batch's (B, T, M) multi_vectors -> each input's (N, M) vectors, as the references return
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from bundle.manifest import MultiVectorSpec
-from inference import multivector
+from inference.tasks import multi_vector_scores
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def document_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorS
 def token_vectors(multi_vectors: np.ndarray, feed: Feed, spec: MultiVectorSpec) -> list[np.ndarray]:
     """(B, T, M) graph output for `feed` -> each input's (N, M) vectors (normalised, skip-list dropped, as the spec
     says)."""
-    return [multivector.token_vectors(multi_vectors[row], feed.input_ids[row], feed.keep[row], spec,
+    return [multi_vector_scores.token_vectors(multi_vectors[row], feed.input_ids[row], feed.keep[row], spec,
                                       document=feed.document) for row in range(len(feed.input_ids))]
 
 

@@ -1,4 +1,4 @@
-"""The answer cache in front of one model's graph runs (`inference.cache` keeps the entries): cached answers
+"""The answer cache in front of one model's graph runs (`inference.scheduling.cache` keeps the entries): cached answers
 and texts' token ids looked up, repeats within a request run once, and an input that another request is running
 now waited for instead of run again.
 
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from inference import timing
-from inference.batcher import Ticket
-from inference.cache import CACHED_KINDS, IDS, AnswerCache, frozen, key, text_key
 from inference.errors import InputTooLong, QueueTimeout
-from inference.fairqueue import Caller, Priority
-from inference.graphs import Outputs
-from inference.observer import BatchObserver
-from inference.tokenize import Direction, Encoded
+from inference.runtime.graphs import Outputs
+from inference.runtime.tokenize import Direction, Encoded
+from inference.scheduling import timing
+from inference.scheduling.batcher import Ticket
+from inference.scheduling.cache import CACHED_KINDS, IDS, AnswerCache, frozen, key, text_key
+from inference.scheduling.fairqueue import Caller, Priority
+from inference.scheduling.observer import BatchObserver
 
 RunGraph = Callable[[Ticket, str, list[np.ndarray], int], Awaitable[list[Outputs]]]  # (..., adapter index)
 Tokenize = Callable[[Sequence[str]], Awaitable[list[Encoded]]]

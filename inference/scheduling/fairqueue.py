@@ -33,7 +33,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
-from inference.batchqueue import BatchQueue, fill, nearest
+from inference.scheduling.batchqueue import BatchQueue, fill, nearest
 
 Priority = Literal["interactive", "bulk"]
 PRIORITIES: tuple[Priority, ...] = ("interactive", "bulk")  # also the order of ties

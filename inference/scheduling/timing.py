@@ -18,7 +18,7 @@ import time
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 
-from inference.fairqueue import Caller
+from inference.scheduling.fairqueue import Caller
 
 
 @dataclass

@@ -23,16 +23,17 @@ from typing import Literal
 
 import numpy as np
 
-from inference import chunking, late, postprocess
-from inference.batcher import Ticket
+from inference import chunking, postprocess
 from inference.chunking import Window
 from inference.errors import Unsupported
-from inference.graphs import PAIRS, Outputs
-from inference.inspection import attention_cap
 from inference.limits import AttentionQuery
 from inference.results import Highlight, Ranking, Scores, Span
+from inference.runtime.graphs import PAIRS, Outputs
+from inference.runtime.tokenize import Direction, Encoded, Pair
+from inference.scheduling.batcher import Ticket
 from inference.served import ServedModel
-from inference.tokenize import Direction, Encoded, Pair
+from inference.tasks import multi_vector
+from inference.tasks.attention import attention_cap
 
 ROLLOUT = AttentionQuery(aggregation="rollout")  # what an explanation costs, as /attention counts it
 
@@ -50,11 +51,11 @@ async def rerank(
     direction: Direction = "right", raw: bool = False, chunked: PairChunking | None = None, explain: bool = False,
 ) -> Ranking:
     """Each document's relevance to `query`, in document order (`Ranking.order` ranks them); a multi-vector
-    model's is its MaxSim score (`inference.late`, raw has no meaning there)."""
+    model's is its MaxSim score (`inference.tasks.multi_vector`, raw has no meaning there)."""
     model.require("rerank")
     if "multi_vectors" in model.multi_outputs:
-        return await late.rerank(model, query, documents, truncate=truncate, direction=direction, explain=explain,
-                                 overlap=chunked.overlap if chunked is not None else None)
+        return await multi_vector.rerank(model, query, documents, truncate=truncate, direction=direction,
+                                         explain=explain, overlap=chunked.overlap if chunked is not None else None)
     if explain:
         model.require("attention", "explain a score (it has no attention graph)")
     if model.bundle.manifest.pair_format is not None and (explain or chunked is not None):
@@ -100,7 +101,8 @@ async def _maxsim_pairs(model: ServedModel, pairs: Sequence[Pair | str], truncat
         raise Unsupported(f"model {model.name} scores (query, document) pairs by late interaction, not lone texts")
     scores, tokens = [], 0
     for query, documents in _by_query(pairs).items():  # type: ignore[arg-type]  # pairs only, checked above
-        ranking = await late.rerank(model, query, [d for _, d in documents], truncate=truncate, direction=direction)
+        ranking = await multi_vector.rerank(model, query, [d for _, d in documents], truncate=truncate,
+                                            direction=direction)
         scores += [(index, float(score)) for (index, _), score in zip(documents, ranking.scores, strict=True)]
         tokens += ranking.tokens
     values = np.asarray([[score] for _, score in sorted(scores)], dtype=np.float32)  # (N, 1) in pair order

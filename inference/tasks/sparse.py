@@ -2,7 +2,7 @@
 real tokens of log(1 + relu(masked-LM logits)), computed inside the graph (export.graphs) so the (B, T, V)
 logits never leave it. Here only its nonzero entries are kept, in vocabulary order, or the `top_k` largest.
 A multi-vector model with token weights (bge-m3's sparse_linear) gives its lexical weights the same way: each
-id's largest weight over the input's tokens, its special tokens dropped (inference.multivector).
+id's largest weight over the input's tokens, its special tokens dropped (inference.tasks.multi_vector_scores).
 
 Shape letters: N inputs, V vocabulary, k nonzero entries.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from inference import multivector
-from inference.graphs import MULTI, SPARSE
 from inference.limits import Inputs
 from inference.results import SparseVector, SparseVectors
+from inference.runtime.graphs import MULTI, SPARSE
+from inference.runtime.tokenize import Direction
 from inference.served import ServedModel
-from inference.tokenize import Direction
+from inference.tasks import multi_vector_scores
 
 
 async def embed_sparse(
@@ -38,9 +38,10 @@ async def embed_sparse(
 
 
 def lexical(weights: np.ndarray, ids: np.ndarray, drop_ids: list[int], top_k: int | None = None) -> SparseVector:
-    """(n,) token weights of one input's real tokens -> its lexical weights (inference.multivector) as a sparse
+    """(n,) token weights of one input's real tokens -> its lexical weights (inference.tasks.multi_vector_scores) as a
+    sparse
     vector: ids ascending, the top_k largest when given."""
-    found = multivector.lexical_weights(weights, ids, np.ones_like(ids), drop_ids)
+    found = multi_vector_scores.lexical_weights(weights, ids, np.ones_like(ids), drop_ids)
     indices = np.asarray(sorted(found), dtype=np.int64)  # (k,)
     values = np.asarray([found[i] for i in indices.tolist()], dtype=np.float32)  # (k,)
     if top_k is not None and len(indices) > top_k:

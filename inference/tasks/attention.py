@@ -2,7 +2,8 @@
 and the graphs' raw outputs with or without attention maps, for one request that asks for both (the Open
 Inference Protocol's tensors). Both go through `ServedModel.run`: admitted and tokenised once, the attention
 cap checked on the token counts before any graph runs. An attention graph that takes the layers and heads to compute
-(inference.graphs.attention_kind) is run for only those asked for; an older one computes every map, and the chosen
+(inference.runtime.graphs.attention_kind) is run for only those asked for; an older one computes every map, and the
+chosen
 ones are selected from its answer.
 
 Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chosen ones, n real tokens.
@@ -15,12 +16,12 @@ from dataclasses import replace
 
 from inference import postprocess
 from inference.errors import OutOfRange
-from inference.graphs import VIEWS, Outputs, attention_kind
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
-from inference.operations import tokens
 from inference.results import AttentionMap, GraphOutputs
+from inference.runtime.graphs import VIEWS, Outputs, attention_kind
+from inference.runtime.tokenize import Direction, Encoded
 from inference.served import Check, ServedModel
-from inference.tokenize import Direction, Encoded
+from inference.tasks.embed import tokens
 
 
 async def attention(

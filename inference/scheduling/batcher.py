@@ -1,9 +1,9 @@
 """Dynamic batching: one asyncio task owns the queue and turns waiting inputs into graph runs.
 
 Every input of a request is one `WorkItem` of the request's `Caller` (priority class and fairness key).
-Admission is counted in inputs, per class (`inference.admission`): a request of N inputs takes N permits at
+Admission is counted in inputs, per class (`inference.scheduling.admission`): a request of N inputs takes N permits at
 once or is refused (`Overloaded`, 429). Whenever an input waits and one of the `runs_in_flight` run slots is
-free, the worker task asks the fair queue (`inference.fairqueue`: interactive ahead of bulk, bulk keeping
+free, the worker task asks the fair queue (`inference.scheduling.fairqueue`: interactive ahead of bulk, bulk keeping
 its share, callers of a class sharing by tokens) for a batch: its head, then same-kind inputs of its class
 and the nearest lengths (less padding) under the token budget (batch size x longest sequence) and the size
 cap (with several slots free, the waiting inputs are shared out among them, so one large request keeps
@@ -11,9 +11,9 @@ every slot busy); it runs the graph in an executor thread and fans the per-input
 other slots run.
 A graph run cannot be interrupted, so while every slot runs a bulk batch, an interactive batch runs at once
 beside them in one more slot kept for it (the interactive lane), instead of waiting for a bulk batch to end.
-Bulk batches run in threads of their own, at a lower CPU priority (`inference.threads`). Inputs of a model's
+Bulk batches run in threads of their own, at a lower CPU priority (`inference.scheduling.slots`). Inputs of a model's
 different LoRA adapters share batches: each item carries its adapter index, and the run gets one per row
-(`inference.graphs`). A failed batch fails every waiter in it; a request that waits past the queue timeout
+(`inference.runtime.graphs`). A failed batch fails every waiter in it; a request that waits past the queue timeout
 fails with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs
 compute. On stop, admitted work is drained before the task ends.
 """
@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from inference.admission import Permits, Ticket
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
-from inference.fairqueue import ANYONE, Caller, FairQueue, Priority
-from inference.graphs import graph_of
-from inference.observer import BatchObserver
 from inference.options import BatchOptions
+from inference.runtime.graphs import graph_of
+from inference.scheduling.admission import Permits, Ticket
+from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
+from inference.scheduling.observer import BatchObserver
 
 log = logging.getLogger(__name__)
 

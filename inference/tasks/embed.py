@@ -15,12 +15,12 @@ import numpy as np
 from inference import chunking, postprocess
 from inference.chunking import Chunking
 from inference.errors import NoInstruction
-from inference.graphs import TOKENS
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
 from inference.prompts import InputType, prompt_text
 from inference.results import Embeddings, Scores, Span, Token
+from inference.runtime.graphs import TOKENS
+from inference.runtime.tokenize import Direction, Encoded
 from inference.served import ServedModel
-from inference.tokenize import Direction, Encoded
 
 
 async def embed(

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from inference.errors import Overloaded, TooManyInputs
-from inference.fairqueue import Caller, Priority
+from inference.scheduling.fairqueue import Caller, Priority
 
 
 class Permits:
