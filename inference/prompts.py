@@ -2,7 +2,8 @@
 sentence-transformers' config_sentence_transformers.json, carried in the manifest (`prompts`, by name, and
 `default_prompt_name`).
 
-Which prefix a request's texts get, as sentence-transformers' `encode(prompt_name=...)` chooses it:
+Which prefix a request's texts get, as sentence-transformers' `encode(prompt_name=...)` chooses it (a request
+that gives both prompt_name and input_type is refused: each chooses the prompt):
     prompt_name given   that prompt; a name the model does not have is refused, listing the model's prompts
     input_type given    "query": the prompt named "query"; "document": the one named "document", else "passage"
                         (Cohere's and vLLM's field); a model without such a prompt embeds the text as given, so
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bundle.manifest import Manifest
-from inference.errors import NoInstruction, UnknownPrompt
+from inference.errors import InvalidRequest, NoInstruction, UnknownPrompt
 from inference.runtime.tokenize import TextTokenizer
 
 InputType = Literal["query", "document"]
@@ -71,6 +72,9 @@ def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: 
     """The prefix of a request's texts ("" for none): by its instruction, else its prompt_name, else its
     input_type, else the prompt named like its task (the adapter it runs with), else the default."""
     prompts = manifest.prompts
+    if prompt_name is not None and input_type is not None:
+        raise InvalidRequest("prompt_name and input_type each choose the prompt: give one of them",
+                             code="prompt_conflict")
     if instruction is not None:
         return _instructed(prompts, instruction, prompt_name, input_type)
     if prompt_name is not None:

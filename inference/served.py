@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from inference import chunking
+from inference import chunking, rules
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
 from inference.limits import Inputs, check_finite, check_inputs
@@ -72,6 +72,7 @@ class ServedModel:
         self.fingerprint = bundle.fingerprint
         self.warm = False
         self.adapter: str | None = None  # the LoRA adapter this model's runs use (None: the bare base): with_adapter
+        self.adapter_index = 0  # the index its graph runs feed as `adapter` (0: the base; i + 1: adapters[i])
         self._probe = asyncio.Lock()
         self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, self._run_graph)
 
@@ -112,26 +113,15 @@ class ServedModel:
     def with_adapter(self, name: str | None) -> ServedModel:
         """This model with every graph run carrying adapter `name` (None, or the one it runs: itself): a shallow
         copy sharing the batcher, sessions, admission and cache. UnknownTask (422) for a name the model does not
-        have (naming those it has), for any name when it has none, and for another name than a view's own."""
+        have (`inference.rules.adapter_index`), and for another name than a view's own."""
         if name is None or name == self.adapter:
             return self
         if self.adapter is not None:
             raise UnknownTask(f"the request names two tasks for model {self.name}: {self.adapter!r} and "
                               f"{name[:64]!r}", code="task_conflict")
-        if not self.adapters:
-            raise UnknownTask(f"model {self.name} has no tasks (its bundle has no adapters); leave `task` out",
-                              code="no_tasks")
-        if name not in self.adapters:
-            raise UnknownTask(f"task {name[:64]!r} is not one of model {self.name}'s tasks (it has: "
-                              f"{', '.join(repr(a) for a in self.adapters)})")
         view = copy.copy(self)
-        view.adapter = name
+        view.adapter, view.adapter_index = name, rules.adapter_index(self.bundle.manifest, name, self.name)
         return view
-
-    @property
-    def adapter_index(self) -> int:
-        """The index its graph runs feed as `adapter`: 0 for the base, i + 1 for adapters[i]."""
-        return 0 if self.adapter is None else self.adapters.index(self.adapter) + 1
 
     @property
     def ready(self) -> bool:

@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from bundle.manifest import Manifest
-from inference import postprocess
+from inference import postprocess, rules
 from inference.chunking import Mode
-from inference.errors import NoInstruction, NonFiniteOutput, UnknownPrompt
+from inference.errors import NoInstruction, NonFiniteOutput, UnknownPrompt, UnknownTask
 from inference.limits import check_finite
 from inference.options import BatchOptions
 from inference.prompts import prompt_text
@@ -98,17 +98,12 @@ def recorded(output: JobOutput) -> dict[str, Any]:
 
 
 def adapter_of(manifest: Manifest, output: JobOutput) -> int:
-    """The adapter index every graph run feeds (0: the base; i + 1: the manifest's adapters[i], named by --task);
-    JobError for a task the model does not have, or any task when it has no adapters."""
-    names = [adapter.name for adapter in manifest.adapters]
-    if output.task is None:
-        return 0
-    if not names:
-        raise JobError(f"--task: model {manifest.name} has no tasks (its bundle has no adapters)")
-    if output.task not in names:
-        raise JobError(f"--task: {output.task!r} is not one of the model's tasks (it has: "
-                       f"{', '.join(repr(n) for n in names)})")
-    return names.index(output.task) + 1
+    """The adapter index every graph run feeds for --task (`inference.rules.adapter_index`, a request's `task`
+    rule); JobError for a task the model does not have, or any task when it has no adapters."""
+    try:
+        return rules.adapter_index(manifest, output.task, manifest.name)
+    except UnknownTask as error:
+        raise JobError("--task: " + error.message.replace("leave `task` out", "leave --task out")) from None
 
 
 def prompt_of(manifest: Manifest, output: JobOutput) -> str:

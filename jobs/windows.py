@@ -26,10 +26,9 @@ import numpy as np
 from tokenizers import Encoding
 
 from bundle.manifest import Manifest
-from inference import chunking, postprocess
+from inference import chunking, postprocess, rules
 from inference.chunking import Window
 from inference.errors import OutOfRange
-from inference.prompts import longest_prompt
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import TextTokenizer
 from jobs import embedding
@@ -41,13 +40,11 @@ Outputs = dict[str, np.ndarray]
 
 
 def resolve(output: JobOutput, tokenizer: TextTokenizer, manifest: Manifest) -> JobOutput:
-    """`output` with its chunking's overlap given: --chunk-overlap, or the one /embed takes for this model when a
-    request names none (inference.chunking.default_overlap of its window less its longest prompt), so the job's
-    windows are the server's."""
+    """`output` with its chunking's overlap given: --chunk-overlap, or the model's default (`inference.rules`,
+    the rule a request that names none gets), so the job's windows are the server's."""
     if output.chunking is None or output.chunking.overlap is not None:
         return output
-    size = chunking.window_size(tokenizer) - longest_prompt(manifest, tokenizer)
-    return replace(output, chunking=replace(output.chunking, overlap=chunking.default_overlap(size)))
+    return replace(output, chunking=replace(output.chunking, overlap=rules.text_overlap(tokenizer, manifest, None)))
 
 
 def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:

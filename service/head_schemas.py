@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from inference.chunking import DEFAULT_OVERLAP
 from service.schemas import (
     CHUNK_OVERLAP,
     TASK,
@@ -43,7 +44,7 @@ class RerankOptions(BaseModel):
     """attnserve's options on every rerank route."""
 
     chunking: Literal["max"] | None = Field(None, description=PAIR_CHUNKING)
-    chunk_overlap: Index = Field(32, description=(
+    chunk_overlap: Index = Field(DEFAULT_OVERLAP, description=(
         "Tokens shared by neighbouring windows of a document when chunking; below the document tokens a pair's "
         "window holds after the longest query it takes (half of the max length less the pair's special tokens), "
         "else 422, whether or not the request chunks. Default: 32, or half that window when 32 does not fit in it."))
@@ -224,8 +225,8 @@ class ClassifyTokensRequest(Tasked, _Request):
         "none", description="As transformers' token-classification pipeline: none labels each token; simple groups "
         "adjacent tokens of one entity; first, average and max first settle each word's label from its tokens.",
     )
-    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP + " Long texts are always cut into windows; each "
-                                 "token is labelled by the window where it sits most centrally.")
+    chunk_overlap: Index = Field(DEFAULT_OVERLAP, description=CHUNK_OVERLAP + " Long texts are always cut into "
+                                 "windows; each token is labelled by the window where it sits most centrally.")
 
 
 class TokenEntity(BaseModel):

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from inference.chunking import default_overlap, pair_window, window_size
+from inference import rules
+from inference.chunking import pair_window, window_size
 from inference.prompts import instruction_of, longest_prompt
 from inference.registry import ModelRegistry
 
@@ -61,17 +62,18 @@ def bounds(models: ModelRegistry) -> Bounds:
     return Bounds(
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
         min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
-        min(windows), min(pair_windows), _agreed(windows), _agreed(pair_windows),
+        min(windows), min(pair_windows),
+        _agreed([rules.text_overlap(m.bundle.tokenizer, m.bundle.manifest, None) for m in listed]),
+        _agreed([rules.pair_overlap(m.bundle.tokenizer, None) for m in listed]),
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
         all(instruction_of(m.prompts) is not None for m in manifests),
         tuple(name for name in listed[0].adapters if all(name in m.adapters for m in listed)),
     )
 
 
-def _agreed(windows: list[int]) -> int | None:
-    """The default chunk_overlap of every one of `windows`, or None when they differ."""
-    overlaps = {default_overlap(w) for w in windows}
-    return overlaps.pop() if len(overlaps) == 1 else None
+def _agreed(overlaps: list[int]) -> int | None:
+    """The default chunk_overlap every model takes (`inference.rules`), or None when they differ."""
+    return overlaps[0] if len(set(overlaps)) == 1 else None
 
 
 def answerable(path: str, tasks: Iterable[str]) -> bool:
@@ -79,7 +81,8 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
     return NEEDS.get(path, "embed") in set(tasks)
 
 
-PROMPTED = {"EmbedRequest": "prompt_name", "EmbedAllRequest": "prompt_name", "SimilarityParameters": "prompt_name"}
+PROMPTED = {"EmbedRequest": "prompt_name", "OpenAIEmbeddingRequest": "prompt_name", "EmbedAllRequest": "prompt_name",
+            "SimilarityParameters": "prompt_name"}
 INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's
 LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionRequest": "inputs",
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",

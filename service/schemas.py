@@ -17,6 +17,8 @@ from pydantic import (
     StringConstraints,
 )
 
+from inference.chunking import DEFAULT_OVERLAP
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -124,7 +126,7 @@ class Truncation(TruncationFields, Tasked, _Request):
 
 class Chunked(_Request):
     chunking: Literal["mean", "windows"] | None = Field(None, description=CHUNKING)
-    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+    chunk_overlap: Index = Field(DEFAULT_OVERLAP, description=CHUNK_OVERLAP)
 
 
 class WindowSpan(BaseModel):
@@ -153,13 +155,14 @@ class OpenAIEmbeddingRequest(BaseModel):
     chunking: Literal["mean", "windows"] | None = Field(
         None, description=CHUNKING + " With windows, `data` lists every window of every input in order."
     )
-    chunk_overlap: Index = Field(32, description=CHUNK_OVERLAP)
+    chunk_overlap: Index = Field(DEFAULT_OVERLAP, description=CHUNK_OVERLAP)
     input_type: Literal["query", "document"] | None = Field(None, description=(
         "What the inputs are, as Cohere's and vLLM's APIs say it: query puts the model's prompt named `query` "
         "before every text input, document its prompt named `document` (else `passage`); a model without such a "
         "prompt embeds the text as given (many prompt only their queries). Default: the model's "
         "`default_prompt_name`, when it names one. `usage` counts the prompt's tokens. Token-id inputs are run as "
         "given."))
+    prompt_name: Text | None = Field(None, description=PROMPT_NAME)
     instruction: Instruction | None = Field(None, description=INSTRUCTION)
     task: Text | None = Field(None, description=TASK)
 

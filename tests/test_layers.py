@@ -61,7 +61,7 @@ def test_jobs_and_bench_use_the_core_not_the_http_front(package: str) -> None:
 CORE_FLOORS = (
     ("ground", ("inference.errors", "inference.options", "inference.results", "inference.postprocess")),
     ("runtime", ("inference.runtime",)),
-    ("request rules", ("inference.chunking", "inference.prompts", "inference.limits")),
+    ("request rules", ("inference.chunking", "inference.prompts", "inference.limits", "inference.rules")),
     ("scheduling", ("inference.scheduling",)),
     ("served models", ("inference.served", "inference.registry")),
     ("tasks", ("inference.tasks",)),

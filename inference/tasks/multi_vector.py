@@ -162,9 +162,9 @@ async def rerank(
         scored, sides, spans = [], [], []
         for ws, outs in zip(windows, grouped, strict=True):
             kept = [multi_vector_scores.kept_positions(w.ids, np.ones_like(w.ids), spec, True) for w in ws]
-            each = [_maxsim(asked.multi[0], _cut(multi_vector_scores.token_vectors(o["multi_vectors"], w.ids,
-                                                                           np.ones_like(w.ids), spec, True), None),
-                            spec) for w, o in zip(ws, outs, strict=True)]
+            vectors = [_cut(multi_vector_scores.token_vectors(o["multi_vectors"], w.ids, np.ones_like(w.ids), spec,
+                                                              True), None) for w, o in zip(ws, outs, strict=True)]
+            each = [_maxsim(asked.multi[0], v, spec) for v in vectors]
             best = int(np.argmax([s.score if s is not None else 0.0 for s in each]))  # the first of equals
             chosen = ws[best]
             assert chosen.encoded is not None  # keep_tokens

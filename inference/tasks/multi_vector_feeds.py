@@ -84,7 +84,7 @@ def token_vectors(multi_vectors: np.ndarray, feed: Feed, spec: MultiVectorSpec) 
     """(B, T, M) graph output for `feed` -> each input's (N, M) vectors (normalised, skip-list dropped, as the spec
     says)."""
     return [multi_vector_scores.token_vectors(multi_vectors[row], feed.input_ids[row], feed.keep[row], spec,
-                                      document=feed.document) for row in range(len(feed.input_ids))]
+                                              document=feed.document) for row in range(len(feed.input_ids))]
 
 
 def _truncating(tokenizer: Tokenizer, length: int) -> Tokenizer:

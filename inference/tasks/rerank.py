@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from inference import chunking, postprocess
+from inference import chunking, postprocess, rules
 from inference.chunking import Window
 from inference.errors import Unsupported
 from inference.limits import AttentionQuery
@@ -43,7 +43,7 @@ class PairChunking:
     """Long documents cut into windows after the query; each document gets its best window's score."""
 
     mode: Literal["max"] = "max"
-    overlap: int = chunking.DEFAULT_OVERLAP
+    overlap: int | None = None  # None: the model's default (`inference.rules.pair_overlap`)
 
 
 async def rerank(
@@ -53,17 +53,18 @@ async def rerank(
     """Each document's relevance to `query`, in document order (`Ranking.order` ranks them); a multi-vector
     model's is its MaxSim score (`inference.tasks.multi_vector`, raw has no meaning there)."""
     model.require("rerank")
+    overlap = rules.pair_overlap(model.bundle.tokenizer, chunked.overlap) if chunked is not None else None
     if "multi_vectors" in model.multi_outputs:
         return await multi_vector.rerank(model, query, documents, truncate=truncate, direction=direction,
-                                         explain=explain, overlap=chunked.overlap if chunked is not None else None)
+                                         explain=explain, overlap=overlap)
     if explain:
         model.require("attention", "explain a score (it has no attention graph)")
     if model.bundle.manifest.pair_format is not None and (explain or chunked is not None):
         raise Unsupported(f"model {model.name} writes each pair into its prompt (an LLM reranker): it cannot "
                           "explain a score or score a document's windows; long documents are cut to fit")
     pairs = [(query, document) for document in documents]
-    if chunked is not None:
-        return await _chunked(model, pairs, chunked.overlap, raw, explain)
+    if overlap is not None:
+        return await _chunked(model, pairs, overlap, raw, explain)
     kinds = [PAIRS, "attention"] if explain else [PAIRS]
     check = attention_cap(model, ROLLOUT if explain else None)
     encoded, outputs = await model.run(pairs, kinds, truncate, direction, check=check)

@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from inference import chunking, postprocess
+from inference import chunking, postprocess, rules
 from inference.chunking import Window
 from inference.results import Entity
 from inference.runtime.graphs import TOKEN_LOGITS, Outputs
@@ -44,10 +44,12 @@ class TokenScores:
 
 async def classify_tokens(
     model: ServedModel, texts: Sequence[str], *, aggregation: Aggregation = "none",
-    overlap: int = chunking.DEFAULT_OVERLAP,
+    overlap: int | None = None,
 ) -> list[list[Entity]]:
-    """Per text, its labelled tokens (none) or entities (the other strategies), "O" left out."""
+    """Per text, its labelled tokens (none) or entities (the other strategies), "O" left out; windows share
+    `overlap` tokens (None: the model's default, `inference.rules.token_overlap`)."""
     model.require("tokens", "label tokens (it is not a token classifier)")
+    overlap = rules.token_overlap(model.bundle.tokenizer, overlap)
     cut = functools.partial(chunking.cut, keep_tokens=True)
     windows, grouped, _ = await model.run_cut(list(texts), overlap, TOKEN_LOGITS, cut)
     labels = list(model.bundle.manifest.labels)

@@ -101,7 +101,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction,
                          task=served.adapter)
     result = await attention.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
-                                            direction=direction, views=views, prompt=prompt)
+                                           direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}
     if fast:
         values |= _fast_values(served, result.values, params)
@@ -126,8 +126,8 @@ async def _multi(served: ServedModel, inputs: Inputs, wanted: list[tuple[str, bo
     asked = {"embeddings": "dense", "sparse": "sparse", "multi_vectors": "multi", "multi_vector_mask": "multi"}
     direction: Literal["left", "right"] = "left" if params.truncation_direction.lower() == "left" else "right"
     found = await multi_vector.encode(served, inputs, input_type=params.input_type, truncate=params.truncate,
-                              direction=direction, normalize=params.normalize,
-                              outputs={asked[n] for n in names if n in asked})  # type: ignore[misc]
+                                      direction=direction, normalize=params.normalize,
+                                      outputs={asked[n] for n in names if n in asked})  # type: ignore[misc]
     values = {"attention_mask": _mask(found.lengths)}
     if found.dense is not None:
         values["embeddings"] = found.dense

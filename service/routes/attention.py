@@ -21,7 +21,7 @@ async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: M
     served = pick(body.model, model, task=body.task)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
     maps = await job(core.attention(served, as_list(body.inputs), query, truncate=body.truncate,
-                                          direction=direction(body)))
+                                    direction=direction(body)))
     return json_response({
         "model": served.name, "aggregation": body.aggregation, "encoding": body.encoding,
         "dtype": body.dtype if body.encoding == "base64" else "float32",

@@ -8,8 +8,8 @@ import orjson
 from fastapi import Response
 from pydantic import BaseModel
 
-from inference.chunking import Chunking, check_overlap, default_overlap, window_size
-from inference.prompts import longest_prompt
+from inference import rules
+from inference.chunking import Chunking
 from inference.runtime.tokenize import Direction
 from inference.served import ServedModel
 from service.schemas import ErrorResponse
@@ -72,15 +72,13 @@ def direction(body: Any) -> Direction:
     return body.truncation_direction.lower()  # type: ignore[no-any-return]
 
 
+def given(body: BaseModel, field: str) -> Any:
+    """The value of `field` when the request gave it, else None: the core resolves the model's default
+    (`inference.rules`), which the field's documented default only states for one model."""
+    return getattr(body, field) if field in body.model_fields_set else None
+
+
 def chunking(body: Any, served: ServedModel) -> Chunking | None:
-    """The request's chunking (mode and overlap), or None to truncate. An overlap the request gives is held to
-    the model's window less its longest prompt (the served OpenAPI document's bound) whether or not it chunks;
-    one it does not give is the default for that window (`default_overlap`)."""
-    tokenizer, given = served.bundle.tokenizer, "chunk_overlap" in body.model_fields_set
-    if not given and body.chunking is None:
-        return None
-    prompt = longest_prompt(served.bundle.manifest, tokenizer)
-    if given:
-        check_overlap(tokenizer, body.chunk_overlap, prompt=prompt)
-    overlap = body.chunk_overlap if given else default_overlap(window_size(tokenizer) - prompt)
-    return Chunking(body.chunking, overlap) if body.chunking is not None else None
+    """The request's chunking (mode and overlap), or None to truncate (`inference.rules.text_chunking`)."""
+    bundle = served.bundle
+    return rules.text_chunking(bundle.tokenizer, bundle.manifest, body.chunking, given(body, "chunk_overlap"))

@@ -69,8 +69,8 @@ async def _data(
 ) -> tuple[list[dict[str, Any]], int]:
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await embed.embed(served, inputs, normalize=served.bundle.manifest.normalize,
-                                    dimensions=body.dimensions, chunked=chunking(body, served),
-                                    input_type=body.input_type, instruction=body.instruction)
+                               dimensions=body.dimensions, chunked=chunking(body, served),
+                               prompt_name=body.prompt_name, input_type=body.input_type, instruction=body.instruction)
     if result.spans is None:
         return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
             result.tokens

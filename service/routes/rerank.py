@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference.chunking import check_pair_overlap, default_overlap, pair_window
+from inference import rules
 from inference.errors import InvalidRequest
 from inference.served import ServedModel
 from inference.tasks import rerank as core
@@ -27,7 +27,7 @@ from service.head_schemas import (
     ScoreResponse,
 )
 from service.hot import HotRoute
-from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
+from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, given, json_response
 
 router = APIRouter(tags=["rerank"], dependencies=[Depends(require_json), Depends(needs("rerank"))])
 
@@ -106,10 +106,7 @@ def _rank(served: ServedModel, query: str, texts: list[str], options: RerankOpti
           truncate: bool | None, side: Any) -> Any:
     """The ranking; an overlap the request gives is held to the served OpenAPI document's bound whether or not
     it chunks (as /embed's is)."""
-    overlap = default_overlap(pair_window(served.bundle.tokenizer))  # when the request gives none
-    if "chunk_overlap" in options.model_fields_set:
-        check_pair_overlap(served.bundle.tokenizer, options.chunk_overlap)
-        overlap = options.chunk_overlap
+    overlap = rules.pair_overlap(served.bundle.tokenizer, given(options, "chunk_overlap"))
     chunked = core.PairChunking(overlap=overlap) if options.chunking == "max" else None
     return core.rerank(served, query, texts, truncate=truncate, direction=side, raw=raw, chunked=chunked,
                        explain=options.explain)

@@ -68,7 +68,7 @@ async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[A
     function: ScoreFunction | None = "none" if body.raw_scores else None
     chunked = chunking(body, served)
     result = await job(core.classify(served, as_list(body.inputs), truncate=body.truncate,
-                                           direction=direction(body), function=function, chunked=chunked))
+                                     direction=direction(body), function=function, chunked=chunked))
     if result.spans is not None:
         return wire.score_windows(result, body.top_k)
     return [wire.labels(r) for r in result.ranked(body.top_k)]
@@ -90,7 +90,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
                                                 function=function))
     else:
         result = await job(core.classify(served, texts, truncate=body.truncate, direction=direction(body),
-                                               function=function))
+                                         function=function))
     scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
     return json_response(scores[0] if single else scores)
 

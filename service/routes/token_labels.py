@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 
-from inference.chunking import default_overlap, window_size
 from inference.tasks import token_labels as core
 from service import wire
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.head_schemas import ClassifyTokensRequest, TokenEntity
-from service.routes.common import INFERENCE_ERRORS, as_list, errors, json_response
+from service.routes.common import INFERENCE_ERRORS, as_list, errors, given, json_response
 
 router = APIRouter(tags=["token classification"], dependencies=[Depends(require_json), Depends(needs("tokens"))])
 
@@ -21,9 +20,7 @@ async def classify_tokens(body: ClassifyTokensRequest, pick: PickDep, job: JobDe
     """Per input, its labelled tokens (aggregation none: `entity`, `index`) or entity groups (`entity_group`),
     label "O" left out, with `start` and `end` in characters of the input. Long inputs are cut into windows."""
     served = pick(body.model, model, task=body.task)
-    given = "chunk_overlap" in body.model_fields_set
-    overlap = body.chunk_overlap if given else default_overlap(window_size(served.bundle.tokenizer))
     result = await job(core.classify_tokens(served, as_list(body.inputs), aggregation=body.aggregation,
-                                            overlap=overlap))
+                                            overlap=given(body, "chunk_overlap")))
     grouped = body.aggregation != "none"
     return json_response([[wire.entity(e, grouped) for e in entities] for entities in result])

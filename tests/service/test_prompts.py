@@ -1,9 +1,10 @@
-"""Prompts served: a sentence-transformers model (MPNet, weighted-mean pooling, a tanh Dense, Normalize; prompts
-query "query: " and document "passage: ", default query; tests/helpers/exports.py "mpnet-sentence") exported and
-served, and sentence-transformers' own `encode(texts, prompt_name=...)` of that directory as the reference: a
-request's `prompt_name` (/embed, /embed_all, /similarity, /v2) or `input_type` (/v1/embeddings) gets the
-model's prefixed embedding, no name gets the default prompt's, an unknown name is a 422 listing the prompts,
-`usage` counts the prompt's tokens, and /info, /v1/models and the OpenAPI document name the prompts.
+"""Prompts served: a sentence-transformers model (MPNet, weighted-mean pooling, a tanh Dense, Normalize; prompts query
+"query: " and document "passage: ", default query; tests/helpers/exports.py "mpnet-sentence") exported and served,
+and sentence-transformers' own `encode(texts, prompt_name=...)` of that directory as the reference: a request's
+`prompt_name` (/embed, /embed_all, /similarity, /v2, /v1/embeddings) or `input_type` (/v1/embeddings) gets the
+model's prefixed embedding (both at once are refused: each chooses the prompt), no name gets the default prompt's,
+an unknown name is a 422 listing the prompts, `usage` counts the prompt's tokens, and /info, /v1/models and the
+OpenAPI document name the prompts.
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ async def test_prompt_name_and_input_type_give_sentence_transformers_embeddings(
     assert worst(chunked, reference["short"]) <= TOLERANCE  # one window: its prompted encoding
 
 
+async def test_v1_embeddings_honours_prompt_name_and_refuses_it_beside_input_type(client, reference) -> None:
+    for name in ("query", "document"):
+        data = (await post_ok(client, "/v1/embeddings", {"input": TEXTS, "prompt_name": name}))["data"]
+        assert worst([d["embedding"] for d in data], reference[name]) <= TOLERANCE
+    refused = await client.post("/v1/embeddings", json={"input": "x", "prompt_name": "passage"})
+    assert "'passage' is not one of this model's prompts" in assert_error(refused, 422, "unknown_prompt")["message"]
+    both = {"input": "x", "prompt_name": "document", "input_type": "query"}
+    error = assert_error(await client.post("/v1/embeddings", json=both), 422, "prompt_conflict")
+    assert "prompt_name and input_type" in error["message"]
+
+
 async def test_usage_counts_the_prompt_as_the_model_reads_it(client) -> None:
     texts = ["a b", "c"]
     plain = await post_ok(client, "/tokenize", {"inputs": texts})
@@ -97,7 +109,7 @@ async def test_info_models_and_the_document_name_the_prompts(client) -> None:
     (listed,) = (await client.get("/v1/models")).json()["data"]
     assert (listed["prompts"], listed["default_prompt_name"]) == (PROMPTS, "query")
     schemas = (await client.get("/openapi.json")).json()["components"]["schemas"]
-    for name in ("EmbedRequest", "EmbedAllRequest", "SimilarityParameters"):
+    for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters"):
         names = schemas[name]["properties"]["prompt_name"]["anyOf"][0]
         assert names["type"] == "string" and sorted(names["enum"]) == ["document", "query"]
     most = schemas["EmbedRequest"]["properties"]["chunk_overlap"]["maximum"]  # the window less the longest prompt
