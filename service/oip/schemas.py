@@ -55,7 +55,8 @@ Element = StrictStr | Annotated[StrictInt, BeforeValidator(integral)]
 class InferInput(_Strict):
     name: InputName = Field(description="`text` (BYTES, shape [n]), or `input_ids` (INT64 or INT32, shape "
                             "[n, T]) with an optional `attention_mask` of the same shape (1 keeps a token).")
-    shape: list[StrictInt] = Field(description="Each dimension, >= 0.")
+    shape: list[Annotated[StrictInt, Field(json_schema_extra={"minimum": 0})]] = Field(  # _non_negative refuses
+        description="Each dimension, >= 0.")
     datatype: Literal["BYTES", "INT64", "INT32"]
     parameters: TensorParameters | None = None
     data: list[Element | list[Element]] | None = Field(
