@@ -1,6 +1,8 @@
 """The /v2 inference body's schema says what the server accepts: schemathesis with every check found
-schema-valid inputs the server refused (422), such as a negative `shape` dimension. Each case here is judged
-twice, by JSON Schema validation against the served OpenAPI document and by the server, and the two must agree.
+schema-valid inputs the server refused (422), an input whose `data` is null or absent with no
+`binary_data_size`, and a negative `shape` dimension. Each case here is judged twice, by JSON Schema
+validation against the served OpenAPI document and by the server, and the two must agree; schemathesis'
+own generator, given the document, must not produce either case.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Any
 import jsonschema
 import orjson
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
 
 from service.app import create_app
 from service.settings import Settings
@@ -25,6 +29,10 @@ def text(**fields: Any) -> dict[str, Any]:
 
 
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {  # name: (input, words in the server's message)
+    "data_null": ({"name": "text", "datatype": "BYTES", "shape": [], "data": None}, "neither data nor"),
+    "data_absent": (text(), "neither data nor"),
+    "size_null": (text(data=None, parameters={"binary_data_size": None}), "neither data nor"),
+    "no_size": (text(parameters={}), "neither data nor"),
     "negative_dimension": (text(shape=[-1], data=["a cat"]), ">= 0"),
     "negative_row_length": ({"name": "input_ids", "datatype": "INT64", "shape": [1, -3], "data": [[2, 7, 3]]},
                             ">= 0"),
@@ -32,6 +40,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {  # name: (input, words in the
 ACCEPTED: dict[str, tuple[dict[str, Any], bytes]] = {  # name: (input, binary data after the JSON header)
     "json": (text(data=["a cat"]), b""),
     "binary": (text(parameters={"binary_data_size": len(BINARY)}), BINARY),
+    "binary_data_null": (text(data=None, parameters={"binary_data_size": len(BINARY)}), BINARY),
     "token_ids": ({"name": "input_ids", "datatype": "INT64", "shape": [1, 3], "data": [[2, 7, 3]]}, b""),
 }
 
@@ -76,3 +85,16 @@ def test_metadata_shapes_keep_minus_one_for_a_dimension_that_varies() -> None:
     shape = doc["components"]["schemas"]["MetadataTensor"]["properties"]["shape"]
     assert "minimum" not in shape["items"]
 
+
+ROUTES_DOC = create_app(Settings(bundle=Path("unused"))).openapi()  # the routes' document: no bundle needed
+GENERATED = schemathesis.openapi.from_dict(ROUTES_DOC)[INFER]["POST"].as_strategy()
+
+
+@given(case=GENERATED)
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+def test_schemathesis_generates_only_inputs_with_data_or_binary_size(case: Any) -> None:
+    for tensor in case.body["inputs"]:
+        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        assert tensor.get("data") is not None or size is not None, tensor
+        assert all(d >= 0 for d in tensor["shape"]), tensor
