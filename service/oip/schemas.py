@@ -50,6 +50,9 @@ class TensorParameters(_Strict):
 # one a tensor takes is its datatype's (service.oip.codec). The inputs are of rank 1 or 2, so their data is flat
 # or one level nested (a list per row).
 Element = StrictStr | Annotated[StrictInt, BeforeValidator(integral)]
+# A shape dimension: an integer as JSON Schema counts them (2.0 too), >= 0 as InferInput._non_negative refuses
+# the rest with its own message; the schema states the bound.
+Dimension = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0}), BeforeValidator(integral)]
 
 
 # The server reads a tensor's data from the JSON unless its parameters give binary_data_size
@@ -68,8 +71,7 @@ class InferInput(_Strict):
 
     name: InputName = Field(description="`text` (BYTES, shape [n]), or `input_ids` (INT64 or INT32, shape "
                             "[n, T]) with an optional `attention_mask` of the same shape (1 keeps a token).")
-    shape: list[Annotated[StrictInt, Field(json_schema_extra={"minimum": 0})]] = Field(  # _non_negative refuses
-        description="Each dimension, >= 0.")
+    shape: list[Dimension] = Field(description="Each dimension, >= 0.")
     datatype: Literal["BYTES", "INT64", "INT32"]
     parameters: TensorParameters | None = None
     data: list[Element | list[Element]] | None = Field(

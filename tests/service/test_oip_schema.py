@@ -41,6 +41,7 @@ ACCEPTED: dict[str, tuple[dict[str, Any], bytes]] = {  # name: (input, binary da
     "json": (text(data=["a cat"]), b""),
     "binary": (text(parameters={"binary_data_size": len(BINARY)}), BINARY),
     "binary_data_null": (text(data=None, parameters={"binary_data_size": len(BINARY)}), BINARY),
+    "integral_dimension": (text(shape=[1.0], data=["a cat"]), b""),  # JSON Schema's integer 1
     "token_ids": ({"name": "input_ids", "datatype": "INT64", "shape": [1, 3], "data": [[2, 7, 3]]}, b""),
 }
 
