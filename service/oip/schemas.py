@@ -50,17 +50,33 @@ class TensorParameters(_Strict):
 # one a tensor takes is its datatype's (service.oip.codec). The inputs are of rank 1 or 2, so their data is flat
 # or one level nested (a list per row).
 Element = StrictStr | Annotated[StrictInt, BeforeValidator(integral)]
+# A shape dimension: an integer as JSON Schema counts them (2.0 too), >= 0 as InferInput._non_negative refuses
+# the rest with its own message; the schema states the bound.
+Dimension = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0}), BeforeValidator(integral)]
+
+
+# The server reads a tensor's data from the JSON unless its parameters give binary_data_size
+# (service.oip.codec.read_inputs), so `data` may be absent or null only then. pydantic cannot say "one of these
+# two fields" itself: written into the schema as an anyOf of the two forms, so that clients and schema fuzzers
+# meet the rule the server applies (both may hold: the binary data is read).
+DATA_OR_BINARY: dict[str, Any] = {"anyOf": [
+    {"required": ["data"], "properties": {"data": {"type": "array"}}},
+    {"required": ["parameters"], "properties": {"parameters": {
+        "type": "object", "required": ["binary_data_size"], "properties": {"binary_data_size": {"type": "integer"}}}}},
+]}
 
 
 class InferInput(_Strict):
+    model_config = ConfigDict(json_schema_extra=DATA_OR_BINARY)
+
     name: InputName = Field(description="`text` (BYTES, shape [n]), or `input_ids` (INT64 or INT32, shape "
                             "[n, T]) with an optional `attention_mask` of the same shape (1 keeps a token).")
-    shape: list[StrictInt] = Field(description="Each dimension, >= 0.")
+    shape: list[Dimension] = Field(description="Each dimension, >= 0.")
     datatype: Literal["BYTES", "INT64", "INT32"]
     parameters: TensorParameters | None = None
     data: list[Element | list[Element]] | None = Field(
         None, description="Row-major elements, flat or a list per row: strings for BYTES, integers for INT64 and "
-        "INT32; absent when the tensor is sent as binary data.")
+        "INT32. Required unless `parameters` give binary_data_size (the tensor is sent as binary data).")
 
     @field_validator("data", mode="wrap")
     @classmethod
