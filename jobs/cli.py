@@ -10,8 +10,10 @@ Exit status: 0 done, 2 bad arguments or a job that cannot run, 130 interrupted (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
@@ -126,9 +128,9 @@ def main(argv: list[str], prog: str = "attnserve embed") -> int:
         model, max_windows = _model(args)
     except ValidationError as error:
         return report(prog, error)
-    signal.signal(signal.SIGTERM, _stop)
     try:
-        print((_run_ray if args.ray else _run_local)(args, model, max_windows).line())
+        with _sigterm_stops():
+            print((_run_ray if args.ray else _run_local)(args, model, max_windows).line())
     except (JobError, InputError) as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2
@@ -192,6 +194,17 @@ def _chunking(args: argparse.Namespace, max_windows: int) -> Chunking | None:
     if args.instruction is not None:  # as /embed refuses an instruction with chunking: the same vectors or none
         raise JobError("--instruction cannot be given with --chunking")
     return Chunking(args.chunking, args.chunk_overlap, max_windows)  # None: the bundle's own (jobs.windows.resolve)
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM raises Stopped while the job runs; the caller's handler is back when it ends, so a process that
+    calls main (a test run, a notebook) does not keep a handler that raises Stopped wherever a later SIGTERM lands."""
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:  # None: a handler not set from Python, which cannot be put back; the default is the nearest
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -4,10 +4,12 @@ Fixtures every package uses live in tests/fixtures.py (a plugin, so no test impo
 Tests marked `gpu` skip where onnxruntime offers no CUDAExecutionProvider. Tests marked
 `default_model` need the real MiniLM weights and the Rotten Tomatoes data that `make install`
 puts into the virtual environment; they fail (not skip) when those are missing, since CI installs them.
+Every test must leave the process's SIGTERM and SIGINT handlers as it found them (signal_handlers_kept).
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +27,20 @@ def short_speed_figures() -> Iterator[None]:
     kept, measure.SPEED_SECONDS_PER_SHAPE = measure.SPEED_SECONDS_PER_SHAPE, 0.0
     yield
     measure.SPEED_SECONDS_PER_SHAPE = kept
+
+
+@pytest.fixture(autouse=True)
+def signal_handlers_kept() -> Iterator[None]:
+    """A command run in-process (jobs.cli.main) must not leave its handler in the pytest process: a later SIGTERM
+    to the run then fires it inside an unrelated test (jobs.cli's once raised its Stopped in a fuzz test). Puts
+    back what the test changed, then fails it, so a leak is named where it happens and goes no further."""
+    watched = (signal.SIGTERM, signal.SIGINT)
+    before = {signum: signal.getsignal(signum) for signum in watched}
+    yield
+    changed = [signum for signum in watched if signal.getsignal(signum) != before[signum]]
+    for signum in changed:
+        signal.signal(signum, before[signum] if before[signum] is not None else signal.SIG_DFL)
+    assert not changed, f"the test left its own {', '.join(s.name for s in changed)} handler installed"
 
 
 def _cuda_available() -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,21 @@ def test_cli_prints_the_summary_and_refuses_bad_settings(tiny_bundle: Path, tmp_
     assert "--max-batch-size (ATTNSERVE_MAX_BATCH_SIZE)" in capsys.readouterr().err
     assert main([str(path), "--bundle", str(tiny_bundle), "--out", str(tmp_path / "o"), "--variant", "int8"]) == 2
     assert "variant 'int8'" in capsys.readouterr().err
+
+
+def test_cli_puts_the_callers_sigterm_handler_back(tiny_bundle: Path, tmp_path: Path, capsys) -> None:
+    """main stops on SIGTERM only while its job runs: a test run (or any caller) keeps its own handler after,
+    so a later SIGTERM does not raise jobs.cli.Stopped inside whatever runs then."""
+    from jobs.cli import main
+
+    path = tmp_path / "docs.txt"
+    path.write_text("a warm film\ndull\n")
+    before = signal.getsignal(signal.SIGTERM)
+    assert main([str(path), "--bundle", str(tiny_bundle), "--out", str(tmp_path / "out")]) == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert main([str(tmp_path / "missing.txt"), "--bundle", str(tiny_bundle), "--out", str(tmp_path / "o")]) == 2
+    assert signal.getsignal(signal.SIGTERM) is before
+    capsys.readouterr()
 
 
 def test_in_parts_cuts_the_row_stream_at_multiples_of_the_part_size() -> None:
