@@ -21,36 +21,8 @@ Variants: fp32 (as exported), fp32-opt (onnxruntime transformer optimiser), int8
 quantisation with calibrated activation scales, CPU), int8-dynamic (dynamic quantisation, CPU; its
 vectors depend on their batch partners), fp16 (CUDA).
 
-Schema 2 adds what export measured of each graph on each provider it ran on (`measured`): how far a
-text's outputs move between being run alone and in mixed batches, and the time per batch at fixed
-shapes. The service's `variant=auto` chooses from these figures. Schema 1 bundles (no figures) are
-still read; auto then serves fp32.
-
-Schema 3 adds what a consumer of other architectures needs: `architecture` (the model family: bert,
-roberta, distilbert, mpnet, modernbert), `task`, `embedding_size`, more pooling modes, and the
-sentence-transformers `prompts` with their `default_prompt_name`. Schema 1 and 2 bundles read with the
-values they implied: architecture "bert", task "classify" with labels else "embed", embedding_size =
-hidden_size, no prompts.
-
-A graph whose weights exceed protobuf's 2 GiB limit keeps its tensors in external data files beside the
-.onnx; its entry lists them in `data_files` (plain name -> sha256), and verify_bundle hashes them and refuses
-a graph that reads a file its entry does not list. This is not a schema bump: `data_files` is written only
-when a graph has such files, so every other bundle is exactly a schema 3 bundle, and every older reader
-refuses one that lists them ("graphs.N.data_files: Extra inputs are not permitted": the schema forbids
-fields it does not know) before it opens a graph, instead of serving weights it never hashed.
-
-LoRA adapters (`adapters`, written only when there are some, as data_files is): many PEFT LoRA adapters over the
-one base, each graph taking one more input, `adapter` (batch,) int64, each row's adapter index: i + 1 for
-adapters[i], 0 for the bare base (bundle.feeds). Each entry records the adapter's name, rank, lora_alpha and
-scaling, our modules it adapts, the base it was trained on (PEFT's base_model_name_or_path) and its bytes. A
-bundle without adapters reads and writes as before; an older reader refuses one with them ("Extra inputs are
-not permitted") rather than serving every row the base.
-
-Multi-vector models (`multi_vector`, written only when the model has multi-vector outputs, as adapters is): what
-the torch-free side (inference/tasks/multi_vector_scores.py) needs to turn the graph's multi_vectors and token_weights
-into what
-the reference returns (ColBERT's token vectors and MaxSim, bge-m3's colbert_vecs and lexical weights): see
-MultiVectorSpec. An older reader refuses such a bundle rather than serving only its dense vector.
+Export writes schema SCHEMA_VERSION; READABLE_SCHEMAS are read, an older one with the values it implied for the
+fields added since. What each version and each optional section added: docs/export.md, "Manifest schema versions".
 """
 
 from __future__ import annotations

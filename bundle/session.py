@@ -9,18 +9,14 @@ using the session's intra-op threads. Intra-op threads default to the CPU cores 
 an idle session leaves the CPU to the event loop and to other sessions.
 
 onnxruntime's memory pattern is off: with it, the second run of a shape allocates the whole planned block for that
-shape while the arena still holds the first run's buffers, so a ModernBERT-base input of 8,192 tokens peaked at
-+1,906 MB from its second run on, against +1,040 MB without it (the first run's peak either way); its time was the
-same (25-27 s), and so was MiniLM's at 32 x 128 tokens (within 1 %, interleaved).
+shape while the arena still holds the first run's buffers, so a long input's peak grows from its second run on, for
+no gain in time.
 
 Its memory reuse is off too, but in the attention graph. With it, the allocation planner hands a dead tensor's buffer
 to a later one, planned before the shapes are known; with a symbolic sequence length the buffers it keeps for reuse
-stay allocated, so a layer's intermediate tensors piled up: a ModernBERT-base input of 8,192 tokens cost the fast
-graph +1,056 MB over the loaded model with it and +337 MB without, a 4-layer Qwen3-0.6B cut at 32,768 tokens +8,504
-MB and +3,642 MB (docs/performance.md, "Long inputs"); the default bundle's 32 x 128 batch ran as fast without it
-(two runs each, alternating: 694-713 ms a batch with it, 687-693 ms without). The attention graph's (T, T) maps are
-the other way round: they reuse each other's buffers, and without it two layers' two heads of that ModernBERT input
-cost +4,182 MB against +3,151 MB.
+stay allocated, so a layer's intermediate tensors pile up, and short batches run no faster for it. The attention
+graph's (T, T) maps are the other way round: they reuse each other's buffers, so it keeps it. docs/performance.md
+("How the service runs long inputs") measures both options, with the commands.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ EPILOG = """examples:
 gates (a graph that misses its gate fails the export; nothing is written):
   fp32, fp32-opt  on real tokens, each output's max abs diff from eager PyTorch <= 1e-5 x max(1, that
                   output's largest |value|), the attention probabilities' <= 1e-4: what float32 rounding gives
-                  (it grows with a value's size; a real 12-layer model: 3.2e-6 on its states, 2.3e-5 on its
-                  maps), not what a wrong graph gives (3.6e-4 and more in every case tried; docs/export.md)
+                  (it grows with a value's size and the model's depth), not what a wrong graph gives
+                  (docs/export.md, "The exact gates", measures both)
   int8, int8-dynamic  embedding cosine >= 0.99 and label agreement >= 99% on the parity texts and on up
                   to 200 short and 1,000 held-out texts of the calibration data, never calibrated on, each
                   set on its own (int8: static, calibrated, batch-invariant; int8-dynamic: per-batch scales,

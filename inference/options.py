@@ -68,7 +68,7 @@ class BatchOptions(_Options):
     max_batch_tokens: int = Field(
         4_096, ge=1, description="Token budget of one batch, counting padding (batch size x longest input); an "
         "input longer than it runs alone. On CPU, larger batches cost about the same per text and hold more memory "
-        "(MiniLM served under client batches: 4,096 peaked at 585 MB, 16,384 at 965-1,298 MB).",
+        "(docs/performance.md measures both).",
     )
     max_batch_size: int = Field(64, ge=1, description="Most inputs in one batch, whatever their length.")
     max_queue: int = Field(
@@ -100,16 +100,16 @@ class BatchOptions(_Options):
         19, ge=0, le=19, description="How much lower the CPU priority of the threads that run bulk batches and "
         "tokenise bulk requests is (Linux nice, per thread; 0: the same as the rest). With every core busy, the "
         "event loop and interactive work then get a core first, and bulk work still runs at full speed on cores "
-        "nothing else wants (under 8 bulk callers on 2 cores, the event loop's longest waits for a core went "
-        "from 4-5 ms to about 1 ms). onnxruntime's own intra-op worker threads (intra_op_threads above 1) serve "
-        "every run and keep the normal priority.",
+        "nothing else wants (docs/reliability.md measures the event loop's waits for a core under bulk load). "
+        "onnxruntime's own intra-op worker threads (intra_op_threads above 1) serve every run and keep the normal "
+        "priority.",
     )
     bulk_idle_policy: bool = Field(
         True, description="Run the bulk threads (those bulk_nice lowers) under Linux's SCHED_IDLE policy too "
         "(when bulk_nice is above 0): a niced thread keeps its core until its time slice ends when the event loop "
-        "or the interactive lane wakes, an idle-policy thread gives it up at once. Under 8 bulk callers on 2 "
-        "cores, the interactive p99 went from 14.0-15.6 ms to 9.9-12.3 ms (three runs each of the priority check). "
-        "Elsewhere than Linux, or where the kernel refuses it, the bulk threads keep the nice value alone.",
+        "or the interactive lane wakes, an idle-policy thread gives it up at once, which lowers the interactive "
+        "p99 under bulk load (docs/reliability.md measures it). Elsewhere than Linux, or where the kernel refuses "
+        "it, the bulk threads keep the nice value alone.",
     )
     bulk_queue_share: float = Field(
         0.5, gt=0, le=1, description="Share of max_queue that bulk inputs may hold at once; bulk requests beyond "

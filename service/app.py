@@ -155,11 +155,10 @@ def _lifespan(
 
 
 def settle_heap() -> None:
-    """Collect, then move every object that start-up made (modules, the app, sessions, tokenizers: about 80,000
-    the collector tracks) out of the collector's generations for good (`gc.freeze`). A full collection under
-    load otherwise traversed them all on the event loop: 20-60 ms of CPU each (more on a busy machine), every
-    few seconds under overload, which was the ~100 ms stall in the overload check's p99 (docs/reliability.md).
-    What requests allocate is still collected as before."""
+    """Collect, then move every object that start-up made (modules, the app, sessions, tokenizers) out of the
+    collector's generations for good (`gc.freeze`). A full collection under load otherwise traversed them all on
+    the event loop, every few seconds under overload: the stalls in the overload check's p99 (docs/reliability.md
+    measures them). What requests allocate is still collected as before."""
     gc.collect()
     gc.freeze()
 

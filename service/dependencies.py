@@ -2,10 +2,10 @@
 watching.
 
 All of them are `async def`: none blocks, and FastAPI runs a plain `def` dependency in its thread pool
-(a round trip through AnyIO worker threads per dependency per request, measured at ~20% of the event
-loop's time under many small requests). The API key is checked by the edge middleware (before the body
-is read) on every path but the open ones, so no route dependency repeats it; the model a caller may use is
-checked here, where the model is known (403).
+(a round trip through AnyIO worker threads per dependency per request, a large share of the event loop's
+time under many small requests: docs/performance.md, "What the service does for speed"). The API key is
+checked by the edge middleware (before the body is read) on every path but the open ones, so no route
+dependency repeats it; the model a caller may use is checked here, where the model is known (403).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 own, never by the event loop.
 
 Every request logs a line (uvicorn's access log). Formatted and written on the event loop, those lines cost
-about 80 us each (2% of the loop at 300 requests/s on the shared 2-core machine), some took 5-8 ms, and a
-stderr whose reader falls behind (a pipe to a container runtime) blocks the write, and with it every
-request. So the loop only puts each record on a queue (`QueueHandler`); a `QueueListener` thread formats
-and writes them. `configure` returns the listener: stop it at exit, so the last lines are written.
+the loop time on every request, now and then far more (docs/reliability.md measures it), and a stderr whose
+reader falls behind (a pipe to a container runtime) blocks the write, and with it every request. So the loop
+only puts each record on a queue (`QueueHandler`); a `QueueListener` thread formats and writes them.
+`configure` returns the listener: stop it at exit, so the last lines are written.
 """
 
 from __future__ import annotations

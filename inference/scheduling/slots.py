@@ -1,12 +1,12 @@
 """Thread pools for bulk work, whose threads run at a lower CPU priority than the rest of the server, and the
 run slots that the graph threads of both priorities share.
 
-When every core is busy, a runnable thread waits its turn for one. Under a saturating bulk load on 2 cores
-the event loop waited 4-5 ms at a time on the run queue (its /proc/thread-self/schedstat wait, with almost no
-CPU spent meanwhile), and an interactive request passes through the loop several times. So bulk graph runs
-and the tokenising of bulk requests run in threads niced by `bulk_nice` (Linux keeps a nice value per
-thread): the kernel gives the event loop, the interactive lane and interactive tokenising a core first
-whenever they are runnable, and a niced thread still runs at full speed whenever nothing else wants the core.
+When every core is busy, a runnable thread waits its turn for one. Under a saturating bulk load the event
+loop, runnable, waited on the run queue for a core (docs/reliability.md measures how long), and an
+interactive request passes through the loop several times. So bulk graph runs and the tokenising of bulk
+requests run in threads niced by `bulk_nice` (Linux keeps a nice value per thread): the kernel gives the
+event loop, the interactive lane and interactive tokenising a core first whenever they are runnable, and a
+niced thread still runs at full speed whenever nothing else wants the core.
 
 A niced thread still keeps its core for the rest of its time slice when a normal thread wakes (Linux's
 EEVDF scheduler lets the running thread reach its slice's end first), and an interactive request wakes the
