@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict
 from inference.errors import ModelNotFound, StartupError
 from inference.options import LoadOptions, ServingOptions
 from inference.runtime.loading import LoadedBundle, Opened, load_bundle
-from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.batcher import Batcher
 from inference.scheduling.cache import AnswerCache
 from inference.scheduling.fairqueue import Priority
 from inference.scheduling.observer import BatchObserver
 from inference.scheduling.slots import SharedSlots, background_pool
+from inference.scheduling.work import BatchLimits
 from inference.served import ServedModel
 
 # A served model's name is one URL path segment (/v2/models/{name}/infer): no slash, no spaces.

@@ -78,4 +78,4 @@ def adapter_index(manifest: Manifest, name: str | None, model: str) -> int:
     if name not in names:
         raise UnknownTask(f"task {name[:64]!r} is not one of model {model}'s tasks (it has: "
                           f"{', '.join(repr(n) for n in names)})")
-    return names.index(name) + 1
+    return manifest.adapter_index(name)

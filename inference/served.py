@@ -40,15 +40,15 @@ import numpy as np
 from inference import chunking, rules
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
-from inference.limits import Inputs, check_finite, check_inputs
+from inference.limits import Inputs, check_inputs
 from inference.options import RequestLimits
-from inference.runtime.graphs import MULTI, PAIRS, SPARSE, TOKEN_LOGITS, TOKENS, VIEWS, Outputs, sequence
+from inference.runtime.graphs import MULTI, VIEWS, Outputs, sequence
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
 from inference.scheduling.batcher import Batcher, Ticket
 from inference.scheduling.cache import CACHED_KINDS, AnswerCache
-from inference.scheduling.cache_front import SharedAnswers
+from inference.scheduling.cache_front import SharedAnswers, run_graph
 from inference.scheduling.fairqueue import Caller
 from inference.scheduling.observer import BatchObserver
 
@@ -74,30 +74,16 @@ class ServedModel:
         self.adapter: str | None = None  # the LoRA adapter this model's runs use (None: the bare base): with_adapter
         self.adapter_index = 0  # the index its graph runs feed as `adapter` (0: the base; i + 1: adapters[i])
         self._probe = asyncio.Lock()
-        self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, self._run_graph)
+        self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, batcher)
 
     @property
     def tasks(self) -> frozenset[str]:
-        """What this model can be asked: embed always; classify a sequence classifier (texts or pairs); rerank
-        a cross-encoder (one label, pairs through PAIRS) or a multi-vector model (MaxSim); sparse a masked-LM
-        bundle's SPLADE vectors or a multi-vector model's lexical weights (bge-m3's); multi_vector the token
-        vectors of a late-interaction model; tokens a token classifier's labels; attention with an attention
-        graph; embed_all with the token vectors."""
-        graphs, m = self.bundle.graphs, self.bundle.manifest
-        classify = m.task == "classify" and bool(m.labels)
-        multi = self.multi_outputs
-        can = {"embed": True, "classify": classify,
-               "rerank": (classify and len(m.labels) == 1 and PAIRS in graphs) or "multi_vectors" in multi,
-               "sparse": SPARSE in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
-               "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs, "embed_all": TOKENS in graphs}
-        return frozenset(task for task, able in can.items() if able)
+        """What this model can be asked (`LoadedBundle.tasks`)."""
+        return self.bundle.tasks
 
     @property
     def multi_outputs(self) -> frozenset[str]:
-        """The per-token outputs of a multi-vector model's one run (multi_vectors, token_weights); empty for
-        every other model."""
-        graph = self.bundle.graphs.get(MULTI)
-        return frozenset(graph.outputs) - {"embeddings"} if graph is not None else frozenset()
+        return self.bundle.multi_outputs
 
     def require(self, task: str, what: str | None = None) -> None:
         """Unsupported (422) naming what this model can do, unless it can `task`."""
@@ -140,7 +126,7 @@ class ServedModel:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
             encoded = await self._encode(["ready probe"], True, "right", "")
-            await self._run_graph(ticket, "fast", [encoded[0].ids], urgent=True)
+            await run_graph(self.batcher, ticket, "fast", [encoded[0].ids], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -158,7 +144,7 @@ class ServedModel:
             batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await self._run_graph(ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
+                await run_graph(self.batcher, ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
@@ -221,18 +207,6 @@ class ServedModel:
         """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
         cache: `inference.scheduling.cache_front`)."""
         return await self._shared.submit(ticket, kind, sequences, self.adapter_index)
-
-    async def _run_graph(
-        self, ticket: Ticket, kind: str, sequences: list[np.ndarray], adapter: int = 0, urgent: bool = False,
-    ) -> list[Outputs]:
-        outputs = await self.batcher.submit(ticket, kind, sequences, urgent, adapter)
-        if (record := timing.current()) is not None:
-            record.ran(ticket.queue_s, ticket.inference_s)
-        for index, output in enumerate(outputs):
-            for name, value in output.items():
-                if name != "attentions":  # checked once, on the map actually answered, off the loop
-                    check_finite(value, name, index)
-        return outputs
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         executor = self._background if self._caller().priority == "bulk" else self._executor

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from bundle.manifest import Manifest, MultiVectorSpec
+from bundle.manifest import Manifest
+from bundle.multi_vector import MultiVectorSpec
 from inference import postprocess
 from inference.runtime.graphs import Graph
 from inference.runtime.loading import LoadedBundle

@@ -25,7 +25,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 
 COLBERT_FILE, SPARSE_FILE = "colbert_linear.pt", "sparse_linear.pt"
 # the tokens FlagEmbedding drops from the lexical weights, and XLM-R's tokenizer's defaults for them

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
 from bundle.files import staged_directory
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer

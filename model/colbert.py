@@ -9,7 +9,7 @@
                        a bias-free linear.weight, its tokenizer and artifact.metadata (ColBERTConfig: query_token_id
                        / doc_token_id markers, query_maxlen, doc_maxlen, attend_to_mask_tokens, mask_punctuation)
 
-Both become one encoder whose multi_vector is that projection (bias as saved), and a bundle.manifest.MultiVectorSpec
+Both become one encoder whose multi_vector is that projection (bias as saved), and a bundle.multi_vector.MultiVectorSpec
 saying what the references do around it, read as they read it: the prefix token inserted after [CLS], queries
 padded to their length with [MASK] (attended or not), all of a query's positions kept, documents' skip-list ids
 dropped (PyLate: convert_tokens_to_ids of each skiplist word, [UNK] for a word outside the vocabulary, as PyLate
@@ -27,7 +27,7 @@ from typing import Any
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.encoder import Encoder

@@ -22,7 +22,18 @@ from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from inference.errors import StartupError
 from inference.options import LoadOptions
-from inference.runtime.graphs import MULTI, MULTI_OUTPUTS, VIEWS, Graph, Outputs, graph_kind
+from inference.runtime.graphs import (
+    MULTI,
+    MULTI_OUTPUTS,
+    PAIRS,
+    SPARSE,
+    TOKEN_LOGITS,
+    TOKENS,
+    VIEWS,
+    Graph,
+    Outputs,
+    graph_kind,
+)
 from inference.runtime.tokenize import TextTokenizer, load_tokenizer
 from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
 
@@ -49,6 +60,29 @@ class LoadedBundle:
         attention kind with a choice of maps (inference.runtime.graphs.attention_kind) computes those."""
         graph, chosen = graph_kind(kind)
         return self.graphs[graph].run(sequences, adapters, chosen)
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        """What this model can be asked: embed always; classify a sequence classifier (texts or pairs); rerank
+        a cross-encoder (one label, pairs through PAIRS) or a multi-vector model (MaxSim); sparse a masked-LM
+        bundle's SPLADE vectors or a multi-vector model's lexical weights (bge-m3's); multi_vector the token
+        vectors of a late-interaction model; tokens a token classifier's labels; attention with an attention
+        graph; embed_all with the token vectors."""
+        graphs, m = self.graphs, self.manifest
+        classify = m.task == "classify" and bool(m.labels)
+        multi = self.multi_outputs
+        can = {"embed": True, "classify": classify,
+               "rerank": (classify and len(m.labels) == 1 and PAIRS in graphs) or "multi_vectors" in multi,
+               "sparse": SPARSE in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
+               "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs, "embed_all": TOKENS in graphs}
+        return frozenset(task for task, able in can.items() if able)
+
+    @property
+    def multi_outputs(self) -> frozenset[str]:
+        """The per-token outputs of a multi-vector model's one run (multi_vectors, token_weights); empty for
+        every other model."""
+        graph = self.graphs.get(MULTI)
+        return frozenset(graph.outputs) - {"embeddings"} if graph is not None else frozenset()
 
     @property
     def fingerprint(self) -> str:

@@ -27,58 +27,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
-from inference.options import BatchOptions
 from inference.runtime.graphs import graph_of
 from inference.scheduling.admission import Permits, Ticket
 from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
 from inference.scheduling.observer import BatchObserver
+from inference.scheduling.work import BatchLimits, WorkItem
 
 log = logging.getLogger(__name__)
 
 RunFn = Callable[[str, list[np.ndarray], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
-
-
-@dataclass(eq=False)
-class WorkItem:
-    kind: str
-    ids: np.ndarray  # (T,) int64
-    future: asyncio.Future[Any]
-    caller: Caller = ANYONE
-    enqueued_at: float = field(default_factory=time.monotonic)
-    ran_at: float = 0.0  # its graph run started
-    done_at: float = 0.0  # its graph run ended
-    urgent: bool = False  # its batch runs without waiting batch_wait_s (warm-up, readiness probes)
-    adapter: int = 0  # its LoRA adapter's index (0: the bare base): rows of different adapters share a batch
-    length: int = field(init=False)  # tokens: read for every waiting input each time a batch is formed
-
-    def __post_init__(self) -> None:
-        self.length = int(self.ids.shape[0])
-
-
-@dataclass
-class BatchLimits:
-    max_batch_tokens: int
-    max_batch_size: int
-    max_queue: int
-    queue_timeout_s: float
-    batch_wait_s: float = 0.0
-    runs_in_flight: int = 1
-    bulk_share: float = 0.2  # of the graph time, while both classes wait
-    bulk_queue: int | None = None  # most permits bulk inputs hold at once; None: max_queue
-    interactive_lane: bool = False  # one more run, for an interactive batch while every slot runs a bulk one
-
-    @classmethod
-    def of(cls, options: BatchOptions, runs_in_flight: int) -> BatchLimits:
-        bulk_queue = max(1, int(options.max_queue * options.bulk_queue_share))
-        return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue, options.queue_timeout_s,
-                   options.batch_wait_ms / 1000, runs_in_flight, options.bulk_share, bulk_queue,
-                   options.interactive_lane)
 
 
 class Batcher:

@@ -17,17 +17,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from inference.errors import InputTooLong, QueueTimeout
+from inference.limits import check_finite
 from inference.runtime.graphs import Outputs
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
-from inference.scheduling.batcher import Ticket
+from inference.scheduling.batcher import Batcher, Ticket
 from inference.scheduling.cache import CACHED_KINDS, IDS, AnswerCache, frozen, key, text_key
 from inference.scheduling.fairqueue import Caller, Priority
 from inference.scheduling.observer import BatchObserver
 
-RunGraph = Callable[[Ticket, str, list[np.ndarray], int], Awaitable[list[Outputs]]]  # (..., adapter index)
 Tokenize = Callable[[Sequence[str]], Awaitable[list[Encoded]]]
 HashKeys = Callable[..., Awaitable[list[bytes]]]  # (fn, *args): fn(*args), on the event loop or off it
+
+
+async def run_graph(
+    batcher: Batcher, ticket: Ticket, kind: str, sequences: list[np.ndarray], adapter: int = 0, urgent: bool = False,
+) -> list[Outputs]:
+    """One graph run through the batcher, around the cache: its queue and inference seconds go to the request's
+    record, and every output but the maps is checked finite (a map is checked once it is answered, off the loop)."""
+    outputs = await batcher.submit(ticket, kind, sequences, urgent, adapter)
+    if (record := timing.current()) is not None:
+        record.ran(ticket.queue_s, ticket.inference_s)
+    for index, output in enumerate(outputs):
+        for name, value in output.items():
+            if name != "attentions":
+                check_finite(value, name, index)
+    return outputs
 
 
 @dataclass
@@ -42,8 +57,8 @@ class SharedRun:
 class SharedAnswers:
     """One model's runs through the cache (shared by the models of a registry; entries are by fingerprint)."""
 
-    def __init__(self, cache: AnswerCache, fingerprint: str, observer: BatchObserver, run_graph: RunGraph) -> None:
-        self.cache, self.fingerprint, self._observer, self._run_graph = cache, fingerprint, observer, run_graph
+    def __init__(self, cache: AnswerCache, fingerprint: str, observer: BatchObserver, batcher: Batcher) -> None:
+        self.cache, self.fingerprint, self._observer, self._batcher = cache, fingerprint, observer, batcher
         self._running: dict[bytes, SharedRun] = {}  # cached-kind inputs being run now, by cache key
 
     @property
@@ -81,7 +96,7 @@ class SharedAnswers:
         request of a class at least as urgent is running now from that run, and each other distinct sequence run
         once and kept; otherwise all run."""
         if kind not in CACHED_KINDS or not self.on:
-            return await self._run_graph(ticket, kind, sequences, adapter)
+            return await run_graph(self._batcher, ticket, kind, sequences, adapter)
         keys = [key(self.fingerprint, kind, ids, adapter) for ids in sequences]
         found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.cache.get(k)) is not None}
         missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
@@ -111,7 +126,7 @@ class SharedAnswers:
             if k not in self._running or run.priority == "interactive":
                 self._running[k] = run
         try:
-            ran = await self._run_graph(ticket, kind, list(own.values()), adapter)
+            ran = await run_graph(self._batcher, ticket, kind, list(own.values()), adapter)
         except QueueTimeout as timeout:
             for run in runs.values():
                 run.future.set_result(timeout)  # those waiting for it waited as long

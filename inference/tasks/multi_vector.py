@@ -20,7 +20,7 @@ from typing import Literal
 
 import numpy as np
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from inference import chunking, postprocess
 from inference.errors import InvalidRequest, ResponseTooLarge, Unsupported
 from inference.limits import Inputs, check_dimensions, check_inputs, estimated_bytes

@@ -1,5 +1,5 @@
 """ColBERT's queries and documents as a graph is fed them, torch-free: the bundle's tokenizer and its
-bundle.manifest.MultiVectorSpec say how, as PyLate and colbert-ai tokenise.
+bundle.multi_vector.MultiVectorSpec say how, as PyLate and colbert-ai tokenise.
 
 Shape letters: B batch, T sequence, M multi-vector width, N kept tokens of an input.
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from inference.tasks import multi_vector_scores
 
 

@@ -1,6 +1,6 @@
 """Multi-vector outputs, torch-free: a graph's per-token `multi_vectors` and `token_weights` turned into what the
 references return (ColBERT's token vectors, bge-m3's colbert_vecs and lexical weights), and late-interaction
-scores over them. The bundle's bundle.manifest.MultiVectorSpec says how; no HTTP here.
+scores over them. The bundle's bundle.multi_vector.MultiVectorSpec says how; no HTTP here.
 
 Shape letters: T sequence, M multi-vector width, N kept tokens of an input, Q query tokens, K document tokens.
 
@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 
 Reduction = Literal["sum", "mean"]
 NORM_EPS = 1e-12  # torch.nn.functional.normalize's eps, as the references normalise

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import transformers
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from inference.tasks import multi_vector_scores
 from tests.helpers import tokenizers
 from tests.helpers.families import randomise_vectors, save_random

@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest_asyncio
 
-from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.batcher import Batcher
+from inference.scheduling.work import BatchLimits
 from tests.helpers.batching import FakeRunner
 
 

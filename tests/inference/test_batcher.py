@@ -17,7 +17,8 @@ import pytest
 import pytest_asyncio
 
 from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
-from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.batcher import Batcher
+from inference.scheduling.work import BatchLimits
 from tests.helpers.batching import FakeRunner, plugged, seq, submit
 from tests.helpers.serving import until
 

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from inference.errors import Overloaded
-from inference.scheduling.batcher import Batcher, BatchLimits
+from inference.scheduling.batcher import Batcher
 from inference.scheduling.fairqueue import Caller
 from inference.scheduling.slots import SharedSlots
+from inference.scheduling.work import BatchLimits
 from tests.helpers.batching import FakeRunner, plugged, submit
 from tests.helpers.serving import until
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bundle.manifest import MultiVectorSpec
+from bundle.multi_vector import MultiVectorSpec
 from inference.tasks import multi_vector_scores
 
 IDS = np.array([0, 7, 9, 7, 2, 1, 1])  # <s> a b a </s> <pad> <pad>
