@@ -10,8 +10,8 @@ knows about HTTP.
     │   ├── OutOfRange           a value past a size of the loaded model (layer, head, token id, dimensions)
     │   ├── Unsupported          the model cannot do it (no labels, no attention graph, no such output)
     │   ├── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
-    │   ├── UnknownTask          a task (LoRA adapter) the model does not have, or any task for a model without
-    │   │                        adapters (code no_tasks), or two that disagree (code task_conflict)
+    │   ├── UnknownAdapter       a LoRA adapter (`task` on the wire, code unknown_task) the model does not have, or
+    │   │                        any for a model without adapters (no_tasks), or two that disagree (task_conflict)
     │   └── NoInstruction        an instruction for a model without an instruction prompt, or with another prompt
     ├── ModelNotFound            no served model has the requested name (the message lists them)
     ├── Overloaded               admission full; carries how long to wait before retrying
@@ -71,7 +71,7 @@ class UnknownPrompt(InvalidRequest):
     code = "unknown_prompt"
 
 
-class UnknownTask(InvalidRequest):
+class UnknownAdapter(InvalidRequest):
     code = "unknown_task"
 
 

@@ -8,8 +8,9 @@ that gives both prompt_name and input_type is refused: each chooses the prompt):
     input_type given    "query": the prompt named "query"; "document": the one named "document", else "passage"
                         (Cohere's and vLLM's field); a model without such a prompt embeds the text as given, so
                         a model that prompts only its queries (as many do) embeds documents bare
-    task                a request run with a LoRA adapter (its `task`) that names neither: the prompt named like
-                        the task, if the model has one (jina-embeddings-v3's `encode(task=t, prompt_name=t)`)
+    adapter             a request run with a LoRA adapter (its `task` on the wire) that names neither: the prompt
+                        named like the adapter, if the model has one (jina-embeddings-v3's
+                        `encode(task=t, prompt_name=t)`)
     neither             the model's default prompt, if it names one; else none
     instruction given   Qwen3-Embedding's (and e5-mistral's, gte-Qwen2's) format with the request's task,
                         `Instruct: {task}\nQuery:` in the spacing of the model's own instruction prompt (the
@@ -68,9 +69,10 @@ def instruction_info(prompts: dict[str, str]) -> dict[str, str] | None:
 
 
 def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: InputType | None = None,
-                instruction: str | None = None, task: str | None = None) -> str:
+                instruction: str | None = None, adapter: str | None = None) -> str:
     """The prefix of a request's texts ("" for none): by its instruction, else its prompt_name, else its
-    input_type, else the prompt named like its task (the adapter it runs with), else the default."""
+    input_type, else the prompt named like the LoRA adapter it runs with (its `task` on the wire), else the
+    default."""
     prompts = manifest.prompts
     if prompt_name is not None and input_type is not None:
         raise InvalidRequest("prompt_name and input_type each choose the prompt: give one of them",
@@ -85,8 +87,8 @@ def prompt_text(manifest: Manifest, prompt_name: str | None = None, input_type: 
     if input_type is not None:
         name = next((n for n in INPUT_TYPE_PROMPTS[input_type] if n in prompts), None)
         return prompts[name] if name is not None else ""
-    if task is not None and task in prompts:
-        return prompts[task]
+    if adapter is not None and adapter in prompts:
+        return prompts[adapter]
     return prompts[manifest.default_prompt_name] if manifest.default_prompt_name is not None else ""
 
 

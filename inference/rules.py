@@ -28,7 +28,7 @@ from inference.chunking import (
     pair_window,
     window_size,
 )
-from inference.errors import UnknownTask
+from inference.errors import UnknownAdapter
 from inference.prompts import longest_prompt
 from inference.runtime.tokenize import TextTokenizer
 
@@ -67,15 +67,15 @@ def token_overlap(tokenizer: TextTokenizer, overlap: int | None) -> int:
 
 def adapter_index(manifest: Manifest, name: str | None, model: str) -> int:
     """The index a graph run feeds as `adapter` for the adapter `name` (None: 0, the bare base) of the model served
-    as `model`; UnknownTask (422) for a name the model does not have (naming those it has), or any name when it has
+    as `model`; UnknownAdapter (422) for a name the model does not have (naming those it has), or any name when it has
     none."""
     if name is None:
         return 0
     names = [adapter.name for adapter in manifest.adapters]
     if not names:
-        raise UnknownTask(f"model {model} has no tasks (its bundle has no adapters); leave `task` out",
+        raise UnknownAdapter(f"model {model} has no tasks (its bundle has no adapters); leave `task` out",
                           code="no_tasks")
     if name not in names:
-        raise UnknownTask(f"task {name[:64]!r} is not one of model {model}'s tasks (it has: "
+        raise UnknownAdapter(f"task {name[:64]!r} is not one of model {model}'s tasks (it has: "
                           f"{', '.join(repr(n) for n in names)})")
     return manifest.adapter_index(name)

@@ -39,7 +39,7 @@ import numpy as np
 
 from inference import chunking, rules
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady, UnknownTask, Unsupported
+from inference.errors import InferenceError, NotReady, UnknownAdapter, Unsupported
 from inference.limits import Inputs, check_inputs
 from inference.options import RequestLimits
 from inference.runtime.graphs import MULTI, VIEWS, Outputs, sequence
@@ -98,12 +98,12 @@ class ServedModel:
 
     def with_adapter(self, name: str | None) -> ServedModel:
         """This model with every graph run carrying adapter `name` (None, or the one it runs: itself): a shallow
-        copy sharing the batcher, sessions, admission and cache. UnknownTask (422) for a name the model does not
+        copy sharing the batcher, sessions, admission and cache. UnknownAdapter (422) for a name the model does not
         have (`inference.rules.adapter_index`), and for another name than a view's own."""
         if name is None or name == self.adapter:
             return self
         if self.adapter is not None:
-            raise UnknownTask(f"the request names two tasks for model {self.name}: {self.adapter!r} and "
+            raise UnknownAdapter(f"the request names two tasks for model {self.name}: {self.adapter!r} and "
                               f"{name[:64]!r}", code="task_conflict")
         view = copy.copy(self)
         view.adapter, view.adapter_index = name, rules.adapter_index(self.bundle.manifest, name, self.name)

@@ -28,7 +28,7 @@ import pyarrow as pa
 from bundle.manifest import Manifest
 from inference import postprocess, rules
 from inference.chunking import Mode
-from inference.errors import NoInstruction, NonFiniteOutput, UnknownPrompt, UnknownTask
+from inference.errors import NoInstruction, NonFiniteOutput, UnknownAdapter, UnknownPrompt
 from inference.limits import check_finite
 from inference.options import BatchOptions
 from inference.prompts import prompt_text
@@ -102,7 +102,7 @@ def adapter_of(manifest: Manifest, output: JobOutput) -> int:
     rule); JobError for a task the model does not have, or any task when it has no adapters."""
     try:
         return rules.adapter_index(manifest, output.task, manifest.name)
-    except UnknownTask as error:
+    except UnknownAdapter as error:
         raise JobError("--task: " + error.message.replace("leave `task` out", "leave --task out")) from None
 
 
@@ -112,7 +112,7 @@ def prompt_of(manifest: Manifest, output: JobOutput) -> str:
     instruction it does not take or a task it does not have."""
     adapter_of(manifest, output)
     try:
-        return prompt_text(manifest, output.prompt_name, instruction=output.instruction, task=output.task)
+        return prompt_text(manifest, output.prompt_name, instruction=output.instruction, adapter=output.task)
     except UnknownPrompt as error:
         raise JobError(f"--prompt-name: {error.message}") from None
     except NoInstruction as error:

@@ -37,23 +37,24 @@ async def get_models(request: Request) -> ModelRegistry:
 async def model_picker(
     request: Request, models: Annotated[ModelRegistry, Depends(get_models)],
 ) -> Callable[..., ServedModel]:
-    """`pick(*names, task=None)`: the served model the request names, with the task it names (pick_model)."""
+    """`pick(*names, adapter=None)`: the served model the request names, running the adapter it names (its
+    `task` on the wire; pick_model)."""
 
-    def pick(*names: str | None, task: str | None = None) -> ServedModel:
-        return pick_model(models, request.scope.setdefault("state", {}), *names, task=task)
+    def pick(*names: str | None, adapter: str | None = None) -> ServedModel:
+        return pick_model(models, request.scope.setdefault("state", {}), *names, adapter=adapter)
 
     return pick
 
 
 def pick_model(
-    models: ModelRegistry, state: dict[str, Any], *names: str | None, task: str | None = None,
+    models: ModelRegistry, state: dict[str, Any], *names: str | None, adapter: str | None = None,
 ) -> ServedModel:
     """The served model the request names (in its body, query or path; None where a place names none),
     recorded in the request's state for the request metrics' `model` label and the `x-model-fingerprint`
     header. With several models served, two different names are a 422 (model_conflict); with one, any name
-    reaches it, as a single name does. A name `base:adapter` or the request's `task` runs the model's adapter
-    of that name (422 unknown_task, no_tasks, or task_conflict when the two disagree). A caller whose key may
-    not use the model (the edge's verdict in the state) gets 403."""
+    reaches it, as a single name does. A name `base:adapter` or `adapter` (the request's `task` on the wire) runs
+    the model's adapter of that name (422 unknown_task, no_tasks, or task_conflict when the two disagree). A
+    caller whose key may not use the model (the edge's verdict in the state) gets 403."""
     given = {name for name in names if name is not None}
     if len(given) > 1 and len(models) > 1:
         names_given = ", ".join(quoted(n) for n in sorted(given))
@@ -66,7 +67,7 @@ def pick_model(
     verdict: Verdict | None = state.get("verdict")
     if (refusal := forbidden(verdict.key if verdict else None, model.name)) is not None:
         raise refusal
-    return model.with_adapter(task)
+    return model.with_adapter(adapter)
 
 
 def needs(task: str) -> Callable[..., Awaitable[None]]:

@@ -9,7 +9,7 @@ protocol's `{"error": message}` (same statuses, same message).
     status  type                     error (inference.errors unless marked edge)
     422     invalid_request_error    InvalidRequest and its kinds: InputTooLong, TooManyInputs,
                                      AttentionTooLarge, ResponseTooLarge, OutOfRange, Unsupported,
-                                     UnknownPrompt, UnknownTask, NoInstruction
+                                     UnknownPrompt, UnknownAdapter, NoInstruction
     401     authentication_error     Unauthorized (edge): missing or wrong bearer key
     403     permission_error         Forbidden (edge): the caller's key may not use this model
     404     not_found_error          NotFound (edge, from routing), ModelNotFound

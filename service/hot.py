@@ -91,7 +91,7 @@ def _accepted(
     query = _model_query(scope) if route.model_query else None
     try:
         served = pick_model(models, scope.setdefault("state", {}), getattr(request, "model", None), query,
-                            task=getattr(request, "task", None))
+                            adapter=getattr(request, "task", None))
     except InferenceError:
         return None, None
     return served, request

@@ -70,7 +70,7 @@ async def embed_all(
     included); refused before any graph runs when the answer would pass embed_all_cap_bytes."""
     model.require("embed_all", "give token vectors (its fast graph has no token_embeddings output)")
     hidden = model.bundle.manifest.hidden_size
-    prompt = prompt_text(model.bundle.manifest, prompt_name, instruction=instruction, task=model.adapter)
+    prompt = prompt_text(model.bundle.manifest, prompt_name, instruction=instruction, adapter=model.adapter)
     _, outputs = await model.run(inputs, [TOKENS], truncate, direction, prompt=prompt,
                                  check=lambda encoded: check_embed_all_size(model.limits, encoded, hidden))
     return [o["token_embeddings"] for o in outputs[TOKENS]]

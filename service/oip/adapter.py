@@ -99,7 +99,7 @@ async def infer(served: ServedModel, request: InferRequest, tensors: dict[str, n
     views = [SPARSE] if "sparse" in names else []
     fast = bool(names & set(FAST_OUTPUTS)) or (query is None and not views)
     prompt = prompt_text(served.bundle.manifest, params.prompt_name, instruction=params.instruction,
-                         task=served.adapter)
+                         adapter=served.adapter)
     result = await attention.graph_outputs(served, inputs, fast=fast, query=query, truncate=params.truncate,
                                            direction=direction, views=views, prompt=prompt)
     values = {"attention_mask": _mask(result.lengths)}

@@ -18,7 +18,7 @@ router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])
              dependencies=[Depends(needs("attention"))])
 async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Attention maps; requests whose response would pass the attention cap are refused (422) before any work."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
     maps = await job(core.attention(served, as_list(body.inputs), query, truncate=body.truncate,
                                     direction=direction(body)))

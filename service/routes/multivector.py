@@ -22,7 +22,7 @@ router = APIRouter(tags=["multi-vector"], dependencies=[Depends(require_json), D
 async def multi_vector(body: MultiVectorRequest, pick: PickDep, job: JobDep) -> Response:
     """Per input, its token vectors as the model keeps them for a query or a document (`input_type`), each cut to
     `dimensions` when asked; `usage` counts the tokens run."""
-    served = pick(body.model, task=body.task)
+    served = pick(body.model, adapter=body.task)
     found = await job(core.encode(served, as_list(body.input), input_type=body.input_type,
                                   dimensions=body.dimensions, truncate=body.truncate, direction=direction(body)))
     assert found.multi is not None  # asked for
@@ -41,7 +41,7 @@ def _floats(rows: Any) -> Any:
 async def maxsim(body: MaxSimRequest, pick: PickDep, job: JobDep) -> Response:
     """Every query token's cosine with every document token (those with a vector), each query token's best match
     and the score the rerank routes give the pair; a model with token weights (bge-m3) gives each token's weight."""
-    served = pick(body.model, task=body.task)
+    served = pick(body.model, adapter=body.task)
     found = await job(core.maxsim_map(served, body.query, body.document, truncate=body.truncate,
                                       direction=direction(body)))
     return json_response({

@@ -27,7 +27,7 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
     """One embedding per input, of the text after the prompt `input_type` chooses (default: the model's default
     prompt); with chunking=windows, one per window of each input, in order, each with its `input_index` and span.
     `usage` counts the tokens run (every window's, special tokens and the prompt's included)."""
-    return json_response(await embeddings_answer(body, pick(body.model, task=body.task), job))
+    return json_response(await embeddings_answer(body, pick(body.model, adapter=body.task), job))
 
 
 async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:

@@ -36,7 +36,7 @@ router = APIRouter(tags=["rerank"], dependencies=[Depends(require_json), Depends
 async def rerank(body: RerankRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """text-embeddings-inference: each text's score against the query (sigmoid, or the logit with raw_scores),
     best first."""
-    return json_response(await rerank_answer(body, pick(body.model, model, task=body.task), job))
+    return json_response(await rerank_answer(body, pick(body.model, model, adapter=body.task), job))
 
 
 async def rerank_answer(body: RerankRequest, served: ServedModel, job: Job[Any]) -> Any:
@@ -74,7 +74,7 @@ async def rerank_v2(body: CohereRerankRequest, pick: PickDep, job: JobDep) -> Re
 async def score(body: ScoreRequest, pick: PickDep, job: JobDep) -> Response:
     """vLLM's score: text_1 against each text_2 (one text_1), or pairwise (as many of each); `data` in input
     order, each the cross-encoder's sigmoid score."""
-    served = pick(body.model, task=body.task)
+    served = pick(body.model, adapter=body.task)
     first, second = as_list(body.text_1), as_list(body.text_2)
     queries = first * len(second) if len(first) == 1 else first
     if len(queries) != len(second):
@@ -89,7 +89,7 @@ async def score(body: ScoreRequest, pick: PickDep, job: JobDep) -> Response:
 
 
 async def _cohere(body: CohereRerankRequest, pick: PickDep, job: JobDep) -> Response:
-    served = pick(body.model, task=body.task)
+    served = pick(body.model, adapter=body.task)
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
     ranking = await job(_rank(served, body.query, texts, body, False, None, "right"))
     results = [{"index": i, "relevance_score": float(ranking.scores[i]), **wire.rank_extras(ranking, i),

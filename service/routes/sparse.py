@@ -18,7 +18,7 @@ router = APIRouter(tags=["text-embeddings-inference"],
 async def embed_sparse(body: EmbedSparseRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, its SPLADE vector's nonzero entries `{index, value}` in vocabulary order (the top_k largest
     when asked)."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     result = await job(core.embed_sparse(served, as_list(body.inputs), truncate=body.truncate,
                                          direction=direction(body), top_k=body.top_k))
     return json_response([wire.sparse(v) for v in result.vectors])

@@ -48,7 +48,7 @@ async def embed(body: EmbedRequest, pick: PickDep, job: JobDep, model: ModelQuer
     """One embedding per input (pooled; L2-normalised unless normalize=false), of the text after the prompt
     `prompt_name` names (default: the model's default prompt); with chunking=windows, per input its windows, each
     with its span and embedding (every window read after the prompt)."""
-    return json_response(await embed_answer(body, pick(body.model, model, task=body.task), job))
+    return json_response(await embed_answer(body, pick(body.model, model, adapter=body.task), job))
 
 
 async def embed_answer(body: EmbedRequest, served: ServedModel, job: Job[Any]) -> Any:
@@ -61,7 +61,7 @@ async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: Mod
     """Per input, labels with scores, best first: softmax over the labels, or the sigmoid of a model's single
     logit (a cross-encoder's), or raw logits; with chunking=windows, per input its windows, each with its span
     and scores."""
-    return json_response(await classify_answer(body, pick(body.model, model, task=body.task), job))
+    return json_response(await classify_answer(body, pick(body.model, model, adapter=body.task), job))
 
 
 async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[Any]) -> Any:
@@ -80,7 +80,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
     """TEI's classification: a text, [text] or a pair [text, text] gets one list of labels and scores, best
     first; a batch [[text], [text, text], ...] one list per input (pairs through the tokenizer's pair template).
     `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     texts, single = _predict_texts(body.inputs)
     parameters = body.parameters
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
@@ -98,7 +98,7 @@ async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: Model
 @router.post("/similarity", response_model=list[float], responses=errors(*INFERENCE_ERRORS))
 async def similarity(body: SimilarityRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Cosine similarity of each of `inputs.sentences` with `inputs.source_sentence`, in order."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     return json_response(await job(_similarity(served, body)))
 
 
@@ -107,7 +107,7 @@ async def similarity(body: SimilarityRequest, pick: PickDep, job: JobDep, model:
 async def embed_all(body: EmbedAllRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, one vector per token (the encoder's last hidden states, special tokens included); refused
     (422) before any work when the response would pass ATTNSERVE_EMBED_ALL_CAP_BYTES."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     return json_response(await job(core.embed_all(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), prompt_name=body.prompt_name,
         instruction=body.instruction,
@@ -137,7 +137,7 @@ async def root(
 ) -> Response:
     """`{"inputs": text or texts, ...}` is answered as /embed; `{"inputs": {"source_sentence", "sentences"}}`
     as /similarity."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     if isinstance(body, SimilarityRequest):
         return json_response(await job(_similarity(served, body)))
     return json_response(await job(_embed(served, body)))

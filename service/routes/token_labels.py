@@ -19,7 +19,7 @@ async def classify_tokens(body: ClassifyTokensRequest, pick: PickDep, job: JobDe
                           model: ModelQuery = None) -> Response:
     """Per input, its labelled tokens (aggregation none: `entity`, `index`) or entity groups (`entity_group`),
     label "O" left out, with `start` and `end` in characters of the input. Long inputs are cut into windows."""
-    served = pick(body.model, model, task=body.task)
+    served = pick(body.model, model, adapter=body.task)
     result = await job(core.classify_tokens(served, as_list(body.inputs), aggregation=body.aggregation,
                                             overlap=given(body, "chunk_overlap")))
     grouped = body.aggregation != "none"
