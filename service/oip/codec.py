@@ -5,6 +5,10 @@ Binary data is little-endian and row-major; a BYTES element is a 4-byte little-e
 then its bytes. A body with binary data starts with the JSON header whose length the
 `Inference-Header-Content-Length` header gives; the inputs' data follow in the order of the inputs that
 carry `binary_data_size`, and the same holds for the outputs of a response.
+
+An input's shape is checked before any reshape: at most `MAX_RANK` dimensions, each at most `MAX_DIMENSION`
+(service.oip.schemas), and their product the number of elements given. So numpy never meets a shape it
+cannot hold, as [0, 10**20] is (0 elements, yet past numpy's largest dimension).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pydantic import ValidationError
 
 from inference.errors import InvalidRequest
 from service.errors import UnsupportedMediaType, describe_validation
-from service.oip.schemas import InferInput, InferRequest
+from service.oip.schemas import MAX_DIMENSION, MAX_RANK, InferInput, InferRequest
 
 # The numeric inputs this server reads (token ids and masks); InferInput.datatype admits these and BYTES.
 NUMERIC: dict[str, np.dtype[Any]] = {"INT32": np.dtype("<i4"), "INT64": np.dtype("<i8")}
@@ -71,6 +75,7 @@ def read_inputs(request: InferRequest, tail: bytes) -> dict[str, np.ndarray]:
     for tensor in request.inputs:
         if tensor.name in tensors:
             raise InvalidRequest(f"input {tensor.name!r} is given twice")
+        _check_shape(tensor)
         size = tensor.parameters.binary_data_size if tensor.parameters is not None else None
         if size is not None:
             if offset + size > len(tail):
@@ -159,6 +164,16 @@ def _texts(tensor: InferInput, texts: list[str]) -> np.ndarray:
     array = np.empty(len(texts), dtype=object)
     array[:] = texts
     return array.reshape(tensor.shape)
+
+
+def _check_shape(tensor: InferInput) -> None:
+    """Refuse a shape no input takes, before numpy is asked to reshape to it."""
+    if len(tensor.shape) > MAX_RANK:
+        raise InvalidRequest(f"input {tensor.name!r}: shape has {len(tensor.shape)} dimensions; at most "
+                             f"{MAX_RANK} are accepted")
+    if any(d > MAX_DIMENSION for d in tensor.shape):
+        raise InvalidRequest(f"input {tensor.name!r}: shape {tensor.shape} is out of range; each dimension 0 to "
+                             f"{MAX_DIMENSION} is accepted")
 
 
 def _check_count(tensor: InferInput, count: int) -> None:

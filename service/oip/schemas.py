@@ -51,8 +51,13 @@ class TensorParameters(_Strict):
 # or one level nested (a list per row).
 Element = StrictStr | Annotated[StrictInt, BeforeValidator(integral)]
 # A shape dimension: an integer as JSON Schema counts them (2.0 too), >= 0 as InferInput._non_negative refuses
-# the rest with its own message; the schema states the bound.
-Dimension = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0}), BeforeValidator(integral)]
+# the rest with its own message; the schema states the bounds. The codec refuses, naming the input, a shape of
+# more than MAX_RANK dimensions (the inputs are [n] or [n, T]) or with one past MAX_DIMENSION: an element count
+# checks the dimensions only while none is 0, and numpy cannot reshape to [0, 10**20].
+MAX_RANK = 2
+MAX_DIMENSION = 2**31 - 1  # INT32's largest
+Dimension = Annotated[StrictInt, Field(json_schema_extra={"minimum": 0, "maximum": MAX_DIMENSION}),
+                      BeforeValidator(integral)]
 
 
 # The server reads a tensor's data from the JSON unless its parameters give binary_data_size
@@ -71,7 +76,8 @@ class InferInput(_Strict):
 
     name: InputName = Field(description="`text` (BYTES, shape [n]), or `input_ids` (INT64 or INT32, shape "
                             "[n, T]) with an optional `attention_mask` of the same shape (1 keeps a token).")
-    shape: list[Dimension] = Field(description="Each dimension, >= 0.")
+    shape: list[Dimension] = Field(description=f"At most {MAX_RANK} dimensions, each 0 to {MAX_DIMENSION}.",
+                                   json_schema_extra={"maxItems": MAX_RANK})
     datatype: Literal["BYTES", "INT64", "INT32"]
     parameters: TensorParameters | None = None
     data: list[Element | list[Element]] | None = Field(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import io
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -62,13 +63,21 @@ def test_no_room_for_an_actor_is_an_error() -> None:
 
 @pytest.fixture(scope="module")
 def local_ray():
+    """ray.init installs Ray's own SIGTERM handler in this process and ray.shutdown leaves it: the handlers
+    before it are put back, so the rest of the run answers SIGTERM and SIGINT as it did."""
     import ray  # the ray extra: make install puts it in, so a missing ray fails here rather than skips
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to the network
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        yield ray
-        ray.shutdown()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("RAY_USAGE_STATS_ENABLED", "0")  # no usage report to the network
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            yield ray
+            ray.shutdown()
+    finally:
+        for sig, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, so it cannot be put back from here
+                signal.signal(sig, handler)
 
 
 def local_and_on_ray(job: Job, tiny_bundle: Path, batch_rows: int) -> tuple[Summary, Summary]:

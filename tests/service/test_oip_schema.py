@@ -36,6 +36,9 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {  # name: (input, words in the
     "negative_dimension": (text(shape=[-1], data=["a cat"]), ">= 0"),
     "negative_row_length": ({"name": "input_ids", "datatype": "INT64", "shape": [1, -3], "data": [[2, 7, 3]]},
                             ">= 0"),
+    "dimension_past_cap": ({"name": "input_ids", "datatype": "INT64", "shape": [0, 2**31], "data": []},
+                           "each dimension 0 to 2147483647"),
+    "three_dimensions": (text(shape=[1, 1, 1], data=["a cat"]), "3 dimensions; at most 2"),
 }
 ACCEPTED: dict[str, tuple[dict[str, Any], bytes]] = {  # name: (input, binary data after the JSON header)
     "json": (text(data=["a cat"]), b""),
@@ -98,4 +101,4 @@ def test_schemathesis_generates_only_inputs_with_data_or_binary_size(case: Any) 
     for tensor in case.body["inputs"]:
         size = (tensor.get("parameters") or {}).get("binary_data_size")
         assert tensor.get("data") is not None or size is not None, tensor
-        assert all(d >= 0 for d in tensor["shape"]), tensor
+        assert len(tensor["shape"]) <= 2 and all(0 <= d < 2**31 for d in tensor["shape"]), tensor

@@ -9,6 +9,7 @@ server process through `InferenceServerClient` itself. Two models are served: th
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +187,19 @@ def text_body(texts: Any = None, **extra: Any) -> dict[str, Any]:
 
 
 LONG = "a " * 70  # past the tiny models' 64 tokens: truncated to 64
+HUGE = [0, 10**20]  # no elements, and a dimension numpy cannot hold: refused before any reshape
+
+
+def as_json(body: dict[str, Any]) -> bytes:
+    """`body` as JSON, integers past 64 bits too (orjson refuses them)."""
+    return json.dumps(body).encode()
+
+
+def empty_binary(name: str, datatype: str, shape: list[int]) -> tuple[bytes, dict[str, str]]:
+    """A request whose one input is binary data of 0 bytes (as `shape`'s 0 elements take)."""
+    header = as_json({"inputs": [{"name": name, "shape": shape, "datatype": datatype,
+                                  "parameters": {"binary_data_size": 0}}]})
+    return header, {"Inference-Header-Content-Length": str(len(header))}
 
 
 BAD: dict[str, tuple[Any, dict[str, str], int, str]] = {
@@ -211,6 +225,14 @@ BAD: dict[str, tuple[Any, dict[str, str], int, str]] = {
     "mask_not_01": ({"inputs": [tensor("input_ids", [1, 1], "INT64", [5]), tensor("attention_mask", [1, 1], "INT64",
                                                                                   [2])]}, {}, 422, "0s and 1s"),
     "negative_dim": ({"inputs": [tensor("text", [-1], "BYTES", ["a"])]}, {}, 422, ">= 0"),
+    "huge_dim_text": (as_json({"inputs": [tensor("text", HUGE, "BYTES", [])]}), {}, 422,
+                      "input 'text': shape [0, 1"),
+    "huge_dim_ids": (as_json({"inputs": [tensor("input_ids", HUGE, "INT64", [])]}), {}, 422,
+                     "input 'input_ids': shape"),
+    "huge_dim_binary_text": (*empty_binary("text", "BYTES", HUGE), 422, "each dimension 0 to 2147483647"),
+    "huge_dim_binary_ids": (*empty_binary("input_ids", "INT32", HUGE), 422, "each dimension 0 to 2147483647"),
+    "dim_past_int32": ({"inputs": [tensor("input_ids", [0, 2**31], "INT64", [])]}, {}, 422, "2147483647"),
+    "rank_past_numpy": ({"inputs": [tensor("text", [0] * 65, "BYTES", [])]}, {}, 422, "65 dimensions; at most 2"),
     "unknown_output": (text_body(outputs=[{"name": "pooler"}]), {}, 422, "outputs.0.name"),
     "output_twice": (text_body(outputs=[{"name": "scores"}, {"name": "scores"}]), {}, 422, "twice"),
     "classification": (text_body(outputs=[{"name": "scores", "parameters": {"classification": 1}}]), {}, 422,
