@@ -43,8 +43,8 @@ from pydantic import (
 
 from bundle.multi_vector import MultiVectorSpec
 
-SCHEMA_VERSION = 3
-READABLE_SCHEMAS = (1, 2, 3)
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (1, 2, 3, 4)
 MANIFEST_NAME = "manifest.json"
 # A graph is batch-invariant when a text's outputs alone and in any batch differ by at most this.
 BATCH_INVARIANCE_TOLERANCE = 1e-5
@@ -162,6 +162,7 @@ class Manifest(_Strict):
     # sequence (its template's prefix and suffix come from the tokenizer's post-processor); None: the pair template
     pair_format: str | None = None
     max_length: int
+    pad_id: int = Field(ge=0)  # the id padding positions of input_ids get; before schema 4: the config's pad_token_id
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -175,11 +176,15 @@ class Manifest(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _before_schema_3(cls, data: Any) -> Any:
-        """Bundles written before schema 3 lack task and embedding_size: the values they implied."""
+    def _implied_by_older_schemas(cls, data: Any) -> Any:
+        """Bundles written before schema 3 lack task and embedding_size, before schema 4 pad_id: the values they
+        implied (the service padded with the model config's pad_token_id). A schema 4 bundle must state it."""
         if isinstance(data, dict):
-            data = {"task": "classify" if data.get("labels") else "embed",
-                    "embedding_size": data.get("hidden_size"), **data}
+            implied: dict[str, Any] = {"task": "classify" if data.get("labels") else "embed",
+                                       "embedding_size": data.get("hidden_size")}
+            if data.get("schema_version", SCHEMA_VERSION) < 4:
+                implied["pad_id"] = int((data.get("model_config") or {}).get("pad_token_id", 0))
+            data = {**implied, **data}
         return data
 
     @model_serializer(mode="wrap")

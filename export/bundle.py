@@ -43,7 +43,7 @@ from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
 from model.load import load_model
 from model.lora import adapted_encoder
-from model.tokenizer import pad_id, token_ids
+from model.tokenizer import token_ids
 from model.weights import weight_files
 
 log = logging.getLogger(__name__)
@@ -152,14 +152,14 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
             references = adapter_sets(model, parity, max_length, kind)
         graphs += _build_kind(model, tmp, kind, chosen, references, int8 if kind == "fast" else None)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
-    graphs = measure_entries(graphs, tmp, parity_ids, pad_id(model.tokenizer))
+    graphs = measure_entries(graphs, tmp, parity_ids, config.pad_token_id)
     return Manifest(
         name=name, version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         architecture=config.architecture, task=task(config), embedding_size=config.embedding_size,
         prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
-        normalize=config.normalize, max_length=max_length, hidden_size=config.d_model,
+        normalize=config.normalize, max_length=max_length, pad_id=config.pad_token_id, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
         tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters,
         multi_vector=model.multi_vector,

@@ -32,7 +32,7 @@ from bundle.feeds import pad
 from bundle.session import ORT_PROVIDERS, open_session
 from export.graphs import GraphModule
 from model.checkpoint import LoadedModel
-from model.tokenizer import pad_id, pair_ids, token_ids
+from model.tokenizer import pair_ids, token_ids
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class References:
             yield from self._batches(module, batch[:half], adapters[:half])
             yield from self._batches(module, batch[half:], adapters[half:])
             return
-        feeds = pad(ids, pad_id(tokenizer), module.input_names, type_ids=types, adapters=adapters)
+        feeds = pad(ids, config.pad_token_id, module.input_names, type_ids=types, adapters=adapters)
         with torch.no_grad():
             values = module(**{name: torch.from_numpy(feeds[name]) for name in module.input_names})
         yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})

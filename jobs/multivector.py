@@ -109,7 +109,8 @@ def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
         ids = embedding.tokenize(bundle, texts, prefix)
         return ids, ids, [np.ones_like(i) for i in ids]
     tokenizer = bundle.tokenizer
-    feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length)
+    feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length,
+                                              bundle.manifest.pad_id)
     sequences, ids, keep = [], [], []
     for start in range(0, len(texts), embedding.TOKENIZE_ROWS):  # a feed is padded: a bounded batch at a time
         batch = texts[start:start + embedding.TOKENIZE_ROWS]

@@ -175,7 +175,7 @@ def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provid
     assert entry is not None  # chosen from the manifest's own list
     head = ["logits"] if manifest.task == "classify" else []  # the other heads' outputs have kinds of their own
     outputs = ["attentions"] if kind == "attention" else ["embeddings", *head]
-    pad_id = int(manifest.model_config_.get("pad_token_id", 0))
+    pad_id = manifest.pad_id
     session = _once(opened, ("session", entry.content_sha256, provider),  # weights in data files included
                     lambda: _session(bundle_dir, entry, provider, options))
     return Graph(session, outputs, pad_id)

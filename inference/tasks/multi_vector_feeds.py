@@ -43,8 +43,8 @@ class Feed:
 class ColbertFeeder:
     """Queries and documents of one bundle as its graph is fed them; the truncating tokenizers are made once."""
 
-    def __init__(self, tokenizer: Tokenizer, spec: MultiVectorSpec, max_length: int) -> None:
-        self.spec, self.pad = spec, _pad_id(tokenizer)
+    def __init__(self, tokenizer: Tokenizer, spec: MultiVectorSpec, max_length: int, pad_id: int) -> None:
+        self.spec, self.pad = spec, pad_id  # the bundle's (manifest.pad_id): documents are right-padded with it
         self.query_length = spec.query_length or max_length
         self.document_length = min(spec.document_length or max_length, max_length)
         self._queries = _truncating(tokenizer, self.query_length - len(spec.query_prefix_ids))
@@ -70,14 +70,16 @@ class ColbertFeeder:
         return _padded(ids, offsets, self.pad, document=True)
 
 
-def query_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorSpec, max_length: int) -> Feed:
+def query_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorSpec, max_length: int,
+               pad_id: int) -> Feed:
     """One batch of queries (ColbertFeeder(...).queries, for a caller that does not keep a feeder)."""
-    return ColbertFeeder(tokenizer, spec, max_length).queries(texts)
+    return ColbertFeeder(tokenizer, spec, max_length, pad_id).queries(texts)
 
 
-def document_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorSpec, max_length: int) -> Feed:
+def document_feed(tokenizer: Tokenizer, texts: Sequence[str], spec: MultiVectorSpec, max_length: int,
+                  pad_id: int) -> Feed:
     """One batch of documents (ColbertFeeder(...).documents)."""
-    return ColbertFeeder(tokenizer, spec, max_length).documents(texts)
+    return ColbertFeeder(tokenizer, spec, max_length, pad_id).documents(texts)
 
 
 def token_vectors(multi_vectors: np.ndarray, feed: Feed, spec: MultiVectorSpec) -> list[np.ndarray]:
@@ -115,11 +117,3 @@ def _padded(ids: list[list[int]], offsets: list[list[tuple[int, int]]], pad: int
     for row, sequence in enumerate(ids):
         input_ids[row, :len(sequence)], attention_mask[row, :len(sequence)] = sequence, 1
     return Feed(input_ids, attention_mask, attention_mask.astype(bool), document, offsets, [len(s) for s in ids])
-
-
-def _pad_id(tokenizer: Tokenizer) -> int:
-    for token in ("[PAD]", "<pad>"):
-        token_id = tokenizer.token_to_id(token)
-        if token_id is not None:
-            return token_id
-    return 0

@@ -136,12 +136,22 @@ def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> N
         verify_bundle(copy)
 
 
-def test_schema_1_and_2_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
-    """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts; older manifests
-    still verify, with the values they implied, and an unknown schema does not."""
+def test_schema_1_to_3_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts, schema 4 the pad id;
+    older manifests still verify, with the values they implied, a schema 4 one must state its pad id, and an
+    unknown schema does not verify."""
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
-    assert manifest["schema_version"] == 3 and manifest["graphs"][0]["measured"]["cpu"]["ms_per_batch"]
+    assert manifest["schema_version"] == 4 and manifest["graphs"][0]["measured"]["cpu"]["ms_per_batch"]
+    assert manifest["pad_id"] == manifest["model_config"]["pad_token_id"]
+    del manifest["pad_id"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="pad_id"):
+        verify_bundle(copy)
+    manifest["schema_version"], manifest["model_config"]["pad_token_id"] = 3, 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert verify_bundle(copy).pad_id == 1  # what the service padded with before schema 4: the config's
+    manifest["model_config"]["pad_token_id"] = 0
     for field in ("architecture", "task", "embedding_size", "prompts", "default_prompt_name"):
         del manifest[field]
     manifest["schema_version"] = 2
@@ -154,9 +164,9 @@ def test_schema_1_and_2_bundles_still_read_and_newer_ones_are_refused(tiny_bundl
     (copy / "manifest.json").write_text(json.dumps({**manifest, "labels": []}))
     read = verify_bundle(copy)
     assert all(not g.measured for g in read.graphs) and read.task == "embed"
-    manifest["schema_version"] = 4
+    manifest["schema_version"] = 5
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match="schema_version 4 is not supported"):
+    with pytest.raises(BundleError, match="schema_version 5 is not supported"):
         verify_bundle(copy)
 
 

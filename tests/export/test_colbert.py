@@ -48,7 +48,7 @@ def served(bundle: Path, expand: bool = True) -> dict[str, Any]:
         spec = spec.model_copy(update={"query_length": 0})
     tokenizer = Tokenizer.from_file(str(bundle / manifest.tokenizer))
     session = open_session(bundle / "fast-fp32.onnx")
-    feeder = feeds.ColbertFeeder(tokenizer, spec, manifest.max_length)
+    feeder = feeds.ColbertFeeder(tokenizer, spec, manifest.max_length, manifest.pad_id)
     out: dict[str, Any] = {}
     for kind, make, texts in (("queries", feeder.queries, ref.QUERIES), ("documents", feeder.documents, ref.DOCUMENTS)):
         feed = make(texts)

@@ -39,7 +39,7 @@ def ours(path: Path, expand: bool = True) -> dict[str, Any]:
     out = {}
     for kind, make, texts in (("queries", feeds.query_feed, ref.QUERIES),
                               ("documents", feeds.document_feed, ref.DOCUMENTS)):
-        feed = make(loaded.tokenizer, texts, spec, max_length)
+        feed = make(loaded.tokenizer, texts, spec, max_length, loaded.encoder.config.pad_token_id)
         with torch.no_grad():
             result = loaded.encoder(torch.from_numpy(feed.input_ids), torch.from_numpy(feed.attention_mask))
         out[kind] = feeds.token_vectors(result.multi_vectors.numpy(), feed, spec)
@@ -76,7 +76,8 @@ def test_the_layouts_and_their_settings_are_read(case: dict[str, Any]) -> None:
 def test_the_skip_list_drops_what_theirs_drops(case: dict[str, Any]) -> None:
     """The punctuation-heavy document loses the same number of tokens in ours and in both references, and some."""
     loaded = load_model(case["pylate_dir"])
-    feed = feeds.document_feed(loaded.tokenizer, ref.DOCUMENTS, loaded.multi_vector, 512)
+    pad_id = loaded.encoder.config.pad_token_id
+    feed = feeds.document_feed(loaded.tokenizer, ref.DOCUMENTS, loaded.multi_vector, 512, pad_id)
     real = feed.attention_mask.sum(1)
     kept = [len(v) for v in case["pylate"]["documents"]]
     assert kept[-1] < real[-1]  # something was skipped
