@@ -1,5 +1,9 @@
-"""Request and response models. Requests are validated by pydantic; responses are documented here
-and written by orjson straight from numpy (the route returns the bytes, these models feed OpenAPI)."""
+"""What every protocol's models are built from: the JSON field types (as JSON Schema defines them), the
+descriptions of the fields several routes share, the base request bodies (a `model`, a `task`, truncation,
+chunking), a window's span, the one error body every route documents and /health's and /ready's status.
+Requests are validated by pydantic; responses are documented by these models and written by orjson straight from
+numpy. Each protocol's own models have a module of their own: openai_schemas.py, tei_schemas.py,
+attention_schemas.py, head_schemas.py (rerank, sparse, token labels, token vectors) and oip/schemas.py."""
 
 from __future__ import annotations
 
@@ -90,8 +94,6 @@ TASK = (
     "Default: the base model, no adapter."
 )
 Instruction = Annotated[str, StringConstraints(min_length=1, max_length=2000), AfterValidator(_valid_unicode)]
-RAW_SCORES = ("Return the raw logits instead of scores. Scores are softmax probabilities over the labels, or, for "
-              "a model with a single label (a cross-encoder's relevance), the sigmoid of its logit.")
 CHUNK_OVERLAP = ("Tokens shared by neighbouring windows when chunking; below the window size (the model's max "
                  "length less its special tokens), else 422. Default: 32, or half the window when 32 does "
                  "not fit in it.")
@@ -134,205 +136,6 @@ class WindowSpan(BaseModel):
                        "inputs: the position of its first token).")
     stop: int = Field(description="Offset just past the window's last content character (or token).")
     tokens: int = Field(description="Content tokens in the window (special tokens excluded): its weight in the mean.")
-
-
-class EmbeddingWindow(WindowSpan):
-    embedding: list[float]
-
-
-# -- OpenAI ----------------------------------------------------------------------------------------
-class OpenAIEmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields like `user`
-
-    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
-        description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "
-        "each id below the model's vocabulary size, see GET /info).",
-    )
-    model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
-                               "the first. With one model served, any name is accepted.")
-    encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 bytes.")
-    dimensions: Positive | None = Field(None, description=DIMENSIONS)
-    chunking: Literal["mean", "windows"] | None = Field(
-        None, description=CHUNKING + " With windows, `data` lists every window of every input in order."
-    )
-    chunk_overlap: Index = Field(DEFAULT_OVERLAP, description=CHUNK_OVERLAP)
-    input_type: Literal["query", "document"] | None = Field(None, description=(
-        "What the inputs are, as Cohere's and vLLM's APIs say it: query puts the model's prompt named `query` "
-        "before every text input, document its prompt named `document` (else `passage`); a model without such a "
-        "prompt embeds the text as given (many prompt only their queries). Default: the model's "
-        "`default_prompt_name`, when it names one. `usage` counts the prompt's tokens. Token-id inputs are run as "
-        "given."))
-    prompt_name: Text | None = Field(None, description=PROMPT_NAME)
-    instruction: Instruction | None = Field(None, description=INSTRUCTION)
-    task: Text | None = Field(None, description=TASK)
-
-
-class OpenAIEmbedding(BaseModel):
-    object: Literal["embedding"] = "embedding"
-    index: int
-    embedding: list[float] | str
-
-
-class OpenAIWindowEmbedding(OpenAIEmbedding, WindowSpan):
-    """With chunking=windows: `index` is the position in `data`, `input_index` the input the window is from."""
-
-    input_index: int
-
-
-class Usage(BaseModel):
-    prompt_tokens: int
-    total_tokens: int
-
-
-class OpenAIEmbeddingResponse(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[OpenAIEmbedding | OpenAIWindowEmbedding]
-    model: str
-    usage: Usage
-
-
-class OpenAIModel(BaseModel):
-    id: str = Field(description="The served name; send it as `model`.")
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str
-    tasks: list[str] = Field(description="What the model can be asked: embed, classify, rerank, sparse, tokens, "
-                             "attention, embed_all (a request for another gets 422 naming these).")
-    fingerprint: str = Field(description="The model build: sha256 over its served graph, tokenizer and pooling "
-                             "(every answer of it carries it as x-model-fingerprint).")
-    prompts: dict[str, str] = Field(description="The model's prompts by name (what `input_type` chooses from).")
-    default_prompt_name: str | None = Field(description="The prompt texts get when the request names none.")
-    instruction: dict[str, str] | None = Field(description=(
-        "An instruction-following embedder's format (`template`, with {instruction}) and its own task (`default`), "
-        "from its instruction prompt; null for a model that takes no `instruction`."))
-    adapters: list[str] = Field(description=(
-        "The model's LoRA adapters, by name: what a request's `task` (or a model name `id:task`, listed as a "
-        "model of its own) may name; empty for a model without adapters."))
-    adapter: str | None = Field(None, description="The adapter a `name:adapter` entry runs; null for the model "
-                                "itself.")
-
-
-class OpenAIModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[OpenAIModel]
-
-
-# -- text-embeddings-inference ---------------------------------------------------------------------
-class Prompted(_Strict):
-    prompt_name: Text | None = Field(None, description=PROMPT_NAME)
-    instruction: Instruction | None = Field(None, description=INSTRUCTION)
-
-
-class EmbedRequest(Truncation, Chunked, Prompted):
-    inputs: TextInputs
-    normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
-    dimensions: Positive | None = Field(None, description=DIMENSIONS)
-
-
-class ClassifyRequest(Truncation, Chunked):
-    inputs: TextInputs
-    top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
-    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
-
-
-class LabelScore(BaseModel):
-    label: str
-    score: float
-
-
-class ClassificationWindow(WindowSpan):
-    scores: list[LabelScore]
-
-
-One = Annotated[list[Text], Field(min_length=1, max_length=2)]  # TEI's sequence: [text], or a pair [text, text]
-
-
-class PredictParameters(_Strict):
-    """The Hugging Face Inference API's text-classification parameters (what `InferenceClient` sends)."""
-
-    top_k: Positive | None = Field(None, description="Return only the k best labels.")
-    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
-        None, description="Scores from the logits; when given it overrides raw_scores. Default: softmax over "
-        "two or more labels, sigmoid of a single label's logit.",
-    )
-
-
-class PredictRequest(Truncation):
-    inputs: Text | One | Annotated[list[One], Field(min_length=1)] = Field(
-        description="A text, [text] or a pair [text, text]: answered with one list of labels; or a batch [[text], "
-        "[text, text], ...]: one list per input. Pairs go through the tokenizer's pair template (with token "
-        "type ids where the model has them).",
-    )
-    raw_scores: StrictBool = Field(False, description=RAW_SCORES)
-    parameters: PredictParameters | None = None
-
-
-class SimilarityInput(_Strict):
-    source_sentence: Text = Field(description="The text the others are compared with.")
-    sentences: Texts = Field(description="Texts compared with source_sentence.")
-
-
-class SimilarityParameters(TruncationFields, Prompted):
-    """TEI's similarity parameters: truncation, and the prompt of every sentence (the source's too)."""
-
-
-class SimilarityRequest(Tasked, _Request):
-    inputs: SimilarityInput
-    parameters: SimilarityParameters | None = None
-
-
-class EmbedAllRequest(Truncation, Prompted):
-    inputs: TextInputs
-
-
-class DecodeRequest(_Request):
-    ids: TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
-        description="A list of token ids, or a list of them; each id below the model's vocabulary size (GET /info).",
-    )
-    skip_special_tokens: StrictBool = True
-
-
-class TokenizeRequest(_Request):
-    inputs: TextInputs
-    add_special_tokens: StrictBool = True
-
-
-class Token(BaseModel):
-    id: int
-    text: str
-    start: int = Field(description="Character offset of the token's start in the input.")
-    stop: int = Field(description="Character offset just past the token's end.")
-    special: bool
-
-
-# -- attention -------------------------------------------------------------------------------------
-class AttentionRequest(Truncation):
-    inputs: TextInputs
-    layers: Indices | None = Field(None, description="Layer indices to return, each below the model's num_layers "
-                                   "(GET /info), each once, in the order given; default: all. Only the maps asked "
-                                   "for are computed and counted against the attention graph cap.")
-    heads: Indices | None = Field(None, description="Head indices to return, each below the model's num_heads "
-                                  "(GET /info), each once, in the order given; default: all.")
-    aggregation: Literal["none", "mean", "max", "rollout"] = Field(
-        "none", description="none: (layers, heads, n, n); mean or max over heads: (layers, n, n); "
-        "rollout (Abnar & Zuidema) across the chosen layers: (n, n).",
-    )
-    encoding: Literal["float", "base64"] = Field("float", description="Nested float lists, or base64 bytes.")
-    dtype: Literal["float16", "float32"] = Field("float32", description="Little-endian dtype of base64 data.")
-
-
-class AttentionItem(BaseModel):
-    tokens: list[Token]
-    shape: list[int]
-    attention: list | str = Field(description="Nested lists of floats, or base64 of `dtype` values in C order.")
-
-
-class AttentionResponse(BaseModel):
-    model: str
-    aggregation: str
-    encoding: str
-    dtype: str
-    data: list[AttentionItem]
 
 
 # -- operations ------------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Depends, Response
 
 from inference.limits import AttentionQuery
 from inference.tasks import attention as core
+from service.attention_schemas import AttentionRequest, AttentionResponse
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
-from service.schemas import AttentionRequest, AttentionResponse
 from service.wire import attention_item
 
 router = APIRouter(tags=["attention"], dependencies=[Depends(require_json)])

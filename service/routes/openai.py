@@ -12,8 +12,8 @@ from inference.served import ServedModel
 from inference.tasks import embed
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
 from service.hot import HotRoute
+from service.openai_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
-from service.schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.wire import base64_floats, span
 
 router = APIRouter(tags=["openai"])

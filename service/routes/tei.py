@@ -24,7 +24,7 @@ from service.routes.common import (
     errors,
     json_response,
 )
-from service.schemas import (
+from service.tei_schemas import (
     ClassificationWindow,
     ClassifyRequest,
     DecodeRequest,

@@ -1,0 +1,28 @@
+// @ts-check
+// What the explorer holds between events: the view settings, the chosen model's facts, every served model, the
+// texts last run, what the views show and the MaxSim pair last drawn. One object each, shared by the modules that
+// read and change them (an ES module's `let` cannot be assigned from outside it).
+
+/** @typedef {import("./facts.js").Facts} Facts */
+/** @typedef {import("./facts.js").Served} Served */
+/** @typedef {import("./views.js").Settings} Settings */
+
+/** @type {Settings} */
+export const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpecial: false, renormalise: false };
+
+/** @type {Facts} the chosen model's */
+export const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false,
+  maxChars: Infinity, labels: [], attention: false, adapters: [], task: "", multiVector: false };
+
+/**
+ * @type {{
+ *   served: Served,
+ *   texts: string[],
+ *   shown: {answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]},
+ *   pair: import("./link.js").Pair | null,
+ * }}
+ * served: every served model, from /info (none until it answered); texts: the texts last run; shown: what the
+ * views show; pair: the query and document the MaxSim view last drew
+ */
+export const state = { served: { models: [], maxChars: Infinity }, texts: [], shown: { answer: null, drawings: [] },
+  pair: null };
