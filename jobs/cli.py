@@ -21,9 +21,10 @@ from pydantic import BaseModel, Field, ValidationError
 from attnserve.flags import add_flags, given, report
 from inference.chunking import DEFAULT_OVERLAP
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
-from jobs.embedding import Batching, Chunking, JobError, JobOutput
+from jobs.batched import Batching
 from jobs.inputs import FORMATS, Columns, InputError
 from jobs.local import JobModel
+from jobs.options import Chunking, JobError, JobOutput
 
 LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
 BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")

@@ -31,8 +31,9 @@ from inference.chunking import Window
 from inference.errors import OutOfRange
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import TextTokenizer
-from jobs import embedding
-from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
+from jobs import embedding, multivector
+from jobs.batched import Batching, finite, run_batched
+from jobs.options import Chunking, JobError, JobOutput, OnBatch, adapter_of, prompt_of
 
 CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
 NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
@@ -59,7 +60,7 @@ def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None
 
 @dataclass(frozen=True)
 class WindowCap:
-    """Why each text is set aside for making too many windows (None: it is not). An `embedding.TooLong`. With
+    """Why each text is set aside for making too many windows (None: it is not). A `jobs.options.TooLong`. With
     a prompt, the text's tokens are counted against windows less the prompt's tokens, as `chunking.cut` cuts."""
 
     tokenizer: TextTokenizer
@@ -89,15 +90,13 @@ def embed(
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
     if output.outputs is not None:  # a multi-vector bundle's outputs, one run per batch
-        from jobs import multivector
-
         return multivector.embed(bundle, texts, output, batching, on_rows)  # type: ignore[return-value]
     if output.chunking is None:
         return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
-    sequences = documents.cut(bundle.tokenizer, texts, embedding.prompt_of(bundle.manifest, output))
-    adapter = embedding.adapter_of(bundle.manifest, output)  # every window runs with the --task adapter
-    for batch in embedding.run_batched(bundle, sequences, batching, adapter=adapter):
+    sequences = documents.cut(bundle.tokenizer, texts, prompt_of(bundle.manifest, output))
+    adapter = adapter_of(bundle.manifest, output)  # every window runs with the --task adapter
+    for batch in run_batched(bundle, sequences, batching, adapter=adapter):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
@@ -135,7 +134,7 @@ class _Documents:
         for index, result in batch:
             document, k = self.where[index]
             for name, value in result.items():
-                embedding.finite(value, name)
+                finite(value, name)
             self.outputs[document][k] = result
             self.left[document] -= 1
             if self.left[document] == 0:
@@ -150,7 +149,7 @@ class _Documents:
                 for name in outputs[0]}
 
     def values(self, output: JobOutput, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
-        """What embedding.table takes: per document (mean) or per window (windows), in input order."""
+        """What jobs.tables.table takes: per document (mean) or per window (windows), in input order."""
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
