@@ -71,12 +71,12 @@ def embed(
             results[index] = result
         if on_batch is not None:
             on_batch(len(batch))
-    vectors = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.embedding_size))
+    vectors = postprocess.stacked(results, "embeddings") if results else np.zeros((0, bundle.manifest.embedding_size))
     finite(vectors, "embeddings")
     values = {"embeddings": postprocess.embeddings(vectors, output.normalize, None),  # (N, D)
               "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
     if output.classify:
-        logits = np.stack([r["logits"] for r in results]) if results else np.zeros((0, len(bundle.manifest.labels)))
+        logits = postprocess.stacked(results, "logits") if results else np.zeros((0, len(bundle.manifest.labels)))
         values["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
     if output.sparse:
         values["sparse"] = [nonzero(r["sparse"]) for r in results]  # type: ignore[assignment]

@@ -1,10 +1,9 @@
 """`attnserve embed` on one machine: a corpus in, numbered Parquet parts out, resumable.
 
-The bundle is loaded by the inference core as the server loads it (`inference.runtime.loading.load_bundle`: verified,
-provider and variant chosen by the same policy, sessions opened with the same options), with the fast graph
-only. The input is read as one row stream in bounded
-chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the server
-embeds them (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
+The bundle is loaded by `inference.runtime.loading.load_bundle` (verified, provider and variant chosen by its
+policy, sessions opened with `LoadOptions`), with the fast graph only. The input is read as one row stream in bounded
+chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded by the core's
+functions (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
 in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
 with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
 run's, part for part.

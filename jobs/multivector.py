@@ -82,8 +82,8 @@ def embed(bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: B
             on_batch(len(batch))
     values: dict[str, object] = {"tokens": np.array([len(i) for i in ids], dtype=np.int32)}  # (N,)
     if "dense" in output.outputs:
-        pooled = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.
-                                                                                          embedding_size))
+        width = bundle.manifest.embedding_size
+        pooled = postprocess.stacked(results, "embeddings") if results else np.zeros((0, width))
         finite(pooled, "embeddings")
         values["embeddings"] = postprocess.embeddings(pooled, output.normalize, None)  # (N, D)
     if "sparse" in output.outputs:

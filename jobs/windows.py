@@ -1,16 +1,16 @@
-"""--chunking mean|windows: long documents cut into the server's windows, each run as its own item.
+"""--chunking mean|windows: long documents cut by `inference.chunking.cut`, each window run as its own item.
 
 The cutting, the checks and the pooling are `inference.chunking`'s, so the job's windows, spans and pooled vectors are
 those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
 windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
-tokens. Every window is one item of `jobs.embedding.run_batched`, where the service's BatchQueue batches
+tokens. Every window is one item of `jobs.batched.run_batched`, where `BatchQueue.next_batch` batches
 windows by length under the token budget as it batches rows, so one document's windows may run in
 different batches. Documents are cut a few at a time, as the queue has room; a document's window
 outputs are kept until its last window has run, then pooled at once (mean: the content-token-weighted
 mean before normalisation, logits before softmax) or kept as one row per window (windows). A part is
 written once all its documents are done, so memory holds one part's answers and the waiting windows.
 
-A document that would make more windows than the cap (--max-windows-per-input, the server's setting) is
+A document that would make more windows than the cap (--max-windows-per-input: `RequestLimits.max_windows_per_input`) is
 a bad row: `WindowCap` counts its windows (`chunking.too_many_windows`) before any is built and gives the
 reason, and `embedding.split` sets it aside with the other bad rows.
 
@@ -41,16 +41,16 @@ Outputs = dict[str, np.ndarray]
 
 
 def resolve(output: JobOutput, tokenizer: TextTokenizer, manifest: Manifest) -> JobOutput:
-    """`output` with its chunking's overlap given: --chunk-overlap, or the model's default (`inference.rules`,
-    the rule a request that names none gets), so the job's windows are the server's."""
+    """`output` with its chunking's overlap given: --chunk-overlap, or the model's default
+    (`inference.rules.text_overlap` with none given, as for a request that names none)."""
     if output.chunking is None or output.chunking.overlap is not None:
         return output
     return replace(output, chunking=replace(output.chunking, overlap=rules.text_overlap(tokenizer, manifest, None)))
 
 
 def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:
-    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P (the core's
-    rule)."""
+    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P
+    (`inference.chunking.check_overlap` with this prompt's tokens)."""
     prompt_tokens = len(tokenizer.content([prompt])[0].ids) if prompt else 0
     try:
         chunking.check_overlap(tokenizer, options.shared, prompt=prompt_tokens)
@@ -170,4 +170,4 @@ class _Documents:
 
 
 def _stack(outputs: Sequence[Outputs], name: str, width: int) -> np.ndarray:
-    return np.stack([o[name] for o in outputs]) if outputs else np.zeros((0, width), dtype=np.float32)
+    return postprocess.stacked(outputs, name) if outputs else np.zeros((0, width), dtype=np.float32)
