@@ -1,8 +1,8 @@
 """`attnserve embed INPUT... --bundle DIR --out OUT`: embed a corpus into Parquet, on one machine or with Ray.
 
-The model flags (provider, variant, batching, threads) are the inference core's options, with the same names,
-descriptions and ATTNSERVE_* variables as the server's, so the job picks the variant and forms batches as
-the server does.
+The model flags (provider, variant, batching, threads) are the inference core's options (`inference.options`:
+LoadOptions, BatchOptions, RequestLimits), added by `attnserve.flags.add_flags` with their names, descriptions and
+ATTNSERVE_* variables, so `load_bundle` picks the variant and `BatchQueue.next_batch` forms the batches with them.
 Exit status: 0 done, 2 bad arguments or a job that cannot run, 130 interrupted (Ctrl-C), 143 terminated
 (SIGTERM); after 130, 143 or a kill, the same command resumes.
 """
@@ -21,16 +21,17 @@ from pydantic import BaseModel, Field, ValidationError
 from attnserve.flags import add_flags, given, report
 from inference.chunking import DEFAULT_OVERLAP
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
-from jobs.embedding import Batching, Chunking, JobError, JobOutput
+from jobs.batched import Batching
 from jobs.inputs import FORMATS, Columns, InputError
 from jobs.local import JobModel
+from jobs.options import Chunking, JobError, JobOutput
 
 LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
 BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")
 LIMITS = ("max_windows_per_input",)
-JOB_HELP = {  # where the job's use of an option differs from the server's
-    "max_queue": "Rows waiting to be batched at once: the job forms batches as the service does with a full "
-                 "queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
+JOB_HELP = {  # where the job's use of an option differs from its description in inference.options
+    "max_queue": "Rows waiting to be batched at once: the job forms batches by the core's BatchQueue from a "
+                 "full queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
                  "sort per batch.",
     "max_windows_per_input": "With --chunking: most windows one document may make (about tokens / (window - "
                              "overlap)); a document that makes more is a bad row, written to OUT/_rejects with "
@@ -86,7 +87,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                         help="input rows per output part: the unit of progress kept after a kill")
     parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
     _chunking_flags(parser.add_argument_group("long documents (default: truncated to the model's max length)"))
-    _model_flags(parser.add_argument_group("model (the server's options)"))
+    _model_flags(parser.add_argument_group("model (the inference core's options)"))
     _ray_flags(parser.add_argument_group("Ray"))
     return parser
 

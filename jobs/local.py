@@ -1,10 +1,9 @@
 """`attnserve embed` on one machine: a corpus in, numbered Parquet parts out, resumable.
 
-The bundle is loaded by the inference core as the server loads it (`inference.runtime.loading.load_bundle`: verified,
-provider and variant chosen by the same policy, sessions opened with the same options), with the fast graph
-only. The input is read as one row stream in bounded
-chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded as the server
-embeds them (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
+The bundle is loaded by `inference.runtime.loading.load_bundle` (verified, provider and variant chosen by its
+policy, sessions opened with `LoadOptions`), with the fast graph only. The input is read as one row stream in bounded
+chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded by the core's
+functions (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
 in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
 with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
 run's, part for part.
@@ -24,9 +23,10 @@ import pyarrow as pa
 from inference.errors import StartupError
 from inference.options import BatchOptions, LoadOptions
 from inference.runtime.loading import LoadedBundle, load_bundle
-from jobs import embedding, inputs, multivector, parts, windows
-from jobs.embedding import Batching, JobError, JobOutput
+from jobs import embedding, inputs, multivector, parts, tables, windows
+from jobs.batched import Batching
 from jobs.inputs import Chunk, Columns, Source
+from jobs.options import JobError, JobOutput, prompt_of, recorded
 from jobs.progress import Progress
 
 READ_ROWS = 4096  # rows read from an input at a time
@@ -81,7 +81,7 @@ def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     multivector.check(bundle.manifest, output)  # first: --sparse with --outputs is refused as such
     check_sparse(bundle.manifest.task, output)
-    prompt = embedding.prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
+    prompt = prompt_of(bundle.manifest, output)  # a prompt name the model lacks stops the job here
     output = windows.resolve(output, bundle.tokenizer, bundle.manifest)
     if output.chunking is not None:
         windows.check(bundle.tokenizer, output.chunking, prompt)
@@ -98,7 +98,7 @@ def check_sparse(task: str, output: JobOutput) -> None:
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
-    return embedding.schema(embedding.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
+    return tables.schema(tables.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
                             job.output, bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
 
@@ -129,12 +129,12 @@ def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
 
 def run_part(bundle: LoadedBundle, job: Job, index: int, part: Chunk, batching: Batching, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    prompt = embedding.prompt_of(bundle.manifest, job.output)
+    prompt = prompt_of(bundle.manifest, job.output)
     good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, job.output, prompt))
     progress.advance(len(rejects))
     values = windows.embed(bundle, [part.texts[i] for i in good], job.output, batching, progress.advance)
     labels = list(bundle.manifest.labels)
-    table = embedding.table([part.ids[i] for i in good], values, labels, output_schema(bundle, job))
+    table = tables.table([part.ids[i] for i in good], values, labels, output_schema(bundle, job))
     parts.write_part(job.out, index, table, rejects)
     wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
     return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
@@ -181,11 +181,11 @@ def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobMo
     graph = m.graph("fast", bundle.variants["fast"])
     return {
         "inputs": [_identity(s.path) for s in sources], "formats": [s.format for s in sources],
-        "text_column": job.columns.text, "id_column": job.columns.id, "output": embedding.recorded(job.output),
+        "text_column": job.columns.text, "id_column": job.columns.id, "output": recorded(job.output),
         "part_rows": job.part_rows, "batching": asdict(model.batching),
         "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.content_sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
-        "prompt": embedding.prompt_of(m, job.output),
+        "prompt": prompt_of(m, job.output),
     }
 
 

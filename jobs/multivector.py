@@ -14,7 +14,6 @@ Shape letters: N texts, D pooled width, n tokens of one text, k kept tokens of o
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 
 from bundle.manifest import Manifest
 from bundle.multi_vector import MultiVectorSpec
@@ -24,10 +23,10 @@ from inference.runtime.loading import LoadedBundle
 from inference.tasks import multi_vector_feeds, multi_vector_scores
 from inference.tasks.multi_vector import OUTPUTS, fed
 from inference.tasks.sparse import lexical
-from jobs import embedding
-from jobs.embedding import Batching, JobError, JobOutput, OnBatch
+from jobs.batched import TOKENIZE_ROWS, Batching, finite, run_batched, tokenize
+from jobs.options import JobError, JobOutput, OnBatch, adapter_of
+from jobs.tables import MULTI_DTYPES
 
-MULTI_DTYPES = {"float32": pa.float32(), "float16": pa.float16()}
 INPUT_TYPES = ("query", "document")
 GRAPH_OUTPUTS = {"dense": "embeddings", "sparse": "token_weights", "multi": "multi_vectors"}  # what each needs
 
@@ -77,17 +76,16 @@ def embed(bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: B
     sequences, ids, keep = _sequences(bundle, texts, spec, document)
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
     graph = _graph(bundle, output.outputs)
-    for batch in embedding.run_batched(bundle, sequences, batching, graph, embedding.adapter_of(bundle.manifest,
-                                                                                                output)):
+    for batch in run_batched(bundle, sequences, batching, graph, adapter_of(bundle.manifest, output)):
         for index, result in batch:
             results[index] = result
         if on_batch is not None:
             on_batch(len(batch))
     values: dict[str, object] = {"tokens": np.array([len(i) for i in ids], dtype=np.int32)}  # (N,)
     if "dense" in output.outputs:
-        pooled = np.stack([r["embeddings"] for r in results]) if results else np.zeros((0, bundle.manifest.
-                                                                                          embedding_size))
-        embedding.finite(pooled, "embeddings")
+        width = bundle.manifest.embedding_size
+        pooled = postprocess.stacked(results, "embeddings") if results else np.zeros((0, width))
+        finite(pooled, "embeddings")
         values["embeddings"] = postprocess.embeddings(pooled, output.normalize, None)  # (N, D)
     if "sparse" in output.outputs:
         values["sparse"] = [lexical(r["token_weights"], i, spec.sparse_drop_ids) for r, i in zip(results, ids,
@@ -96,7 +94,7 @@ def embed(bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: B
         values["multi"] = [multi_vector_scores.token_vectors(r["multi_vectors"], i, k, spec, document)
                            for r, i, k in zip(results, ids, keep, strict=True)]
         for vectors in values["multi"]:  # type: ignore[attr-defined]
-            embedding.finite(vectors, "multi_vectors")
+            finite(vectors, "multi_vectors")
     return values
 
 
@@ -106,14 +104,14 @@ def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
     ids and its (n,) kept positions (before the spec's skips)."""
     if not fed(spec):  # bge-m3: the text after the model's prefix, every real token kept
         prefix = spec.document_prefix if document else spec.query_prefix
-        ids = embedding.tokenize(bundle, texts, prefix)
+        ids = tokenize(bundle, texts, prefix)
         return ids, ids, [np.ones_like(i) for i in ids]
     tokenizer = bundle.tokenizer
     feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length,
                                               bundle.manifest.pad_id)
     sequences, ids, keep = [], [], []
-    for start in range(0, len(texts), embedding.TOKENIZE_ROWS):  # a feed is padded: a bounded batch at a time
-        batch = texts[start:start + embedding.TOKENIZE_ROWS]
+    for start in range(0, len(texts), TOKENIZE_ROWS):  # a feed is padded: a bounded batch at a time
+        batch = texts[start:start + TOKENIZE_ROWS]
         feed = feeder.documents(batch) if document else feeder.queries(batch)
         for row, n in enumerate(feed.lengths):
             ids.append(feed.input_ids[row, :n])  # (n,)
@@ -133,16 +131,3 @@ def _spec(bundle: LoadedBundle) -> MultiVectorSpec:
         return MultiVectorSpec(size=0)  # --outputs dense alone on a plain bundle: nothing is kept per token
     return spec
 
-
-def multi_type(width: int, dtype: str) -> pa.DataType:
-    """A row's token vectors: a list of fixed-size lists of `width` values."""
-    return pa.list_(pa.list_(MULTI_DTYPES[dtype], width))
-
-
-def multi_column(vectors: list[np.ndarray], width: int, dtype: str) -> pa.Array:
-    """Per row its (k, M) vectors, from one flat buffer and offsets (float16 rounded from float32 when asked)."""
-    offsets = np.cumsum([0, *(len(v) for v in vectors)]).astype(np.int32)  # (N + 1,)
-    numpy_type = np.float16 if dtype == "float16" else np.float32
-    flat = np.concatenate([v.reshape(-1) for v in vectors]).astype(numpy_type) if vectors else np.zeros(0, numpy_type)
-    rows = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=MULTI_DTYPES[dtype]), width)
-    return pa.ListArray.from_arrays(pa.array(offsets), rows, type=multi_type(width, dtype))

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bundle.files import write_text_atomic, written_whole
-from jobs.embedding import JobError
+from jobs.options import JobError
 
 STATE = "_job.json"
 REJECTS = "_rejects"

@@ -36,9 +36,9 @@ from bundle.files import written_whole
 from inference.errors import StartupError
 from inference.runtime.loading import verify
 from inference.runtime.tokenize import load_tokenizer
-from jobs import embedding, inputs, multivector, parts, windows
-from jobs.embedding import JobError, JobOutput
+from jobs import embedding, inputs, multivector, parts, tables, windows
 from jobs.local import Job, JobModel, Summary, check_sparse, open_bundle
+from jobs.options import JobError, JobOutput, TooLong, prompt_of, recorded
 
 # A read task's CPU share. Not an actor's (whole CPUs), so Ray does not fuse reading into the actors: fused, each
 # file would be read and embedded by one actor, and a single big file would leave the rest of the pool idle.
@@ -87,21 +87,21 @@ class Embedder:
         self.batching, self.output = model.batching, output
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
         m = self.bundle.manifest
-        self.schema = embedding.schema(embedding.id_type(has_id_column), m.embedding_size, list(m.labels), output,
+        self.schema = tables.schema(tables.id_type(has_id_column), m.embedding_size, list(m.labels), output,
                                        self.bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)
-        return embedding.table(batch.column("id").to_pylist(), values, list(self.bundle.manifest.labels), self.schema)
+        return tables.table(batch.column("id").to_pylist(), values, list(self.bundle.manifest.labels), self.schema)
 
 
 def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: int,
-              too_long: embedding.TooLong | None = None) -> Iterator[pa.Table]:
+              too_long: TooLong | None = None) -> Iterator[pa.Table]:
     """A Ray task: one input file's good rows as (id, text) blocks of at most `chunk_rows` rows, which Ray
     spreads over the actor pool; its bad rows (`too_long`'s too) into _rejects (atomically)."""
     item = batch.to_pylist()[0]
     source = inputs.Source(Path(item["path"]), item["format"], item["rows"])
-    id_type = embedding.id_type(columns.id is not None)
+    id_type = tables.id_type(columns.id is not None)
     with _rejects_file(Path(out), item["index"]) as rejects:
         for chunk in inputs.read_source(source, columns, chunk_rows, 0, item["first_row"]):
             good, bad = embedding.split(chunk, too_long)
@@ -138,7 +138,7 @@ def run_on_ray(job: Job, model: JobModel, options: RayOptions) -> Summary:
 
 
 def _execute(job: Job, model: JobModel, options: RayOptions, sources: list[inputs.Source],
-             too_long: embedding.TooLong | None) -> float:
+             too_long: TooLong | None) -> float:
     import ray
     import ray.data
 
@@ -196,7 +196,7 @@ def _check_bundle(model: JobModel, output: JobOutput) -> tuple[JobOutput, window
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     multivector.check(manifest, output)  # first: --sparse with --outputs is refused as such
     check_sparse(manifest.task, output)
-    prompt = embedding.prompt_of(manifest, output)
+    prompt = prompt_of(manifest, output)
     if output.chunking is None or tokenizer is None:
         return output, None
     output = windows.resolve(output, tokenizer, manifest)
@@ -207,7 +207,7 @@ def _check_bundle(model: JobModel, output: JobOutput) -> tuple[JobOutput, window
 
 def _args(job: Job, sources: list[inputs.Source], model: JobModel) -> dict[str, Any]:
     return {"inputs": [str(s.path.resolve()) for s in sources], "formats": [s.format for s in sources],
-            "text_column": job.columns.text, "id_column": job.columns.id, "output": embedding.recorded(job.output),
+            "text_column": job.columns.text, "id_column": job.columns.id, "output": recorded(job.output),
             "bundle": str(model.bundle.resolve()), "provider": model.load.provider, "variant": model.load.variant}
 
 

@@ -1,16 +1,16 @@
-"""--chunking mean|windows: long documents cut into the server's windows, each run as its own item.
+"""--chunking mean|windows: long documents cut by `inference.chunking.cut`, each window run as its own item.
 
 The cutting, the checks and the pooling are `inference.chunking`'s, so the job's windows, spans and pooled vectors are
 those of `/embed` with the same `chunking` and `chunk_overlap`: a document's content tokens are cut into
 windows of W = max_length less the special tokens, sharing `overlap` tokens, each wrapped in the special
-tokens. Every window is one item of `jobs.embedding.run_batched`, where the service's BatchQueue batches
+tokens. Every window is one item of `jobs.batched.run_batched`, where `BatchQueue.next_batch` batches
 windows by length under the token budget as it batches rows, so one document's windows may run in
 different batches. Documents are cut a few at a time, as the queue has room; a document's window
 outputs are kept until its last window has run, then pooled at once (mean: the content-token-weighted
 mean before normalisation, logits before softmax) or kept as one row per window (windows). A part is
 written once all its documents are done, so memory holds one part's answers and the waiting windows.
 
-A document that would make more windows than the cap (--max-windows-per-input, the server's setting) is
+A document that would make more windows than the cap (--max-windows-per-input: `RequestLimits.max_windows_per_input`) is
 a bad row: `WindowCap` counts its windows (`chunking.too_many_windows`) before any is built and gives the
 reason, and `embedding.split` sets it aside with the other bad rows.
 
@@ -31,8 +31,9 @@ from inference.chunking import Window
 from inference.errors import OutOfRange
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import TextTokenizer
-from jobs import embedding
-from jobs.embedding import Batching, Chunking, JobError, JobOutput, OnBatch
+from jobs import embedding, multivector
+from jobs.batched import Batching, finite, run_batched
+from jobs.options import Chunking, JobError, JobOutput, OnBatch, adapter_of, prompt_of
 
 CUT_ROWS = 64  # documents tokenised and cut at a time: their windows wait to be queued
 NO_IDS = np.zeros(0, dtype=np.int64)  # a window's ids once queued: its span and weight are what is kept
@@ -40,16 +41,16 @@ Outputs = dict[str, np.ndarray]
 
 
 def resolve(output: JobOutput, tokenizer: TextTokenizer, manifest: Manifest) -> JobOutput:
-    """`output` with its chunking's overlap given: --chunk-overlap, or the model's default (`inference.rules`,
-    the rule a request that names none gets), so the job's windows are the server's."""
+    """`output` with its chunking's overlap given: --chunk-overlap, or the model's default
+    (`inference.rules.text_overlap` with none given, as for a request that names none)."""
     if output.chunking is None or output.chunking.overlap is not None:
         return output
     return replace(output, chunking=replace(output.chunking, overlap=rules.text_overlap(tokenizer, manifest, None)))
 
 
 def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None:
-    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P (the core's
-    rule)."""
+    """--chunk-overlap must leave the windows room to advance beside the prompt: 0 <= N < W - P
+    (`inference.chunking.check_overlap` with this prompt's tokens)."""
     prompt_tokens = len(tokenizer.content([prompt])[0].ids) if prompt else 0
     try:
         chunking.check_overlap(tokenizer, options.shared, prompt=prompt_tokens)
@@ -59,7 +60,7 @@ def check(tokenizer: TextTokenizer, options: Chunking, prompt: str = "") -> None
 
 @dataclass(frozen=True)
 class WindowCap:
-    """Why each text is set aside for making too many windows (None: it is not). An `embedding.TooLong`. With
+    """Why each text is set aside for making too many windows (None: it is not). A `jobs.options.TooLong`. With
     a prompt, the text's tokens are counted against windows less the prompt's tokens, as `chunking.cut` cuts."""
 
     tokenizer: TextTokenizer
@@ -89,15 +90,13 @@ def embed(
     window's, special tokens included), scores (N, C); per window (windows): doc, window, start, stop,
     tokens (M,) content tokens, embeddings (M, D), scores (M, C). `on_rows` is told the documents done."""
     if output.outputs is not None:  # a multi-vector bundle's outputs, one run per batch
-        from jobs import multivector
-
         return multivector.embed(bundle, texts, output, batching, on_rows)  # type: ignore[return-value]
     if output.chunking is None:
         return embedding.embed(bundle, texts, output, batching, on_rows)
     documents = _Documents(output.chunking)
-    sequences = documents.cut(bundle.tokenizer, texts, embedding.prompt_of(bundle.manifest, output))
-    adapter = embedding.adapter_of(bundle.manifest, output)  # every window runs with the --task adapter
-    for batch in embedding.run_batched(bundle, sequences, batching, adapter=adapter):
+    sequences = documents.cut(bundle.tokenizer, texts, prompt_of(bundle.manifest, output))
+    adapter = adapter_of(bundle.manifest, output)  # every window runs with the --task adapter
+    for batch in run_batched(bundle, sequences, batching, adapter=adapter):
         done = documents.record(batch)
         if on_rows is not None:
             on_rows(done)
@@ -135,7 +134,7 @@ class _Documents:
         for index, result in batch:
             document, k = self.where[index]
             for name, value in result.items():
-                embedding.finite(value, name)
+                finite(value, name)
             self.outputs[document][k] = result
             self.left[document] -= 1
             if self.left[document] == 0:
@@ -150,7 +149,7 @@ class _Documents:
                 for name in outputs[0]}
 
     def values(self, output: JobOutput, hidden: int, classes: int | None) -> dict[str, np.ndarray]:
-        """What embedding.table takes: per document (mean) or per window (windows), in input order."""
+        """What jobs.tables.table takes: per document (mean) or per window (windows), in input order."""
         flat = [o for outputs in self.outputs for o in outputs]  # N pooled, or M windows
         values = {"embeddings": postprocess.embeddings(_stack(flat, "embeddings", hidden), output.normalize, None)}
         if classes is not None:
@@ -171,4 +170,4 @@ class _Documents:
 
 
 def _stack(outputs: Sequence[Outputs], name: str, width: int) -> np.ndarray:
-    return np.stack([o[name] for o in outputs]) if outputs else np.zeros((0, width), dtype=np.float32)
+    return postprocess.stacked(outputs, name) if outputs else np.zeros((0, width), dtype=np.float32)

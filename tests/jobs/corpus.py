@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from inference.options import LoadOptions
-from jobs.embedding import Batching
+from jobs.batched import Batching
 from jobs.local import JobModel
 from tests.helpers.tiny import SENTENCES
 

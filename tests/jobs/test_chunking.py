@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 from tokenizers import Tokenizer
 
-from jobs.embedding import Chunking, JobOutput
 from jobs.inputs import Columns
 from jobs.local import Job, run
+from jobs.options import Chunking, JobOutput
 from tests.helpers.serving import serving
 from tests.jobs.corpus import job_model, long_texts, output, rejects, texts, vectors, write
 

@@ -14,9 +14,10 @@ import pytest
 
 from inference.options import LoadOptions
 from inference.runtime.loading import load_bundle
-from jobs.embedding import FINGERPRINT_KEY, JobError, JobOutput
 from jobs.inputs import Chunk, Columns
 from jobs.local import Job, in_parts, run
+from jobs.options import JobError, JobOutput
+from jobs.tables import FINGERPRINT_KEY
 from tests.helpers.serving import serving
 from tests.jobs.corpus import job_model, output, rejects, texts, vectors, write
 

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.procs import clean_env
-from jobs.embedding import Chunking, JobOutput
 from jobs.local import Job, run
+from jobs.options import Chunking, JobOutput
 from tests.jobs.corpus import job_model, long_texts, rejects, texts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ import pytest
 
 from inference.runtime.graphs import Graph
 from jobs.cli import main
-from jobs.embedding import JobError, JobOutput
 from jobs.inputs import Columns
 from jobs.local import Job, run
+from jobs.options import JobError, JobOutput
 from tests.helpers import bge_m3
 from tests.helpers import colbert as ref
 from tests.jobs.corpus import job_model, output, write
