@@ -38,7 +38,7 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 
-from model.config import ADAPTER_TARGETS, EMBEDDING_TARGET
+from model.config_rules import ADAPTER_TARGETS, EMBEDDING_TARGET
 from model.families import Family, family_of
 from model.hf import _expand, hf_layers
 from model.lora import LoRAPair

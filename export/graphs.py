@@ -49,7 +49,8 @@ from torch import Tensor, nn
 
 from bundle.feeds import ADAPTER, INPUT_NAMES, SELECTION, TOKEN_TYPE_IDS
 from export import onnxfiles
-from model.config import SEQUENCE_HEADS, EncoderConfig
+from model.config import EncoderConfig
+from model.config_rules import SEQUENCE_HEADS
 from model.encoder import Encoder
 from model.heads import sparse_vector
 

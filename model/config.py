@@ -51,20 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.config_rules import check
+
 log = logging.getLogger(__name__)
-
-POOLINGS = ("mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len")
-MASK_KINDS = ("full", "causal", "window")
-NORM_KINDS = ("layer", "rms", "rms_one_plus")
-NORM_POSITIONS = ("post", "pre", "sandwich")
-LAYER_TYPES = ("full", "sliding")
-HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
-SEQUENCE_HEADS = ("linear", "pooler", "attention")
-POSITION_EMBEDDINGS = ("absolute", "fairseq", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "tanh", "identity")
-ROTARY_SCALINGS = ("default", "linear", "dynamic")
-HEAD_POOLINGS = ("cls", "mean")
-
 
 @dataclass(frozen=True)
 class EncoderConfig:
@@ -146,8 +135,7 @@ class EncoderConfig:
         object.__setattr__(self, "adapter_targets", tuple(self.adapter_targets))
         object.__setattr__(self, "projection_chain", tuple(
             (int(size), str(act), bool(bias)) for size, act, bias in self.projection_chain))
-        for check in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels, _check_adapters):
-            check(self)
+        check(self)
         if self.head_dim < 32:
             log.warning(
                 "head dimension %d (%d heads over d_model %d) is under 32; heads this small "
@@ -234,115 +222,3 @@ class EncoderConfig:
     @classmethod
     def load(cls, path: Path) -> EncoderConfig:
         return cls.from_dict(json.loads(path.read_text()))
-
-
-def _check_sizes(c: EncoderConfig) -> None:
-    positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_length", "global_attn_every")
-    for name in positive:
-        if getattr(c, name) <= 0:
-            raise ValueError(f"{name} must be positive, got {getattr(c, name)}")
-    if c.d_model % c.num_heads and not c.head_size:
-        raise ValueError(
-            f"d_model ({c.d_model}) must be divisible by num_heads ({c.num_heads}) "
-            "so every head gets the same dimension (or set head_size)"
-        )
-    if c.num_kv_heads < 0 or c.head_size < 0 or c.query_pre_attn_scalar < 0 or c.embedding_scale <= 0:
-        raise ValueError("num_kv_heads, head_size and query_pre_attn_scalar must be 0 or more, "
-                         "embedding_scale positive")
-    if c.num_heads % c.kv_heads:
-        raise ValueError(f"num_heads ({c.num_heads}) must be a multiple of num_kv_heads ({c.kv_heads}): "
-                         "each key/value head serves the same number of query heads")
-    for name in ("dropout", "attention_dropout", "head_dropout"):
-        if not 0.0 <= getattr(c, name) < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {getattr(c, name)}")
-    if not 0 <= c.max_seq_length <= c.position_limit:
-        raise ValueError(f"max_seq_length ({c.max_seq_length}) must be between 0 and the position limit "
-                         f"({c.position_limit}, max_length {c.max_length})")
-    if c.layer_norm_eps <= 0:
-        raise ValueError(f"layer_norm_eps must be positive, got {c.layer_norm_eps}")
-    for name in ("type_vocab_size", "projection_size", "relative_attention_buckets", "multi_vector_size"):
-        if getattr(c, name) < 0:
-            raise ValueError(f"{name} must be 0 or more, got {getattr(c, name)}")
-
-
-def _check_choices(c: EncoderConfig) -> None:
-    for name, allowed in (
-        ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS), ("mask_kind", MASK_KINDS), ("head", HEADS),
-        ("norm_kind", NORM_KINDS),
-        ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS), ("rotary_scaling", ROTARY_SCALINGS),
-        ("projection_activation", ACTIVATIONS), ("head_activation", ACTIVATIONS), ("head_pooling", HEAD_POOLINGS),
-    ):
-        if getattr(c, name) not in allowed:
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(c, name)!r}")
-    for size, act, _ in c.projection_chain:
-        if size <= 0 or act not in ACTIVATIONS or not c.projection_size:
-            raise ValueError(f"projection_chain entries follow a projection and need a positive width and one of "
-                             f"{', '.join(ACTIVATIONS)}; got {(size, act)}")
-
-
-def _check_mask(c: EncoderConfig) -> None:
-    if c.mask_kind == "window" and c.window_size <= 0:
-        raise ValueError("mask_kind 'window' needs a positive window_size")
-    if any(c.is_local(i) for i in range(c.num_layers)) and c.window_size <= 0:
-        raise ValueError("local layers (layer_types 'sliding' or global_attn_every > 1) need a positive window_size")
-    if c.layer_types and (len(c.layer_types) != c.num_layers or set(c.layer_types) - set(LAYER_TYPES)):
-        raise ValueError(f"layer_types must name one of {', '.join(LAYER_TYPES)} for each of the {c.num_layers} "
-                         f"layers; got {list(c.layer_types)}")
-
-
-def _check_positions(c: EncoderConfig) -> None:
-    if c.rotary_theta < 0 or c.rotary_local_theta < 0:
-        raise ValueError("rotary_theta and rotary_local_theta must be 0 (no rotary) or positive")
-    if c.rotary_theta and c.head_dim % 2:
-        raise ValueError(f"rotary positions need an even head dimension, got {c.head_dim}")
-    _check_rotary_scaling(c)
-    if c.relative_attention_buckets and c.relative_attention_buckets % 4:
-        raise ValueError(f"relative_attention_buckets must be a multiple of 4, got {c.relative_attention_buckets}")
-    if c.position_embedding == "fairseq" and c.max_length <= c.pad_token_id + 1:
-        raise ValueError("fairseq positions start at pad_token_id + 1: max_length must be larger")
-
-
-def _check_rotary_scaling(c: EncoderConfig) -> None:
-    if c.rotary_scaling != "default" and not c.rotary_theta:
-        raise ValueError(f"rotary_scaling {c.rotary_scaling!r} needs rotary positions (rotary_theta > 0)")
-    if c.rotary_factor <= 0 or (c.rotary_scaling == "default" and c.rotary_factor != 1.0):
-        raise ValueError(f"rotary_factor must be positive, and 1 without rotary scaling; got {c.rotary_factor} "
-                         f"with rotary_scaling {c.rotary_scaling!r}")
-    if (c.rotary_scaling == "dynamic") != (c.rotary_original_length > 0) or c.rotary_original_length < 0:
-        raise ValueError("rotary_original_length is the dynamic scaling's original length: positive with "
-                         f"rotary_scaling 'dynamic', 0 otherwise; got {c.rotary_original_length} with "
-                         f"{c.rotary_scaling!r}")
-
-
-def _check_labels(c: EncoderConfig) -> None:
-    if c.head in ("none", "mlm"):
-        if c.num_labels or c.label_names:
-            raise ValueError(f"num_labels is set but head is {c.head!r}; choose a classification head")
-        return
-    if c.num_labels < 1:
-        raise ValueError(f"a classification head needs num_labels >= 1, got {c.num_labels}")
-    if c.label_names and len(c.label_names) != c.num_labels:
-        raise ValueError(
-            f"label_names has {len(c.label_names)} names but num_labels is {c.num_labels}"
-        )
-
-
-# what LoRA adapters may adapt: the token embedding table (the one target outside the blocks) and the block projections
-EMBEDDING_TARGET = "embeddings.token"
-ADAPTER_TARGETS = (EMBEDDING_TARGET, "attention.q_proj", "attention.k_proj", "attention.v_proj",
-                   "attention.out_proj", "ffn.up", "ffn.down")
-
-
-def _check_adapters(c: EncoderConfig) -> None:
-    if not c.adapters:
-        if c.adapter_rank or c.adapter_targets:
-            raise ValueError("adapter_rank and adapter_targets are set but there are no adapters")
-        return
-    if len(set(c.adapters)) != len(c.adapters) or not all(c.adapters):
-        raise ValueError(f"adapter names must be distinct and non-empty; got {list(c.adapters)}")
-    if c.adapter_rank <= 0 or not c.adapter_targets:
-        raise ValueError("adapters need a positive adapter_rank and at least one adapter target")
-    unknown = sorted(set(c.adapter_targets) - set(ADAPTER_TARGETS))
-    if unknown:
-        raise ValueError(f"adapter_targets {unknown} are not the token embedding or projections of a block; "
-                         f"supported: {', '.join(ADAPTER_TARGETS)}")

@@ -34,7 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from model.config import EMBEDDING_TARGET, EncoderConfig
+from model.config import EncoderConfig
+from model.config_rules import EMBEDDING_TARGET
 
 if TYPE_CHECKING:
     from model.encoder import Encoder

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from model.config import ROTARY_SCALINGS
+from model.config_rules import ROTARY_SCALINGS
 
 
 class AbsolutePositions(nn.Embedding):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from model.config import ROTARY_SCALINGS
+from model.config_rules import ROTARY_SCALINGS
 
 Table = dict[str, str | tuple[str, ...]]
 # class-name suffix -> head kind; "lm" (a causal LM) loads its body only: the language-model head is not served
