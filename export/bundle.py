@@ -37,12 +37,12 @@ from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
 from export.measure import measure_entries
 from export.parity import Batch, ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
+from model.adapters import adapted_encoder
 from model.bge_m3 import COLBERT_FILE, SPARSE_FILE
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.lm_scorer import load_lm_scorer
 from model.load import load_model
-from model.lora import adapted_encoder
 from model.tokenizer import pad_id, token_ids
 from model.weights import weight_files
 
