@@ -39,8 +39,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from model.config import ADAPTER_TARGETS, EMBEDDING_TARGET
-from model.families import Family, family_of
-from model.hf import _expand, hf_layers
+from model.families import Family, family_of, full_table
 from model.lora import LoRAPair
 from model.sentence import read_json
 from model.weights import load_weights
@@ -105,7 +104,7 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
         raise AdapterError(f"adapter {name!r}: PEFT adapters map onto a Hugging Face checkpoint's module names; "
                            f"{source} is not a Hugging Face or sentence-transformers directory")
     family, kind = family_of(hf)
-    table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
+    table = full_table(family, kind, hf)
     by_module = _by_module(name, path, source, family, table)
     parts: dict[str, dict[int, LoRAPair]] = {}
     pairs: dict[str, LoRAPair] = {}

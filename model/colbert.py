@@ -31,7 +31,7 @@ from bundle.manifest import MultiVectorSpec
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.encoder import Encoder
-from model.families import family_of
+from model.families import family_of, rename
 from model.sentence import load_weights, read_json
 from model.tokenizer import load_tokenizer
 
@@ -76,8 +76,6 @@ def _encoder(hf: dict[str, Any], weights: dict[str, Tensor], projection: Tensor,
              longest: int) -> Encoder:
     """The bare encoder of config.json's family (HF_ColBERT read as its base model) with the projection as its
     multi_vector; inputs as long as the longest query or document, within the position limit."""
-    from model.hf import rename
-
     hf = {**hf, "architectures": None}  # the family's base model: HF_ColBERT's bert.* are BertModel's
     family, _ = family_of(hf)
     state = rename(weights, family, "none", hf)
