@@ -10,6 +10,8 @@ A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
 encoder is bge-m3 (model/bge_m3.py): its dense vector, token vectors and token weights, all from one pass.
+These are three layouts of model/layouts.py's registry, all loaded here; the checkpoint's names go through the
+weight-table engine (model/families/tables.py).
 Weights come from model.safetensors, or from pytorch_model.bin through torch.load(weights_only=True); never from an
 unrestricted pickle.
 """

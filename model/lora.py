@@ -22,7 +22,7 @@ stops gradients, so the pad id's row is added as PEFT adds it; max_norm, which w
 in every family here (our token embedding has none).
 An Encoder with adapters is built from a bare one by model/adapters.py (adapted_encoder): the encoder imports this
 module's primitives, so nothing here builds an Encoder. Where a checkpoint's target is part of one of our tensors,
-the exact equivalent is built (export/adapters.py):
+the exact equivalent is built (model/peft.py):
 a fused q/k/v target's B split in three over one shared A, and the decoders' gate_proj and up_proj (side by side
 in our gated `ffn.up`) as one block-diagonal adapter of rank r_gate + r_up.
 """
