@@ -10,8 +10,9 @@ A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
 encoder is bge-m3 (model/bge_m3.py): its dense vector, token vectors and token weights, all from one pass.
-These are three layouts of model/layouts.py's registry, all loaded here; the checkpoint's names go through the
-weight-table engine (model/families/tables.py).
+These are three layouts of model/layouts.py's registry, each with its own loader here (load_hf,
+load_sentence_transformers, load_bge_m3) over one body; the checkpoint's names go through the weight-table engine
+(model/families/tables.py).
 Weights come from model.safetensors, or from pytorch_model.bin through torch.load(weights_only=True); never from an
 unrestricted pickle.
 """
@@ -37,26 +38,42 @@ def is_hf_dir(path: Path) -> bool:
 
 
 def load_hf(path: Path) -> LoadedModel:
-    path = Path(path)
+    """A Hugging Face directory: the encoder with the head its config.json's architectures names."""
+    return _load(Path(path), sentence=False, bge_m3=False)
+
+
+def load_sentence_transformers(path: Path) -> LoadedModel:
+    """A sentence-transformers directory: the bare encoder and the pipeline modules.json lists (model/sentence.py)."""
+    return _load(Path(path), sentence=True, bge_m3=False)
+
+
+def load_bge_m3(path: Path) -> LoadedModel:
+    """bge-m3 as FlagEmbedding writes it (model/bge_m3.py), with its modules.json where it has one (BAAI/bge-m3 has)."""
+    return _load(Path(path), sentence=True, bge_m3=True)
+
+
+def _load(path: Path, sentence: bool, bge_m3: bool) -> LoadedModel:
+    """The directory's encoder; `sentence`: with its sentence-transformers modules (when modules.json is there),
+    `bge_m3`: with FlagEmbedding's heads (when their files are there)."""
     hf = read_json(_require(path, "config.json"))
     family, kind = family_of(hf)
     tokenizer = load_tokenizer(_require(path, "tokenizer.json"))
-    sentence = read_sentence_modules(path)
-    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"])
-    if sentence is not None or kind == "lm" or m3 is not None:
+    modules = read_sentence_modules(path) if sentence else None
+    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 else None
+    if modules is not None or kind == "lm" or m3 is not None:
         kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
     state = rename(load_weights(path), family, kind, hf)
-    config = encoder_config(hf, family, kind, state, sentence)
+    config = encoder_config(hf, family, kind, state, modules)
     if m3 is not None:
         config, state = config.replace(**m3.fields), state | m3.weights
     encoder = Encoder(config)
-    if sentence is not None:
-        state |= sentence.projection_weights
+    if modules is not None:
+        state |= modules.projection_weights
     encoder.load_state_dict(tie_decoder(state, config), strict=True)
     return LoadedModel(
-        encoder.eval(), tokenizer, "bge-m3" if m3 else "sentence-transformers" if sentence else f"hf-{family.name}",
-        path, prompts=sentence.prompts if sentence else {},
-        default_prompt_name=sentence.default_prompt_name if sentence else None,
+        encoder.eval(), tokenizer, "bge-m3" if m3 else "sentence-transformers" if modules else f"hf-{family.name}",
+        path, prompts=modules.prompts if modules else {},
+        default_prompt_name=modules.default_prompt_name if modules else None,
         multi_vector=m3.spec if m3 else None,
     )
 
