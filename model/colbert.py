@@ -53,11 +53,17 @@ def colbert_layout(path: Path) -> str | None:
     return None
 
 
-def load_colbert(path: Path) -> LoadedModel:
-    path = Path(path)
-    layout = colbert_layout(path)
-    if layout is None:
-        raise ValueError(f"{path} is neither a PyLate folder nor a colbert-ai checkpoint")
+def load_pylate(path: Path) -> LoadedModel:
+    """A PyLate folder (the registry's "pylate" layout, model/layouts.py, recognised by colbert_layout)."""
+    return _load(Path(path), "pylate")
+
+
+def load_colbert_ai(path: Path) -> LoadedModel:
+    """A colbert-ai checkpoint (the registry's "colbert-ai" layout)."""
+    return _load(Path(path), "colbert-ai")
+
+
+def _load(path: Path, layout: str) -> LoadedModel:
     tokenizer = load_tokenizer(path / "tokenizer.json")
     if layout == "pylate":
         projection, bias = _pylate_dense(path)

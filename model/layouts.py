@@ -25,7 +25,7 @@ from pathlib import Path
 
 from model.bge_m3 import COLBERT_FILE, SPARSE_FILE, has_bge_m3_heads
 from model.checkpoint import LoadedModel, is_checkpoint, load_checkpoint
-from model.colbert import colbert_layout, load_colbert
+from model.colbert import colbert_layout, load_colbert_ai, load_pylate
 from model.hf import is_hf_dir, load_bge_m3, load_hf, load_sentence_transformers
 from model.peft import CONFIG_NAME, WEIGHTS_NAME
 from model.weights import weight_files
@@ -63,8 +63,8 @@ def load_peft(path: Path) -> LoadedModel:
 
 LAYOUTS: tuple[Layout, ...] = (
     Layout("attnserve", is_checkpoint, model_files, load_checkpoint),
-    Layout("pylate", lambda path: colbert_layout(path) == "pylate", model_files, load_colbert),
-    Layout("colbert-ai", lambda path: colbert_layout(path) == "colbert-ai", model_files, load_colbert),
+    Layout("pylate", lambda path: colbert_layout(path) == "pylate", model_files, load_pylate),
+    Layout("colbert-ai", lambda path: colbert_layout(path) == "colbert-ai", model_files, load_colbert_ai),
     Layout("bge-m3", lambda path: is_hf_dir(path) and has_bge_m3_heads(path), bge_m3_files, load_bge_m3),
     Layout("sentence-transformers", lambda path: is_hf_dir(path) and (path / "modules.json").is_file(),
            model_files, load_sentence_transformers),
