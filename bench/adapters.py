@@ -85,10 +85,10 @@ def write_source(work: Path, adapters: int, rank: int, layers: int, vocab: int, 
 
 def write_graphs(work: Path, adapters: int) -> dict[str, Any]:
     """The fast fp32 graph of the base, and of the base with every adapter; their file sizes."""
-    from export.adapters import read_adapter
     from export.graphs import export_graph
+    from model.adapters import adapted_encoder
     from model.load import load_model
-    from model.lora import adapted_encoder
+    from model.peft import read_adapter
 
     base = load_model(work / "base").encoder
     export_graph(base, "fast", work / "base.onnx")

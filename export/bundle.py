@@ -6,9 +6,10 @@ Layout of a bundle directory (see docs/export.md):
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
     {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
 
-With LoRA adapters (`adapters`: name -> PEFT directory, export.adapters), the graphs hold the base once and every
-adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are gated on each adapter and
-on a batch mixing them (export.parity.adapter_sets), and the manifest lists them (`adapters`).
+With LoRA adapters (`adapters`: name -> PEFT directory, read and stacked by model.load.load_model), the graphs hold
+the base once and every adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are
+gated on each adapter and on a batch mixing them (export.parity.adapter_sets), and the manifest lists them
+(`adapters`). The source is loaded once, through that door, whatever its layout (model/layouts.py).
 
 Everything is built in a temporary sibling directory, gated, verified with bundle.verify, and only
 then renamed into place: a failed export leaves no bundle (and an existing bundle untouched).
@@ -16,7 +17,6 @@ then renamed into place: a failed export leaves no bundle (and an existing bundl
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import shutil
@@ -26,25 +26,21 @@ from pathlib import Path
 from typing import Any
 
 from bundle.files import sha256_file, staged_directory
-from bundle.manifest import MANIFEST_NAME, AdapterEntry, GraphEntry, Manifest, Source, TensorSpec
+from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import onnxfiles
 from export import variants as variants_mod
-from export.adapters import Adapter, check_names, read_adapter
+from export.adapters import manifest_entry
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
 from export.measure import measure_entries
 from export.parity import Batch, ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
-from model.bge_m3 import COLBERT_FILE, SPARSE_FILE
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
-from model.lm_scorer import load_lm_scorer
 from model.load import load_model
-from model.lora import adapted_encoder
 from model.tokenizer import token_ids
-from model.weights import weight_files
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +66,11 @@ def export_bundle(
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
     _check_target(out_dir)
-    read = _read_adapters(source, adapters or {}, chosen, reranker)
+    _check_adapters(adapters or {}, chosen, reranker)
     texts = _int8_texts(source, chosen, calibration_data)
-    model = load_lm_scorer(source, reranker) if reranker is not None else load_model(source)
-    if read:
-        model = dataclasses.replace(model, encoder=adapted_encoder(
-            model.encoder, {a.name: a.pairs for a in read}).eval())
+    model = load_model(source, adapters=adapters, reranker=reranker)
     with staged_directory(out_dir) as tmp:
-        manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts,
-                          [_adapter_entry(a) for a in read])
+        manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
         verify_bundle(tmp)
     log.info("bundle written to %s", out_dir)
@@ -109,25 +101,16 @@ def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) 
     return texts
 
 
-def _read_adapters(source: Path, adapters: Mapping[str, Path], chosen: list[str],
-                   reranker: str | None) -> list[Adapter]:
-    """Each PEFT directory read onto the base's modules, before any export work; the variants whose gates could
-    not cover them refused."""
+def _check_adapters(adapters: Mapping[str, Path], chosen: list[str], reranker: str | None) -> None:
+    """What the export does not build with adapters, refused before any work: a reranker, and the variants whose
+    gates could not cover them (model.load.load_model reads the adapters themselves)."""
     if not adapters:
-        return []
+        return
     if reranker is not None:
         raise ExportError("--adapter and --reranker do not go together (a reranker's scoring is not adapted)")
     if quantised := [v for v in chosen if v.startswith("int8")]:
         raise ExportError(f"variant(s) {', '.join(quantised)} are not built with adapters: their calibration and "
                           "gates cover the base only; export fp32, fp32-opt or fp16")
-    check_names(list(adapters))
-    return [read_adapter(name, Path(path), source) for name, path in adapters.items()]
-
-
-def _adapter_entry(adapter: Adapter) -> AdapterEntry:
-    return AdapterEntry(name=adapter.name, rank=adapter.rank, alpha=adapter.alpha, scaling=adapter.scaling,
-                        use_rslora=adapter.use_rslora, targets=list(adapter.targets), source=adapter.source,
-                        bytes=adapter.bytes)
 
 
 def _check_target(out_dir: Path) -> None:
@@ -136,7 +119,7 @@ def _check_target(out_dir: Path) -> None:
 
 
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,
-           texts: TextSets | None, adapters: list[AdapterEntry]) -> Manifest:
+           texts: TextSets | None) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
     tokenizer = tmp / "tokenizer.json"
     if model.pair_format is None:
@@ -155,13 +138,13 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     graphs = measure_entries(graphs, tmp, parity_ids, config.pad_token_id)
     return Manifest(
         name=name, version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.path)),
+        source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.source_files)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         architecture=config.architecture, task=task(config), embedding_size=config.embedding_size,
         prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
         normalize=config.normalize, max_length=max_length, pad_id=config.pad_token_id, hidden_size=config.d_model,
         num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
-        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=adapters,
+        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=[manifest_entry(a) for a in model.adapters],
         multi_vector=model.multi_vector,
     )
 
@@ -233,11 +216,10 @@ def bundle_max_length(model: LoadedModel) -> int:
     return model.encoder.config.serving_length
 
 
-def source_sha256(path: Path) -> str:
-    """sha256 over (name, sha256) of the source's config.json, its weight files (one file, or an index and its
-    shards) and bge-m3's head files (model/bge_m3.py), in that order."""
+def source_sha256(files: Iterable[Path]) -> str:
+    """sha256 over (name, sha256) of the files that identify the source, in its layout's order
+    (model/layouts.py: config.json, the weight files, a layout's own files such as bge-m3's heads)."""
     digest = hashlib.sha256()
-    for file in [path / "config.json", *weight_files(path), path / COLBERT_FILE, path / SPARSE_FILE]:
-        if file.is_file():
-            digest.update(f"{file.name}\0{sha256_file(file)}\n".encode())
+    for file in files:
+        digest.update(f"{file.name}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()

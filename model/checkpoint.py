@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
@@ -23,6 +23,9 @@ from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.tokenizer import load_tokenizer
 
+if TYPE_CHECKING:
+    from model.peft import Adapter
+
 FORMAT = "attnserve-encoder"
 FORMAT_VERSION = 1
 
@@ -31,13 +34,17 @@ FORMAT_VERSION = 1
 class LoadedModel:
     encoder: Encoder
     tokenizer: Tokenizer
-    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert", "hf-roberta"), "sentence-transformers" or "bge-m3"
+    kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert"), "sentence-transformers", "bge-m3", "pylate", ...
     path: Path
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
     default_prompt_name: str | None = None
     pair_format: str | None = None  # an LLM reranker's pair as one text (model.lm_scorer)
     # a multi-vector model's (ColBERT, bge-m3): how its token outputs become the reference's, written to the manifest
     multi_vector: MultiVectorSpec | None = None
+    # set by model.load.load_model: the files that identify the source (its layout's, model/layouts.py) and the
+    # PEFT adapters stacked in the encoder (model/peft.py), in index order
+    source_files: tuple[Path, ...] = ()
+    adapters: tuple[Adapter, ...] = ()
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -31,7 +31,7 @@ from bundle.multi_vector import MultiVectorSpec
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.encoder import Encoder
-from model.families import family_of
+from model.families import family_of, rename
 from model.sentence import load_weights, read_json
 from model.tokenizer import load_tokenizer
 
@@ -53,11 +53,17 @@ def colbert_layout(path: Path) -> str | None:
     return None
 
 
-def load_colbert(path: Path) -> LoadedModel:
-    path = Path(path)
-    layout = colbert_layout(path)
-    if layout is None:
-        raise ValueError(f"{path} is neither a PyLate folder nor a colbert-ai checkpoint")
+def load_pylate(path: Path) -> LoadedModel:
+    """A PyLate folder (the registry's "pylate" layout, model/layouts.py, recognised by colbert_layout)."""
+    return _load(Path(path), "pylate")
+
+
+def load_colbert_ai(path: Path) -> LoadedModel:
+    """A colbert-ai checkpoint (the registry's "colbert-ai" layout)."""
+    return _load(Path(path), "colbert-ai")
+
+
+def _load(path: Path, layout: str) -> LoadedModel:
     tokenizer = load_tokenizer(path / "tokenizer.json")
     if layout == "pylate":
         projection, bias = _pylate_dense(path)
@@ -76,8 +82,6 @@ def _encoder(hf: dict[str, Any], weights: dict[str, Tensor], projection: Tensor,
              longest: int) -> Encoder:
     """The bare encoder of config.json's family (HF_ColBERT read as its base model) with the projection as its
     multi_vector; inputs as long as the longest query or document, within the position limit."""
-    from model.hf import rename
-
     hf = {**hf, "architectures": None}  # the family's base model: HF_ColBERT's bert.* are BertModel's
     family, _ = family_of(hf)
     state = rename(weights, family, "none", hf)

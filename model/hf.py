@@ -10,6 +10,9 @@ A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
 encoder is bge-m3 (model/bge_m3.py): its dense vector, token vectors and token weights, all from one pass.
+These are three layouts of model/layouts.py's registry, each with its own loader here (load_hf,
+load_sentence_transformers, load_bge_m3) over one body; the checkpoint's names go through the weight-table engine
+(model/families/tables.py).
 Weights come from model.safetensors, or from pytorch_model.bin through torch.load(weights_only=True); never from an
 unrestricted pickle.
 """
@@ -19,14 +22,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from model.bge_m3 import read_bge_m3
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.encoder import Encoder
-from model.families import Family, Table, family_of
+from model.families import Family, family_of, rename
 from model.sentence import SentenceModules, load_weights, read_json, read_sentence_modules
 from model.tokenizer import load_tokenizer
 
@@ -36,26 +38,42 @@ def is_hf_dir(path: Path) -> bool:
 
 
 def load_hf(path: Path) -> LoadedModel:
-    path = Path(path)
+    """A Hugging Face directory: the encoder with the head its config.json's architectures names."""
+    return _load(Path(path), sentence=False, bge_m3=False)
+
+
+def load_sentence_transformers(path: Path) -> LoadedModel:
+    """A sentence-transformers directory: the bare encoder and the pipeline modules.json lists (model/sentence.py)."""
+    return _load(Path(path), sentence=True, bge_m3=False)
+
+
+def load_bge_m3(path: Path) -> LoadedModel:
+    """bge-m3 as FlagEmbedding writes it (model/bge_m3.py), with its modules.json where it has one (BAAI/bge-m3 has)."""
+    return _load(Path(path), sentence=True, bge_m3=True)
+
+
+def _load(path: Path, sentence: bool, bge_m3: bool) -> LoadedModel:
+    """The directory's encoder; `sentence`: with its sentence-transformers modules (when modules.json is there),
+    `bge_m3`: with FlagEmbedding's heads (when their files are there)."""
     hf = read_json(_require(path, "config.json"))
     family, kind = family_of(hf)
     tokenizer = load_tokenizer(_require(path, "tokenizer.json"))
-    sentence = read_sentence_modules(path)
-    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"])
-    if sentence is not None or kind == "lm" or m3 is not None:
+    modules = read_sentence_modules(path) if sentence else None
+    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 else None
+    if modules is not None or kind == "lm" or m3 is not None:
         kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
     state = rename(load_weights(path), family, kind, hf)
-    config = encoder_config(hf, family, kind, state, sentence)
+    config = encoder_config(hf, family, kind, state, modules)
     if m3 is not None:
         config, state = config.replace(**m3.fields), state | m3.weights
     encoder = Encoder(config)
-    if sentence is not None:
-        state |= sentence.projection_weights
+    if modules is not None:
+        state |= modules.projection_weights
     encoder.load_state_dict(tie_decoder(state, config), strict=True)
     return LoadedModel(
-        encoder.eval(), tokenizer, "bge-m3" if m3 else "sentence-transformers" if sentence else f"hf-{family.name}",
-        path, prompts=sentence.prompts if sentence else {},
-        default_prompt_name=sentence.default_prompt_name if sentence else None,
+        encoder.eval(), tokenizer, "bge-m3" if m3 else "sentence-transformers" if modules else f"hf-{family.name}",
+        path, prompts=modules.prompts if modules else {},
+        default_prompt_name=modules.default_prompt_name if modules else None,
         multi_vector=m3.spec if m3 else None,
     )
 
@@ -92,64 +110,6 @@ def encoder_config(hf: dict[str, Any], family: Family, kind: str, state: dict[st
 def _labels(hf: dict[str, Any], count: int) -> tuple[str, ...]:
     id2label = hf.get("id2label") or {}
     return tuple(str(id2label.get(str(i), id2label.get(i, f"LABEL_{i}"))) for i in range(count))
-
-
-def rename(weights: dict[str, Tensor], family: Family, kind: str, hf: dict[str, Any]) -> dict[str, Tensor]:
-    """The checkpoint's tensors under our names, by the family's table and the head kind's; a tensor the
-    tables do not know is an error (naming it), unless it belongs to a head we were not asked for."""
-    table = _expand({**family.table, **family.heads.get(kind, {})}, hf_layers(hf))
-    other_heads = {k for head in family.heads.values() for k in head}
-    out: dict[str, Tensor] = {}
-    unknown = []
-    for key, value in weights.items():
-        name = family.body_name(key)
-        module, _, param = name.rpartition(".")
-        if name in table:  # a lone parameter, e.g. BERT's cls.predictions.bias
-            out[str(table[name])] = value
-        elif module in table:
-            out.update(_place(table[module], param, value))
-        elif not (module in other_heads or name.startswith(family.ignored) or name.endswith("position_ids")):
-            unknown.append(key)
-    if unknown:
-        raise ValueError(f"checkpoint tensors the {family.name} weight table does not map: {', '.join(unknown)}")
-    return _join_parts(out)
-
-
-def hf_layers(hf: dict[str, Any]) -> int:
-    return int(hf.get("num_hidden_layers") or hf["n_layers"])
-
-
-def _expand(table: Table, num_layers: int) -> Table:
-    """Table keys with {i} written out for every layer."""
-    out: Table = {}
-    for key, value in table.items():
-        for i in range(num_layers) if "{i}" in key else [0]:
-            out[key.format(i=i)] = value.format(i=i) if isinstance(value, str) else tuple(
-                v.format(i=i) for v in value)
-    return out
-
-
-def _place(target: str | tuple[str, ...], param: str, value: Tensor) -> dict[str, Tensor]:
-    """One tensor under our name, or split along its first axis into several (a fused q/k/v)."""
-    if isinstance(target, str):
-        return {f"{target}.{param}": value}
-    return {f"{name}.{param}": part for name, part in zip(target, value.chunk(len(target)), strict=True)}
-
-
-def _join_parts(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Tensors placed as parts ("ffn.up#0.weight", "ffn.up#1.weight") joined along the first axis in part order."""
-    parts: dict[str, dict[int, Tensor]] = {}
-    out = {}
-    for name, value in state.items():
-        module, hash_, rest = name.partition("#")
-        if not hash_:
-            out[name] = value
-            continue
-        index, _, param = rest.partition(".")
-        parts.setdefault(f"{module}.{param}", {})[int(index)] = value
-    for name, by_index in parts.items():
-        out[name] = torch.cat([by_index[i] for i in sorted(by_index)], dim=0)
-    return out
 
 
 def tie_decoder(state: dict[str, Tensor], config: EncoderConfig) -> dict[str, Tensor]:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from model.checkpoint import LoadedModel
 from model.encoder import Encoder
-from model.load import load_model
+from model.layouts import load_base
 from model.sentence import load_weights, read_json
 
 DEFAULT_INSTRUCTION = "Given a web search query, retrieve relevant passages that answer the query"
@@ -54,14 +54,26 @@ RECIPES = {
 
 
 def load_lm_scorer(path: Path | str, recipe: str, instruction: str = DEFAULT_INSTRUCTION) -> LoadedModel:
-    """The causal LM at `path` as a one-label cross-encoder by `recipe` (a key of RECIPES)."""
+    """The causal LM at `path` as a one-label cross-encoder by `recipe` (a key of RECIPES); model.load.load_model's
+    `reranker` does the same and adds adapters and the source's files."""
+    check_recipe(Path(path), recipe)
+    return as_reranker(load_base(Path(path)), recipe, instruction)
+
+
+def check_recipe(path: Path, recipe: str) -> Recipe:
+    """The recipe by name, for the causal LM at `path`: refused before any loading when either does not fit."""
     if recipe not in RECIPES:
         raise ValueError(f"reranker recipe {recipe!r} is not known; known: {', '.join(RECIPES)}")
-    path, chosen = Path(path), RECIPES[recipe]
     architecture = (read_json(path / "config.json").get("architectures") or ["?"])[0]
     if not architecture.endswith("ForCausalLM"):
         raise ValueError(f"an LLM reranker is a causal LM (...ForCausalLM); {path} holds {architecture}")
-    loaded = load_model(path)
+    return RECIPES[recipe]
+
+
+def as_reranker(loaded: LoadedModel, recipe: str, instruction: str = DEFAULT_INSTRUCTION) -> LoadedModel:
+    """The loaded causal LM with its head replaced by the recipe's yes-minus-no row and its prompt in the
+    tokenizer's template."""
+    path, chosen = loaded.path, check_recipe(loaded.path, recipe)
     yes, no = (_token_id(loaded.tokenizer, token) for token in (chosen.yes, chosen.no))
     rows = _lm_head(path)
     config = loaded.encoder.config.replace(head="linear", head_bias=False, num_labels=1, label_names=("relevance",))

@@ -1,27 +1,47 @@
-"""One entry point for every model source: our checkpoints, ColBERT checkpoints (model/colbert.py: PyLate folders and
-colbert-ai checkpoints, before the Hugging Face reader would take them for plain encoders) and Hugging Face
-directories (model/hf.py)."""
+"""The one door for every model source: a directory in any layout of model/layouts.py's registry (our checkpoints,
+ColBERT, bge-m3, sentence-transformers, Hugging Face), optionally read as an LLM reranker by a recipe
+(model/lm_scorer.py) and with PEFT LoRA adapters stacked over it (model/peft.py, model/adapters.py).
+
+Everything that can be refused without loading the base is refused first: an unknown recipe or a base that is not a
+causal LM, adapter names, and each adapter directory (read onto the base's module names from its config.json).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
-from model.checkpoint import LoadedModel, is_checkpoint, load_checkpoint
-from model.colbert import colbert_layout, load_colbert
-from model.hf import is_hf_dir, load_hf
+from model.adapters import adapted_encoder
+from model.checkpoint import LoadedModel
+from model.layouts import load_base
+from model.lm_scorer import as_reranker, check_recipe
+from model.peft import Adapter, check_names, read_adapter
+
+__all__ = ["load_model"]
 
 
-def load_model(path: Path | str) -> LoadedModel:
+def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = None,
+               reranker: str | None = None) -> LoadedModel:
+    """The model at `path`; with `reranker` (a key of model.lm_scorer.RECIPES) its causal LM as a one-label
+    cross-encoder; with `adapters` (name -> PEFT directory trained on `path`) those adapters stacked as indices
+    1..N in this order."""
     path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"model directory not found: {path}")
-    if is_checkpoint(path):
-        return load_checkpoint(path)
-    if colbert_layout(path):
-        return load_colbert(path)
-    if is_hf_dir(path):
-        return load_hf(path)
-    raise ValueError(
-        f"{path} is neither an attnserve checkpoint nor a Hugging Face model directory "
-        "(config.json with 'format' or 'model_type' is missing)"
-    )
+    if reranker is not None:
+        check_recipe(path, reranker)
+    read = read_adapters(path, adapters or {})
+    loaded = load_base(path)
+    if reranker is not None:
+        loaded = as_reranker(loaded, reranker)
+    return with_adapters(loaded, read) if read else loaded
+
+
+def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:
+    """Each PEFT directory read onto the modules of the base at `path`, its name checked first."""
+    check_names(list(adapters))
+    return [read_adapter(name, Path(directory), path) for name, directory in adapters.items()]
+
+
+def with_adapters(loaded: LoadedModel, read: list[Adapter]) -> LoadedModel:
+    encoder = adapted_encoder(loaded.encoder, {adapter.name: adapter.pairs for adapter in read})
+    return replace(loaded, encoder=encoder.eval(), adapters=tuple(read))

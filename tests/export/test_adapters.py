@@ -26,12 +26,12 @@ from bundle.feeds import ADAPTER, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from bundle.verify import BundleError, verify_bundle
-from export.adapters import AdapterError, read_adapter
 from export.bundle import ExportError, export_bundle
 from export.cli import main as export_main
 from export.graphs import export_graph
+from model.adapters import adapted_encoder
 from model.load import load_model
-from model.lora import adapted_encoder
+from model.peft import AdapterError, read_adapter
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
 from tests.helpers.families import save_hf
 from tests.model.test_lora import BERT_ADAPTERS, batch, bert_loader, save_bert

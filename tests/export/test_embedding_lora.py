@@ -27,11 +27,12 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from bundle.manifest import Manifest
-from export.adapters import AdapterError, read_adapter
 from export.bundle import export_bundle
 from export.graphs import export_graph
+from model.adapters import adapted_encoder
 from model.load import load_model
-from model.lora import LoRAEmbedding, adapted_encoder
+from model.lora import LoRAEmbedding
+from model.peft import AdapterError, read_adapter
 from tests.export.test_adapters import assert_equals_reference, graph_sizes, onnx_outputs
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
 from tests.helpers.decoders import save_decoder

@@ -20,9 +20,10 @@ import torch
 import transformers
 from torch import Tensor
 
-from export.adapters import read_adapter
+from model.adapters import adapted_encoder
 from model.load import load_model
-from model.lora import LoRALinear, adapted_encoder
+from model.lora import LoRALinear
+from model.peft import read_adapter
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
 from tests.helpers.decoders import save_decoder
 from tests.helpers.families import save_hf, save_random, tokenizer_for

@@ -22,8 +22,7 @@ from torch import Tensor
 from bundle.session import open_session
 from export.bundle import export_bundle
 from model.encoder import Encoder
-from model.families import FAMILIES, family_of
-from model.hf import hf_layers
+from model.families import FAMILIES, family_of, hf_layers
 from model.load import load_model
 from model.sentence import read_json
 from model.tokenizer import pad_batch, pad_id, token_ids

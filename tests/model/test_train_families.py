@@ -18,8 +18,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from model.families import family_of
-from model.hf import hf_layers
+from model.families import family_of, hf_layers
 from model.load import load_model
 from model.training.cli import main
 from tests.helpers import rotary

@@ -25,8 +25,8 @@ import pytest_asyncio
 import torch
 import transformers
 
-from export.adapters import AdapterError
 from export.bundle import export_bundle
+from model.peft import AdapterError
 from tests.helpers.adapters import peft_reference, run_reference, save_adapter
 from tests.helpers.families import MAX_POSITIONS, RELEVANCE, save_random
 from tests.helpers.heads import WIDE, Case
