@@ -2,18 +2,17 @@
 
 Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 
-Padding makes some outputs meaningless, so comparisons look at real tokens only:
-token_embeddings, token_logits and the multi-vector outputs (multi_vectors, token_weights) at positions where
-attention_mask is 1, attentions where both the
-query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max
-over real tokens) are compared whole. Graphs are opened with the service's own session options
-(bundle.session), so the gate checks what is served.
-The parity texts are export.parity_texts': fixed sentences of mixed lengths, cut into batches of mixed sizes.
-The int8 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out review
-snippets and 200 one- to three-word texts): check_sets.
-A model with LoRA adapters (model/lora.py) is gated on sets of its own (adapter_sets): the parity texts with every
-row the base, then with every row one adapter (one set per adapter), then with the rows cycling through the base
-and every adapter (mixed); each against eager PyTorch with the same indices, each reported under its set's name.
+Padding makes some outputs meaningless, so comparisons look at real tokens only: token_embeddings, token_logits and
+the multi-vector outputs (multi_vectors, token_weights) at positions where attention_mask is 1, attentions where
+both the query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max over real
+tokens) are compared whole. Graphs are opened with the service's own session options (bundle.session), so the gate
+checks what is served.
+The parity texts are export.parity_texts': fixed sentences of mixed lengths, cut into batches of mixed sizes. The
+int8 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out review snippets and
+200 one- to three-word texts): check_sets. A model with LoRA adapters (model/lora.py) is gated on sets of its own
+(adapter_sets): the parity texts with every row the base, then with every row one adapter (one set per adapter),
+then with the rows cycling through the base and every adapter (mixed); each against eager PyTorch with the same
+indices, each reported under its set's name.
 """
 
 from __future__ import annotations
@@ -43,9 +42,8 @@ log = logging.getLogger(__name__)
 # max(1, that output's largest |reference| value), and the attention probabilities' at most 1e-4. float32 rounds a
 # value to about 1.2e-7 of its own size, so the error of a state grows with its magnitude (and a real model's
 # depth). A probability's error is that of the scores it is the softmax of, passed on at most halved, and a real
-# model's scores reach tens: 1e-4 is the states' 1e-5 on scores of 20. Measured (docs/export.md): all-mpnet-base-v2's
-# states 3.2e-6, its maps 2.3e-5; the smallest real mistake tried (its LayerNorm eps read as BERT's 1e-12) moves its
-# pooled vectors by 3.6e-4, its states by 7.7e-4.
+# model's scores reach tens: 1e-4 is the states' 1e-5 on scores of 20. docs/export.md ("The exact gates") has what
+# real models measure against these limits, and how far a real mistake moves them.
 EXACT = [("*_max_abs_diff", 1e-5, "scaled"), ("attentions_max_abs_diff", 1e-4, "max")]
 GATES: dict[str, list[tuple[str, float, str]]] = {
     "fp32": EXACT,
