@@ -54,8 +54,6 @@ GATES: dict[str, list[tuple[str, float, str]]] = {
 }
 NOT_MEASURED = "not_measured_cuda_unavailable"  # 1.0 when no provider here could run the graph
 CUDA_MEASURED = "cuda_measured"  # for graphs meant for CUDA: 1.0 measured on CUDA, 0.0 on CPU only
-
-
 _SHORT_NAMES = {ort_name: short for short, ort_name in ORT_PROVIDERS.items()}
 
 
@@ -296,6 +294,7 @@ def _merge_worst(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
 
 
 def _reported(variant: str, key: str) -> bool:
+    """An exact variant reports its figures and the scales the gate held them to; the others their agreement."""
     if variant in ("fp32", "fp32-opt"):
-        return key.endswith(("max_abs_diff", "max_abs"))  # the figures and the scales the gate held them to
+        return key.endswith(("max_abs_diff", "max_abs"))
     return key.endswith("min_cosine") or key == "label_agreement"
