@@ -3,16 +3,15 @@
 Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 
 Padding makes some outputs meaningless, so comparisons look at real tokens only: token_embeddings, token_logits and
-the multi-vector outputs (multi_vectors, token_weights) at positions where attention_mask is 1, attentions where
-both the query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max over real
+the multi-vector outputs (multi_vectors, token_weights) at positions where attention_mask is 1, attentions where both
+the query and the key are real tokens. embeddings (pooled over real tokens), logits and sparse (a max over real
 tokens) are compared whole. Graphs are opened with the service's own session options (bundle.session), so the gate
-checks what is served.
-The parity texts are export.parity_texts': fixed sentences of mixed lengths, cut into batches of mixed sizes. The
-int8 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out review snippets and
-200 one- to three-word texts): check_sets. A model with LoRA adapters (model/lora.py) is gated on sets of its own
-(adapter_sets): the parity texts with every row the base, then with every row one adapter (one set per adapter),
-then with the rows cycling through the base and every adapter (mixed); each against eager PyTorch with the same
-indices, each reported under its set's name.
+checks what is served. The parity texts are export.parity_texts': fixed sentences of mixed lengths, cut into batches
+of mixed sizes. The int8 variants are gated on two more sets, each on its own (export.calibration: 1,000 held-out
+review snippets and 200 one- to three-word texts): check_sets. A model with LoRA adapters (model/lora.py) is gated on
+sets of its own (adapter_sets): the parity texts with every row the base, then with every row one adapter (one set per
+adapter), then with the rows cycling through the base and every adapter (mixed); each against eager PyTorch with the
+same indices, each reported under its set's name.
 """
 
 from __future__ import annotations
