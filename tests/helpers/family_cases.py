@@ -32,6 +32,7 @@ ENCODER_HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForMask
 @dataclass(frozen=True)
 class Body:
     """A checkpoint compared body to body: its shape and config.json changes (named by `label` in the test id)."""
+
     shape: str
     extra: dict[str, Any] = field(default_factory=dict)
     label: str = ""
@@ -44,6 +45,7 @@ class Body:
 @dataclass(frozen=True)
 class Masks:
     """What `body`'s attention maps must show: its local layers, and whether keys after a query are masked."""
+
     body: Body
     local_layers: tuple[int, ...]
     causal: bool
@@ -84,9 +86,16 @@ def rotary(name: str, family: str) -> Case:
 
 
 def decoder(name: str, family: str, causal_lm: bool = True, **quirks: Any) -> Case:
-    return Case(name, family, save_decoder, quirks.pop("bodies", (Body("small"), Body("wide"))),
-                (("ForSequenceClassification", "wide"),), ("ForCausalLM",) if causal_lm else (), grouped=True,
-                **quirks)
+    return Case(
+        name,
+        family,
+        save_decoder,
+        quirks.pop("bodies", (Body("small"), Body("wide"))),
+        (("ForSequenceClassification", "wide"),),
+        ("ForCausalLM",) if causal_lm else (),
+        grouped=True,
+        **quirks,
+    )
 
 
 BIDIRECTIONAL = Body("wide", {"is_causal": False}, "bidirectional")  # transformers' switch, in config.json
@@ -105,10 +114,14 @@ CASES: tuple[Case, ...] = (
     encoder("distilbert", "distilbert"),
     encoder("mpnet", "mpnet"),
     # a window of 4 (two each side) in layer 1, and windows of 5 and 8 each side, wider than the 6-token batch
-    encoder("modernbert", "modernbert", "wide", extra_inputs=modernbert_inputs,
-            bodies=(Body("small"), Body("wide"), *(Body("small", {"local_attention": n}, f"window{n}")
-                                                   for n in (10, 16))),
-            masks=(Masks(Body("small"), (1,), False), Masks(Body("wide"), (1,), False))),
+    encoder(
+        "modernbert",
+        "modernbert",
+        "wide",
+        extra_inputs=modernbert_inputs,
+        bodies=(Body("small"), Body("wide"), *(Body("small", {"local_attention": n}, f"window{n}") for n in (10, 16))),
+        masks=(Masks(Body("small"), (1,), False), Masks(Body("wide"), (1,), False)),
+    ),
     rotary("nomic_bert", "nomicbert"),
     rotary("gte", "gte"),  # rope_type linear, as the released checkpoints write it
     rotary("gte-dynamic", "gte"),  # dynamic: the base grows past the original positions
@@ -126,6 +139,7 @@ CASE = {case.name: case for case in CASES}
 @dataclass(frozen=True)
 class Sentence:
     """A sentence-transformers bundle's manifest facts, and the prompt its reference encodes with (None: default)."""
+
     manifest: dict[str, Any]
     prompt_name: str | None
 
@@ -167,13 +181,26 @@ EXPORTS: tuple[Export, ...] = (
     shared("distilbert-classifier"),
     shared("distilbert-tokens"),
     shared("mpnet-classifier", selects=True),
-    shared("mpnet-sentence", sentence=Sentence(dict(prompts=PROMPTS, default_prompt_name="query", embedding_size=16,
-                                                    pooling="weightedmean", normalize=True, max_length=20), None)),
+    shared(
+        "mpnet-sentence",
+        sentence=Sentence(
+            dict(
+                prompts=PROMPTS,
+                default_prompt_name="query",
+                embedding_size=16,
+                pooling="weightedmean",
+                normalize=True,
+                max_length=20,
+            ),
+            None,
+        ),
+    ),
     shared("modernbert-classifier", selects=True),
     shared("qwen3-classifier", selects=True),
     shared("embeddinggemma-scorer", selects=True),
-    shared("qwen3-sentence", sentence=Sentence(dict(pooling="lasttoken", normalize=True, architecture="qwen3"),
-                                               "query")),
+    shared(
+        "qwen3-sentence", sentence=Sentence(dict(pooling="lasttoken", normalize=True, architecture="qwen3"), "query")
+    ),
     shared("nomicbert-classifier"),
     shared("gte-classifier"),
     shared("jina-classifier"),
@@ -181,6 +208,8 @@ EXPORTS: tuple[Export, ...] = (
     # 128 positions, 6 under them): the growth is in the graph, not baked in at the example's length
     Export("gte-dynamic", "gte-dynamic", "Model", "tiny", own=True, graphs=DEFAULT_GRAPHS),
     Export("gte-dynamic-realistic", "gte-dynamic", "Model", "realistic", own=True, graphs=DEFAULT_GRAPHS),
-    *(Export(f"{arch}-classifier", arch, "ForSequenceClassification", "wide", own=True)
-      for arch in ("llama", "mistral", "qwen2")),
+    *(
+        Export(f"{arch}-classifier", arch, "ForSequenceClassification", "wide", own=True)
+        for arch in ("llama", "mistral", "qwen2")
+    ),
 )

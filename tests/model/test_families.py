@@ -30,8 +30,9 @@ from tests.helpers.family_checks import (
 )
 
 BODIES = [pytest.param(case, body, id=f"{case.name}-{body.id}") for case in CASES for body in case.bodies]
-HEADS = [pytest.param(case, head, shape, id=f"{case.name}-{head}-{shape}") for case in CASES
-         for head, shape in case.heads]
+HEADS = [
+    pytest.param(case, head, shape, id=f"{case.name}-{head}-{shape}") for case in CASES for head, shape in case.heads
+]
 LEFT_OUT = [pytest.param(case, head, id=f"{case.name}-{head}") for case in CASES for head in case.body_heads]
 MASKS = [pytest.param(case, masks, id=f"{case.name}-{masks.body.id}") for case in CASES for masks in case.masks]
 
