@@ -1,6 +1,9 @@
-"""Every architecture the loader knows, against transformers itself: random-weight models of two shapes
-(tests/helpers/families.py) loaded by model.load.load_model give transformers' hidden states, attention
-maps and head logits to max abs 1e-5 on right- and left-padded multilingual batches.
+"""Every family the loader knows, against transformers itself: each kind of check is one test over the family
+table (tests/helpers/family_cases.py, one row per case of each registered family). Random-weight models
+(tests/helpers/families.py, rotary.py, decoders.py) loaded by model.load.load_model give transformers' hidden
+states, attention maps (per query head), pooled vectors and head logits to max abs 1e-5 on right- and left-padded
+multilingual batches (a few hundred tokens at the rotary encoders' realistic shape), and their maps show each
+layer's mask (causal, sliding windows, ModernBERT's local layers) as the reference's do.
 
 Shape letters: B batch, T sequence, L layers, H heads.
 """
@@ -12,54 +15,65 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import Tensor
 
-from model.families import supported_classes
+from model.families import FAMILIES, HEAD_KINDS, supported_classes
 from model.load import load_model
-from tests.helpers.families import ARCHITECTURES, padded_batches, save_hf
+from tests.helpers.families import padded_batches, save_hf
+from tests.helpers.family_cases import CASES, EXPORTS, Body, Case, Masks
+from tests.helpers.family_checks import (
+    TOLERANCE,
+    assert_body_matches,
+    assert_masks_hold,
+    assert_pooled_match,
+    inputs,
+    reference_body,
+)
 
-TOLERANCE = 1e-5
-
-
-def real_rows(attentions: Tensor, mask: Tensor) -> Tensor:
-    """The attention rows of real query tokens, whole: (N, T). Padded keys must get 0 there, in both."""
-    rows = mask.bool()[:, None, None, :].expand(attentions.shape[:-1])  # (B, L, H, T)
-    return attentions[rows]
-
-
-def reference_body(model: torch.nn.Module, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """transformers' last hidden state (B, T, D) and attentions (B, L, H, T, T) from the model's base."""
-    out = model.base_model(input_ids=ids, attention_mask=mask, output_attentions=True)
-    return out.last_hidden_state, torch.stack(out.attentions, dim=1)
-
-
-def assert_body_matches(encoder: torch.nn.Module, reference: torch.nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
-    """Our hidden states and attention maps equal transformers' on real tokens (1e-5); returns our maps."""
-    with torch.no_grad():
-        ours = encoder(ids, mask, output_attentions=True)
-        states, attentions = reference_body(reference, ids, mask)
-    real = mask.bool()
-    assert (ours.token_states[real] - states[real]).abs().max() <= TOLERANCE
-    assert (real_rows(ours.attentions, mask) - real_rows(attentions, mask)).abs().max() <= TOLERANCE
-    return ours.attentions
+BODIES = [pytest.param(case, body, id=f"{case.name}-{body.id}") for case in CASES for body in case.bodies]
+HEADS = [
+    pytest.param(case, head, shape, id=f"{case.name}-{head}-{shape}") for case in CASES for head, shape in case.heads
+]
+LEFT_OUT = [pytest.param(case, head, id=f"{case.name}-{head}") for case in CASES for head in case.body_heads]
+MASKS = [pytest.param(case, masks, id=f"{case.name}-{masks.body.id}") for case in CASES for masks in case.masks]
 
 
-@pytest.mark.parametrize("shape", ["small", "wide"])
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_hidden_states_and_attentions_match_transformers(tmp_path: Path, arch: str, shape: str) -> None:
-    reference = save_hf(tmp_path, arch, "Model", shape)
+def test_every_registered_family_and_head_kind_has_a_row() -> None:
+    """A family added to model/families without a row in tests/helpers/family_cases.py fails here, as does a head
+    kind it loads that no row compares, or a family no bundle is exported for."""
+    for family in FAMILIES:
+        rows = [case for case in CASES if case.family == family.name]
+        assert rows, f"family {family.name!r} has no row in tests/helpers/family_cases.py CASES"
+        kinds = {HEAD_KINDS[head] for case in rows for head, _ in case.heads}
+        kinds |= {HEAD_KINDS[head] for case in rows for head in case.body_heads}
+        assert kinds >= set(family.heads), (family.name, set(family.heads) - kinds)
+        assert any(export.family == family.name for export in EXPORTS), f"{family.name!r} has no row in EXPORTS"
+    assert {case.family for case in CASES} <= {family.name for family in FAMILIES}
+
+
+@pytest.mark.parametrize("case,body", BODIES)
+def test_body_matches_transformers(tmp_path: Path, case: Case, body: Body) -> None:
+    """States and every layer's maps on the padded batches (and a row's own inputs); the rotary encoders' CLS and
+    mean pooled vectors too."""
+    reference = case.save(tmp_path, case.name, "Model", body.shape, **body.extra)
     loaded = load_model(tmp_path)
-    assert loaded.kind == f"hf-{'roberta' if arch in ('xlm-roberta', 'camembert') else arch}"
-    for ids, mask in padded_batches(loaded.tokenizer):
+    config = loaded.encoder.config
+    assert loaded.kind == f"hf-{case.family}"
+    if case.grouped:
+        assert config.kv_heads < config.num_heads and config.head_dim != config.d_model // config.num_heads
+    batches = inputs(loaded.tokenizer, body.shape)
+    for ids, mask in [*batches, *case.extra_inputs(config)]:
         assert_body_matches(loaded.encoder, reference, ids, mask)
+    if case.pooled:
+        assert_pooled_match(loaded.encoder, reference, batches)
+    assert all(bool((mask == 0).any()) for _, mask in batches[:2])  # padded, each side
 
 
-@pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification", "ForMaskedLM"])
-@pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_head_logits_match_transformers(tmp_path: Path, arch: str, head: str) -> None:
-    reference = save_hf(tmp_path, arch, head, "wide" if arch == "modernbert" else "small")
+@pytest.mark.parametrize("case,head,shape", HEADS)
+def test_head_logits_match_transformers(tmp_path: Path, case: Case, head: str, shape: str) -> None:
+    """Sequence logits (a decoder's from its last real token), token logits and masked-LM logits at real tokens."""
+    reference = case.save(tmp_path, case.name, head, shape)
     loaded = load_model(tmp_path)
-    for ids, mask in padded_batches(loaded.tokenizer)[::2]:
+    for ids, mask in inputs(loaded.tokenizer, shape):
         with torch.no_grad():
             ours = loaded.encoder(ids, mask).logits
             expected = reference(input_ids=ids, attention_mask=mask).logits  # (B, C), (B, T, C) or (B, T, V)
@@ -70,57 +84,34 @@ def test_head_logits_match_transformers(tmp_path: Path, arch: str, head: str) ->
         assert loaded.encoder.config.labels == ["neg", "neutral", "pos"]
 
 
-@pytest.mark.parametrize("shape", ["small", "wide"])
-def test_modernbert_local_layers_are_banded_as_the_reference(tmp_path: Path, shape: str) -> None:
-    """local_attention 4: a token sees two on each side in the local layers, everything in the global ones.
-    small: 2 layers, a global one every 3 (0 global, 1 local); wide: 3 layers, every 2 (0, 2 global, 1 local)."""
-    reference = save_hf(tmp_path, "modernbert", "Model", shape)
+@pytest.mark.parametrize("case,head", LEFT_OUT)
+def test_a_head_left_out_loads_as_the_body(tmp_path: Path, case: Case, head: str) -> None:
+    """Embedders built on decoders ship as ...ForCausalLM: the body embeds, the language-model head is left out."""
+    reference = case.save(tmp_path, case.name, head, "small")
     loaded = load_model(tmp_path)
-    ids, mask = padded_batches(loaded.tokenizer)[0]
+    assert loaded.encoder.config.head == "none" and loaded.encoder.config.pooling == "lasttoken"
+    ids, mask = padded_batches(loaded.tokenizer)[1]  # left-padded
     with torch.no_grad():
-        ours = loaded.encoder(ids, mask, output_attentions=True).attentions  # (B, L, H, T, T)
-        _, theirs = reference_body(reference, ids, mask)
-    pos = torch.arange(ids.size(1))
-    far = (pos[:, None] - pos[None, :]).abs() > 2  # (T, T)
-    for layer in range(loaded.encoder.config.num_layers):
-        local = loaded.encoder.config.is_local(layer)
-        assert local == (layer == 1)
-        # real queries only: a padding query far from every real token spreads its weight evenly
-        beyond = (mask.bool()[:, :, None] & far[None])[:, None].expand_as(ours[:, layer])  # (B, H, T, T)
+        ours = loaded.encoder(ids, mask)
+        states = reference.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert (ours.embedding - states[:, -1]).abs().max() <= TOLERANCE  # left padding: the last token is last
+
+
+@pytest.mark.parametrize("case,masks", MASKS)
+def test_attention_maps_show_each_layers_mask(tmp_path: Path, case: Case, masks: Masks) -> None:
+    """Ours and transformers': a causal model's maps see no later key (a bidirectional one's do), and the local
+    layers (ModernBERT's local_attention, the decoders' sliding windows) see no key beyond the window."""
+    reference = case.save(tmp_path, case.name, "Model", masks.body.shape, **masks.body.extra)
+    loaded = load_model(tmp_path)
+    config = loaded.encoder.config
+    assert [layer for layer in range(config.num_layers) if config.is_local(layer)] == list(masks.local_layers)
+    assert config.mask_kind == ("causal" if masks.causal else "full")
+    for ids, mask in padded_batches(loaded.tokenizer):
+        with torch.no_grad():
+            ours = loaded.encoder(ids, mask, output_attentions=True).attentions  # (B, L, H, T, T)
+            _, theirs = reference_body(reference, ids, mask)
         for maps in (ours, theirs):
-            assert bool((maps[:, layer][beyond] == 0).all()) == local, (layer, local)
-
-
-@pytest.mark.parametrize("shape", ["small", "wide"])
-def test_modernbert_banded_local_layers_match_transformers(tmp_path: Path, shape: str) -> None:
-    """With no maps asked for, the local layers attend over bands of the window (model/attention.py); hidden
-    states still equal transformers' on the padded batches and on one input filling all 64 positions."""
-    reference = save_hf(tmp_path, "modernbert", "Model", shape)
-    loaded = load_model(tmp_path)
-    full = torch.randint(5, loaded.encoder.config.vocab_size, (1, loaded.encoder.config.max_length))
-    for ids, mask in [*padded_batches(loaded.tokenizer), (full, torch.ones_like(full))]:
-        with torch.no_grad():
-            ours = loaded.encoder(ids, mask).token_states  # (B, T, D)
-            states = reference.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-        real = mask.bool()
-        assert (ours[real] - states[real]).abs().max() <= TOLERANCE
-
-
-@pytest.mark.parametrize("local_attention", [10, 16])
-def test_modernbert_bands_wider_than_the_input_match_transformers(tmp_path: Path, local_attention: int) -> None:
-    """Windows of 5 and 8 each side: the 6-token batch is shorter than the window, the 24-token ones and a
-    21-token batch (one row padded to 13) are no multiple of it; hidden states equal transformers'."""
-    reference = save_hf(tmp_path, "modernbert", "Model", local_attention=local_attention)
-    loaded = load_model(tmp_path)
-    ragged = torch.randint(5, loaded.encoder.config.vocab_size, (2, 21))  # (B, T)
-    ragged_mask = torch.ones_like(ragged)
-    ragged_mask[1, 13:] = 0
-    for ids, mask in [*padded_batches(loaded.tokenizer), (ragged, ragged_mask)]:
-        with torch.no_grad():
-            ours = loaded.encoder(ids, mask).token_states  # (B, T, D)
-            states = reference.base_model(input_ids=ids, attention_mask=mask).last_hidden_state
-        real = mask.bool()
-        assert (ours[real] - states[real]).abs().max() <= TOLERANCE
+            assert_masks_hold(maps, mask, config.window_size, masks.local_layers, masks.causal)
 
 
 def test_unknown_architecture_names_the_supported_ones(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
-"""NomicBERT, GTE and jina-embeddings-v3 (model/families/rotary.py) against transformers itself: random-weight models
-of two shapes (tests/helpers/rotary.py: tiny, and realistic with 4 layers, heads of width 64 and padded inputs of a
-few hundred tokens, past GTE-dynamic's original positions) loaded by model.load.load_model give transformers'
-(eager) last hidden state, every layer's attention maps, CLS and mean pooled vectors and head logits to max abs
-1e-5. The axes the equality rests on are really set in the references (no biases, GTE's bias on down_proj only,
-rotary scaling that moves the frequencies), so it is not vacuous; the rotary scaling equals transformers' rope
-functions; a sentence-transformers folder over NomicBERT with its prompts equals SentenceTransformer.encode.
+"""NomicBERT, GTE and jina-embeddings-v3 (model/families/rotary.py): what their rows in the family table
+(tests/helpers/family_cases.py; tests/model/test_families.py compares their states, maps, pooled vectors and head
+logits with transformers' at a tiny and a realistic shape) rest on. The axes the equality rests on are really set in
+the references (no biases, GTE's bias on down_proj only, rotary scaling that moves the frequencies), so it is not
+vacuous, and without the scaling the encoder differs; the rotary scaling equals transformers' rope functions;
+checkpoints in transformers' module names load too; the family's tokenizer class tokenises as tokenizer.json; rope
+types and scaling fields it does not implement are refused; a sentence-transformers folder over NomicBERT with its
+prompts equals SentenceTransformer.encode.
 
 Shape letters: B batch, T sequence, D hidden.
 """
@@ -28,69 +29,12 @@ from model.load import load_model
 from model.positions import RotaryAngles
 from model.tokenizer import pair_ids, token_ids
 from tests.helpers.decoders import save_decoder
-from tests.helpers.rotary import ARCHES, ROPE, batches, save_rotary
+from tests.helpers.family_cases import CASES
+from tests.helpers.family_checks import TOLERANCE, assert_body_matches, with_config
+from tests.helpers.rotary import ROPE, batches, save_rotary
 from tests.helpers.tokenizers import MULTILINGUAL
-from tests.model.test_families import assert_body_matches
 
-TOLERANCE = 1e-5
-FAMILY = {"nomic_bert": "nomicbert", "gte": "gte", "gte-dynamic": "gte", "jina_v3": "jina"}
-
-
-def first_real(states: Tensor, mask: Tensor) -> Tensor:
-    """(B, T, D) -> (B, D): the first real token's state (CLS pooling, either padding side)."""
-    pos = torch.arange(mask.size(1))
-    return states[torch.arange(len(states)), torch.where(mask.bool(), pos, mask.size(1)).amin(1)]
-
-
-def with_config(encoder: Encoder, **changes: object) -> Encoder:
-    """The same weights under a config with `changes`."""
-    other = Encoder(encoder.config.replace(**changes))
-    other.load_state_dict(encoder.state_dict())
-    return other.eval()
-
-
-@pytest.mark.parametrize("shape", ["tiny", "realistic"])
-@pytest.mark.parametrize("arch", ARCHES)
-def test_body_and_pooled_vectors_match_transformers(tmp_path: Path, arch: str, shape: str) -> None:
-    reference = save_rotary(tmp_path, arch, "Model", shape)
-    loaded = load_model(tmp_path)
-    assert loaded.kind == f"hf-{FAMILY[arch]}" and loaded.encoder.config.pooling == "cls"
-    mean = with_config(loaded.encoder, pooling="mean")
-    for ids, mask in batches(loaded.tokenizer, shape):
-        assert_body_matches(loaded.encoder, reference, ids, mask)  # states and every layer's maps
-        with torch.no_grad():
-            states = reference(input_ids=ids, attention_mask=mask).last_hidden_state  # (B, T, D)
-            cls, averaged = loaded.encoder(ids, mask).embedding, mean(ids, mask).embedding  # (B, D) each
-        expected_mean = (states * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)  # (B, D)
-        assert (cls - first_real(states, mask)).abs().max() <= TOLERANCE
-        assert (averaged - expected_mean).abs().max() <= TOLERANCE
-    assert all(bool((mask == 0).any()) for _, mask in batches(loaded.tokenizer, shape)[:2])  # padded, each side
-
-
-@pytest.mark.parametrize("head", ["ForSequenceClassification", "ForTokenClassification", "ForMaskedLM"])
-@pytest.mark.parametrize("arch", ARCHES)
-def test_head_logits_match_transformers(tmp_path: Path, arch: str, head: str) -> None:
-    reference = save_rotary(tmp_path, arch, head)
-    loaded = load_model(tmp_path)
-    for ids, mask in batches(loaded.tokenizer, "tiny")[::2]:
-        with torch.no_grad():
-            ours = loaded.encoder(ids, mask).logits
-            expected = reference(input_ids=ids, attention_mask=mask).logits  # (B, C), (B, T, C) or (B, T, V)
-        rows = mask.bool() if expected.dim() == 3 else slice(None)
-        assert ours.shape == expected.shape
-        assert (ours[rows] - expected[rows]).abs().max() <= TOLERANCE
-    if head != "ForMaskedLM":
-        assert loaded.encoder.config.labels == ["neg", "neutral", "pos"]
-
-
-@pytest.mark.parametrize("arch", ARCHES)
-def test_sequence_classifier_matches_transformers_at_the_realistic_shape(tmp_path: Path, arch: str) -> None:
-    reference = save_rotary(tmp_path, arch, "ForSequenceClassification", "realistic")
-    loaded = load_model(tmp_path)
-    for ids, mask in batches(loaded.tokenizer, "realistic"):
-        with torch.no_grad():
-            diff = loaded.encoder(ids, mask).logits - reference(input_ids=ids, attention_mask=mask).logits  # (B, C)
-        assert diff.abs().max() <= TOLERANCE
+SCALED = [case.name for case in CASES if case.save is save_rotary and ROPE[case.name]["rope_type"] != "default"]
 
 
 def test_the_references_set_the_axes_the_families_read(tmp_path: Path) -> None:
@@ -118,7 +62,7 @@ def test_the_references_set_the_axes_the_families_read(tmp_path: Path) -> None:
     assert all(c.norm_position == "post" and c.position_embedding == "none" for c in configs.values())
 
 
-@pytest.mark.parametrize("arch", ["gte", "gte-dynamic"])
+@pytest.mark.parametrize("arch", SCALED)
 def test_without_the_scaling_the_encoder_differs(tmp_path: Path, arch: str) -> None:
     """The same weights with rotary_scaling default stray from transformers on the long inputs; dynamic scaling
     only past the original positions, so an input under them (6 tokens, under 128) is the same either way."""
