@@ -7,8 +7,9 @@ the export tests (tests/export/test_families.py: the graphs against transformers
 Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py, rotary.py) or sentence-transformers
 directory (tests/helpers/sentence.py) exported fp32 (a decoder or a rotary encoder also fp32-opt) with
 export.bundle.export_bundle, as `attnserve export` does. CamemBERT
-loads through the same family code and table as XLM-RoBERTa (model/families.py) and ships the same kind of
-tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks all seven in PyTorch.
+loads through the same family code and table as XLM-RoBERTa (model/families/) and ships the same kind of
+tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks every registered family
+in PyTorch, one row each (tests/helpers/family_cases.py).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-t
     "qwen3-sentence": ("qwen3", "sentence", "wide"),
     # rotary encoders (tests/helpers/rotary.py): NomicBERT (SwiGLU, no biases), GTE with its checkpoints' linear
     # (static NTK) rotary scaling, jina-embeddings-v3 (XLM-R with rotary); GTE's dynamic scaling, whose base grows
-    # with the input inside the graph, is exported at two shapes in tests/export/test_rotary_families.py
+    # with the input inside the graph, is exported at two shapes in tests/export/test_families.py
     "nomicbert-classifier": ("nomic_bert", "ForSequenceClassification", "tiny"),
     "gte-classifier": ("gte", "ForSequenceClassification", "tiny"),
     "jina-classifier": ("jina_v3", "ForSequenceClassification", "tiny"),
