@@ -1,4 +1,4 @@
-"""LoRA adapters in the encoder (model/lora.py, read by export/adapters.py) against transformers + PEFT 0.21.
+"""LoRA adapters in the encoder (model/lora.py, read by model/peft.py) against transformers + PEFT 0.21.
 
 Each base is a random transformers model saved as a Hugging Face directory; each adapter a PEFT LoRA over it with a
 random lora_B (tests/helpers/adapters.py), saved with save_pretrained. Our encoder with adapter index k must give
