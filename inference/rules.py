@@ -74,8 +74,8 @@ def adapter_index(manifest: Manifest, name: str | None, model: str) -> int:
     names = [adapter.name for adapter in manifest.adapters]
     if not names:
         raise UnknownAdapter(f"model {model} has no tasks (its bundle has no adapters); leave `task` out",
-                          code="no_tasks")
+                             code="no_tasks")
     if name not in names:
         raise UnknownAdapter(f"task {name[:64]!r} is not one of model {model}'s tasks (it has: "
-                          f"{', '.join(repr(n) for n in names)})")
+                             f"{', '.join(repr(n) for n in names)})")
     return manifest.adapter_index(name)

@@ -104,7 +104,7 @@ class ServedModel:
             return self
         if self.adapter is not None:
             raise UnknownAdapter(f"the request names two tasks for model {self.name}: {self.adapter!r} and "
-                              f"{name[:64]!r}", code="task_conflict")
+                                 f"{name[:64]!r}", code="task_conflict")
         view = copy.copy(self)
         view.adapter, view.adapter_index = name, rules.adapter_index(self.bundle.manifest, name, self.name)
         return view

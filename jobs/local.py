@@ -99,7 +99,7 @@ def check_sparse(task: str, output: JobOutput) -> None:
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
     m = bundle.manifest
     return tables.schema(tables.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
-                            job.output, bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
+                         job.output, bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:

@@ -88,7 +88,7 @@ class Embedder:
         self.bundle = open_bundle(JobModel(model.bundle, load, model.batching), output)
         m = self.bundle.manifest
         self.schema = tables.schema(tables.id_type(has_id_column), m.embedding_size, list(m.labels), output,
-                                       self.bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
+                                    self.bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         values = windows.embed(self.bundle, batch.column("text").to_pylist(), self.output, self.batching)

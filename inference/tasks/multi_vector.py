@@ -123,7 +123,7 @@ async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
     feeder = _FEEDERS.get(model.fingerprint)  # no per-request serialising of the spec
     if feeder is None:
         feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length,
-                                                   model.bundle.manifest.pad_id)
+                                                  model.bundle.manifest.pad_id)
         _FEEDERS[model.fingerprint] = feeder
     feed = await model.maybe_off_loop(inputs, feeder.documents if document else feeder.queries, inputs)
     check_multi_size(model.limits, feed.lengths, width)
