@@ -4,7 +4,7 @@ returns the bytes, these models feed OpenAPI)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,9 +25,13 @@ from service.schemas import (
     WindowSpan,
 )
 
+# prompt_name and input_type each choose the prompt: the server refuses both at once (422 prompt_conflict)
+ONE_PROMPT_CHOICE: dict[str, Any] = {"not": {"required": ["prompt_name", "input_type"], "properties": {
+    "prompt_name": {"type": "string"}, "input_type": {"type": "string"}}}}
+
 
 class OpenAIEmbeddingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields like `user`
+    model_config = ConfigDict(extra="ignore", json_schema_extra=ONE_PROMPT_CHOICE)  # clients send fields like `user`
 
     input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
         description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "

@@ -25,7 +25,7 @@ KINDS = {"wordpiece": tokenizers.wordpiece, "byte-level BPE": tokenizers.byte_le
 
 def manifest(prompts: dict[str, str], default: str | None = None) -> Manifest:
     fields = dict(name="m", version="1", created_at="", source={"path": "", "kind": "", "sha256": ""},
-                  model_config={}, pooling="mean", normalize=True, max_length=16, hidden_size=8, num_layers=1,
+                  model_config={}, pooling="mean", normalize=True, max_length=16, pad_id=0, hidden_size=8, num_layers=1,
                   num_heads=1, tokenizer_sha256="", graphs=[], prompts=prompts, default_prompt_name=default)
     return Manifest.model_validate(fields)
 

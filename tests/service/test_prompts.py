@@ -112,6 +112,7 @@ async def test_info_models_and_the_document_name_the_prompts(client) -> None:
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters"):
         names = schemas[name]["properties"]["prompt_name"]["anyOf"][0]
         assert names["type"] == "string" and sorted(names["enum"]) == ["document", "query"]
+    assert schemas["OpenAIEmbeddingRequest"]["not"]["required"] == ["prompt_name", "input_type"]  # one or the other
     most = schemas["EmbedRequest"]["properties"]["chunk_overlap"]["maximum"]  # the window less the longest prompt
     assert most < 20 - 2 - 1
     body = {"inputs": [" ".join(TEXTS)], "chunking": "mean", "prompt_name": "query"}
