@@ -42,7 +42,7 @@ from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownAdapter, Unsupported
 from inference.limits import Inputs, check_inputs
 from inference.options import RequestLimits
-from inference.runtime.graphs import MULTI, VIEWS, Outputs, sequence
+from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Outputs, sequence
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
@@ -126,7 +126,7 @@ class ServedModel:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
             encoded = await self._encode(["ready probe"], True, "right", "")
-            await run_graph(self.batcher, ticket, "fast", [encoded[0].ids], urgent=True)
+            await run_graph(self.batcher, ticket, FAST, [encoded[0].ids], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -138,10 +138,11 @@ class ServedModel:
         """Runs of each graph at a realistic shape before the model counts as ready (arena allocations, kernel
         choice, caches): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128."""
         text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
-        for kind in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
+        for graph in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
+            kind = BatchKind(graph)
             if kind in VIEWS or kind == MULTI:
-                continue  # the fast graph's session: warmed as "fast"
-            batch = 1 if kind == "attention" else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
+                continue  # the fast graph's session: warmed as FAST
+            batch = 1 if kind == ATTENTION else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
                 await run_graph(self.batcher, ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
@@ -149,11 +150,11 @@ class ServedModel:
 
     # -- the one path of a request -----------------------------------------------------------------
     async def run(
-        self, inputs: Inputs, kinds: Sequence[str], truncate: bool | None = None, direction: Direction = "right",
-        check: Check | None = None, prompt: str = "",
-    ) -> tuple[list[Encoded], dict[str, list[Outputs]]]:
+        self, inputs: Inputs, kinds: Sequence[BatchKind], truncate: bool | None = None,
+        direction: Direction = "right", check: Check | None = None, prompt: str = "",
+    ) -> tuple[list[Encoded], dict[BatchKind, list[Outputs]]]:
         """Check, admit once (a permit per input and graph), tokenise once (texts after `prompt`), check
-        `check`'s cap, then run every input through each graph of `kinds` (at once: their inputs queue together)."""
+        `check`'s cap, then run every input as each batch kind of `kinds` (at once: their inputs queue together)."""
         check_inputs(self.limits, inputs)
         with self.batcher.admit(len(inputs) * len(kinds), self._caller()) as ticket:
             encoded = await self._encode(inputs, truncate, direction, prompt, known=set(kinds) <= CACHED_KINDS)
@@ -165,10 +166,12 @@ class ServedModel:
             runs = await all_or_none([self.submit(ticket, kind, ids) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
 
-    async def run_sequences(self, sequences: list[np.ndarray], kinds: Sequence[str]) -> dict[str, list[Outputs]]:
+    async def run_sequences(
+        self, sequences: list[np.ndarray], kinds: Sequence[BatchKind],
+    ) -> dict[BatchKind, list[Outputs]]:
         """Sequences the caller made itself from checked inputs ((T,) ids, (T, 2) with type ids, (T, 3) with which
-        tokens are attended: inference.runtime.graphs), admitted once (a permit per sequence and graph) and run through
-        each graph of `kinds`."""
+        tokens are attended: inference.runtime.graphs), admitted once (a permit per sequence and graph) and run as
+        each batch kind of `kinds`."""
         with self.batcher.admit(len(sequences) * len(kinds), self._caller()) as ticket:
             self._admitted(sum(len(s) for s in sequences))
             runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
@@ -180,14 +183,14 @@ class ServedModel:
         """Cut every input (texts after `prompt`) into windows (off the loop when large), admit every window (one
         permit each, all or none), run them through the fast graph; per input, its windows and their outputs."""
         cut = functools.partial(chunking.cut, prompt=prompt) if prompt else chunking.cut
-        windows, grouped, _ = await self.run_cut(inputs, overlap, "fast", cut)
+        windows, grouped, _ = await self.run_cut(inputs, overlap, FAST, cut)
         return windows, grouped
 
     async def run_cut(
-        self, inputs: Inputs, overlap: int, kind: str, cut: Cut = chunking.cut, follow: Follow[T] | None = None,
+        self, inputs: Inputs, overlap: int, kind: BatchKind, cut: Cut = chunking.cut, follow: Follow[T] | None = None,
         follow_permits: Callable[[list[list[Window]]], int] = lambda windows: 0,
     ) -> tuple[list[list[Window]], list[list[Outputs]], T | None]:
-        """`run_windows` with the cut and the graph kind chosen (text pairs: the query in every window), and
+        """`run_windows` with the cut and the batch kind chosen (text pairs: the query in every window), and
         `follow`'s runs (e.g. attention on the best windows) inside the same admission: its permits
         (`follow_permits` of the windows) are taken with the windows', all or none."""
         check_inputs(self.limits, inputs, chunked=True)
@@ -203,7 +206,7 @@ class ServedModel:
             followed = await follow(ticket, windows, grouped) if follow is not None else None
         return windows, grouped, followed
 
-    async def submit(self, ticket: Ticket, kind: str, sequences: list[np.ndarray]) -> list[Outputs]:
+    async def submit(self, ticket: Ticket, kind: BatchKind, sequences: list[np.ndarray]) -> list[Outputs]:
         """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
         cache: `inference.scheduling.cache_front`)."""
         return await self._shared.submit(ticket, kind, sequences, self.adapter_index)

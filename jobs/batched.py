@@ -19,7 +19,7 @@ import numpy as np
 from inference.errors import NonFiniteOutput
 from inference.limits import check_finite
 from inference.options import BatchOptions
-from inference.runtime.graphs import Graph
+from inference.runtime.graphs import FAST, BatchKind, Graph
 from inference.runtime.loading import LoadedBundle
 from inference.scheduling.batchqueue import BatchQueue
 from jobs.options import JobError
@@ -42,7 +42,7 @@ class Batching:
 class _Item:
     index: int
     ids: np.ndarray  # (T,) int64
-    kind: str = "fast"
+    kind: BatchKind = FAST
 
     @property
     def length(self) -> int:
@@ -72,7 +72,7 @@ def run_batched(
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
         ids = [item.ids for item in batch]
         adapters = [adapter] * len(ids)
-        outputs = graph.run(ids, adapters) if graph is not None else bundle.run_batch("fast", ids, adapters)
+        outputs = graph.run(ids, adapters) if graph is not None else bundle.run_batch(FAST, ids, adapters)
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
         yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]

@@ -114,14 +114,14 @@ class Metrics(BatchObserver):
         for one in seconds:
             histogram.observe(one)
 
-    def batch(self, kind: str, size: int, tokens: int, padded_tokens: int) -> None:
+    def batch(self, graph: str, size: int, tokens: int, padded_tokens: int) -> None:
         self.batch_size.labels(self.model, "").observe(size)
         self.batch_tokens.labels(self.model, "").observe(tokens)
         self.padded_tokens.labels(self.model, "").observe(padded_tokens)
 
-    def inference(self, kind: str, seconds: float, ok: bool) -> None:
-        self.inference_seconds.labels(kind, self.model, "").observe(seconds)
-        self.model_runs.labels(kind, "ok" if ok else "error", self.model, "").inc()
+    def inference(self, graph: str, seconds: float, ok: bool) -> None:
+        self.inference_seconds.labels(graph, self.model, "").observe(seconds)
+        self.model_runs.labels(graph, "ok" if ok else "error", self.model, "").inc()
 
     def cache(self, caller: str, hits: int, misses: int) -> None:
         self.cache_hits.labels(self.model, caller).inc(hits)

@@ -3,6 +3,10 @@
 Shape letters: B batch, T padded sequence, n real tokens of one input, D hidden, C labels,
 L layers, H heads.
 
+A graph kind names one of a loaded bundle's graphs (`LoadedBundle.graphs`): the manifest's "fast" and "attention",
+and the views of the fast graph's session below. A batch kind (`BatchKind`) is what one batch runs: a graph kind,
+and for an attention graph the maps it computes; only inputs of one batch kind share a batch.
+
 `Graph` objects are plain synchronous objects; the batcher calls them in its executor thread. A `Graph`
 asks its session only for the outputs it serves: the fast graph's (B, T, D) `token_embeddings` are copied
 out only by the `TOKENS` graph (/embed_all), and each head's own output by its own kind (`VIEWS`): `PAIRS`
@@ -14,8 +18,9 @@ takes them, and `adapter` (B,) for the graphs of a bundle with LoRA adapters: ea
 bare base, i + 1 the manifest's adapters[i]), so rows of different adapters share one batch.
 
 An attention graph that takes the layers and heads to compute (bundle.feeds.selects: every bundle exported since
-it could) computes only the maps asked for: the batch kind says which (`attention_kind`: "attention" every map,
-"attention:1,3:0" layers 1 and 3, head 0), so that runs of one choice share a batch and the graph is fed it.
+it could) computes only the maps asked for: the batch kind says which (`ATTENTION` every map,
+`BatchKind("attention", (1, 3), (0,))` layers 1 and 3, head 0, named "attention:1,3:0"), so that runs of one choice
+share a batch and the graph is fed it.
 
 A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
 graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none. A
@@ -26,6 +31,7 @@ fed and give vectors but may not be attended): its outputs still cover all T tok
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,34 +39,35 @@ import numpy as np
 from bundle.feeds import ADAPTER, pad, selected, selects
 
 Outputs = dict[str, np.ndarray]
-TOKENS = "tokens"  # the graph kind for per-token vectors: the fast graph, token_embeddings only
-PAIRS, SPARSE, TOKEN_LOGITS = "pairs", "sparse", "token_logits"  # the fast graph's session, one head output each
+
+
+@dataclass(frozen=True)
+class BatchKind:
+    """What one batch runs: the graph kind, and for an attention graph that selects, the layers and heads whose maps
+    it computes, in order (none: every map). Its string is its name in the answer cache's keys: "fast",
+    "attention:1,3:0"."""
+
+    graph: str
+    layers: tuple[int, ...] = ()
+    heads: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        if not (self.layers or self.heads):
+            return self.graph
+        return ":".join((self.graph, ",".join(map(str, self.layers)), ",".join(map(str, self.heads))))
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """The choice of maps it feeds its graph (bundle.feeds.selected; none: {})."""
+        return selected(self.layers, self.heads) if self.layers or self.heads else {}
+
+
+FAST, ATTENTION = BatchKind("fast"), BatchKind("attention")  # the manifest's graphs, whole
+TOKENS = BatchKind("tokens")  # per-token vectors: the fast graph, token_embeddings only
+PAIRS, SPARSE, TOKEN_LOGITS = BatchKind("pairs"), BatchKind("sparse"), BatchKind("token_logits")  # one head output
 VIEWS = {TOKENS: "token_embeddings", PAIRS: "logits", SPARSE: "sparse", TOKEN_LOGITS: "token_logits"}
 # A multi-vector model's one run: its pooled vector, token vectors and token weights together (those it has)
-MULTI, MULTI_OUTPUTS = "multi", ("embeddings", "multi_vectors", "token_weights")
+MULTI, MULTI_OUTPUTS = BatchKind("multi"), ("embeddings", "multi_vectors", "token_weights")
 PER_TOKEN = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a row per token: (B, T, ...)
-
-
-ATTENTION = "attention"
-
-
-def attention_kind(layers: Sequence[int], heads: Sequence[int]) -> str:
-    """The batch kind of an attention graph run that computes the maps of only these layers and heads, in order."""
-    return ":".join((ATTENTION, ",".join(map(str, layers)), ",".join(map(str, heads))))
-
-
-def graph_of(kind: str) -> str:
-    """A batch kind's graph kind (what metrics and logs name it by)."""
-    return kind.split(":")[0]
-
-
-def graph_kind(kind: str) -> tuple[str, dict[str, np.ndarray]]:
-    """A batch kind's graph kind and the choice it feeds (attention_kind's layers and heads; none: {})."""
-    graph, *chosen = kind.split(":")
-    if not chosen:
-        return graph, {}
-    layers, heads = ([int(i) for i in part.split(",")] for part in chosen)
-    return graph, selected(layers, heads)
 
 
 def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
@@ -100,7 +107,7 @@ class Graph:
             chosen: dict[str, np.ndarray] | None = None) -> list[Outputs]:
         """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens; `adapters`: each
         sequence's adapter index (None: the bare base for all), fed to a graph that takes them; `chosen`: the
-        layers and heads whose maps an attention graph that selects computes (graph_kind; None: all)."""
+        layers and heads whose maps an attention graph that selects computes (`BatchKind.feeds`; None: all)."""
         if chosen and not self.selects:
             raise ValueError("layers and heads chosen for a graph that computes every map")
         ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]

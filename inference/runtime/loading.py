@@ -30,9 +30,9 @@ from inference.runtime.graphs import (
     TOKEN_LOGITS,
     TOKENS,
     VIEWS,
+    BatchKind,
     Graph,
     Outputs,
-    graph_kind,
 )
 from inference.runtime.tokenize import TextTokenizer, load_tokenizer
 from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
@@ -55,11 +55,12 @@ class LoadedBundle:
     variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
     variant_reason: str = ""  # why the fast graph's variant was chosen
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> list[Outputs]:
-        """The `kind` graph's outputs per sequence; `adapters`: each row's adapter index (None: the base); an
-        attention kind with a choice of maps (inference.runtime.graphs.attention_kind) computes those."""
-        graph, chosen = graph_kind(kind)
-        return self.graphs[graph].run(sequences, adapters, chosen)
+    def run_batch(
+        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+    ) -> list[Outputs]:
+        """Outputs per sequence of `kind`'s graph, fed its choice of maps; `adapters`: each row's adapter index
+        (None: the base)."""
+        return self.graphs[kind.graph].run(sequences, adapters, kind.feeds())
 
     @property
     def tasks(self) -> frozenset[str]:
@@ -72,16 +73,17 @@ class LoadedBundle:
         classify = m.task == "classify" and bool(m.labels)
         multi = self.multi_outputs
         can = {"embed": True, "classify": classify,
-               "rerank": (classify and len(m.labels) == 1 and PAIRS in graphs) or "multi_vectors" in multi,
-               "sparse": SPARSE in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
-               "tokens": TOKEN_LOGITS in graphs, "attention": "attention" in graphs, "embed_all": TOKENS in graphs}
+               "rerank": (classify and len(m.labels) == 1 and PAIRS.graph in graphs) or "multi_vectors" in multi,
+               "sparse": SPARSE.graph in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
+               "tokens": TOKEN_LOGITS.graph in graphs, "attention": "attention" in graphs,
+               "embed_all": TOKENS.graph in graphs}
         return frozenset(task for task, able in can.items() if able)
 
     @property
     def multi_outputs(self) -> frozenset[str]:
         """The per-token outputs of a multi-vector model's one run (multi_vectors, token_weights); empty for
         every other model."""
-        graph = self.graphs.get(MULTI)
+        graph = self.graphs.get(MULTI.graph)
         return frozenset(graph.outputs) - {"embeddings"} if graph is not None else frozenset()
 
     @property
@@ -145,11 +147,11 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == g.providers[0] for g in graphs.values()) else "cpu"
     fast = manifest.graph("fast", variants["fast"])
     given = {o.name for o in fast.outputs} if fast is not None else set()
-    for kind, output in VIEWS.items():  # /embed_all, pairs, sparse vectors, token labels: the same session
+    for view, output in VIEWS.items():  # /embed_all, pairs, sparse vectors, token labels: the same session
         if output in given:
-            graphs[kind] = graphs["fast"].with_outputs([output])
+            graphs[view.graph] = graphs["fast"].with_outputs([output])
     if given & {"multi_vectors", "token_weights"}:  # a multi-vector model: every output it has, from one run
-        graphs[MULTI] = graphs["fast"].with_outputs([name for name in MULTI_OUTPUTS if name in given])
+        graphs[MULTI.graph] = graphs["fast"].with_outputs([name for name in MULTI_OUTPUTS if name in given])
     return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
-from inference.runtime.graphs import graph_of
+from inference.runtime.graphs import BatchKind
 from inference.scheduling.admission import Permits, Ticket
 from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
 from inference.scheduling.observer import BatchObserver
@@ -40,7 +40,7 @@ from inference.scheduling.work import BatchLimits, WorkItem
 
 log = logging.getLogger(__name__)
 
-RunFn = Callable[[str, list[np.ndarray], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
+RunFn = Callable[[BatchKind, list[np.ndarray], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
 
 
 class Batcher:
@@ -105,7 +105,7 @@ class Batcher:
         return Ticket(self._permits, n, caller)
 
     async def submit(
-        self, ticket: Ticket, kind: str, sequences: Sequence[np.ndarray], urgent: bool = False, adapter: int = 0,
+        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[np.ndarray], urgent: bool = False, adapter: int = 0,
     ) -> list[Any]:
         """Queue one item per sequence (the ticket's caller's, run with `adapter`) and wait for all results, in
         order. `urgent` items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
@@ -256,27 +256,27 @@ class Batcher:
             waits.setdefault(item.caller.name, []).append(now - item.enqueued_at)
         for name, seconds in waits.items():
             self._observer.queue_waits(name, seconds)
-        lengths = [item.length for item in live]
-        self._observer.batch(graph_of(live[0].kind), len(live), sum(lengths), max(lengths) * len(live))
+        lengths, kind = [item.length for item in live], live[0].kind
+        self._observer.batch(kind.graph, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(executor, self._run_fn, live[0].kind, [i.ids for i in live],
+            outputs = await loop.run_in_executor(executor, self._run_fn, kind, [i.ids for i in live],
                                                  [i.adapter for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
         except Exception:
-            self._observer.inference(graph_of(live[0].kind), time.monotonic() - now, False)
+            self._observer.inference(kind.graph, time.monotonic() - now, False)
             raise
         done = time.monotonic()
         for item in live:
             item.done_at = done
-        self._observer.inference(graph_of(live[0].kind), done - now, True)
+        self._observer.inference(kind.graph, done - now, True)
         self.last_ok = True
         return outputs
 
     def _fail(self, live: list[WorkItem], exc: Exception) -> None:
         self.last_ok = False
-        log.error("batch of %d %s inputs failed", len(live), graph_of(live[0].kind), exc_info=exc)
+        log.error("batch of %d %s inputs failed", len(live), live[0].kind.graph, exc_info=exc)
         for item in live:
             if not item.future.done():
                 item.future.set_exception(InferenceFailed("inference failed for this batch"))

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+from inference.runtime.graphs import BatchKind
+
 
 class Queued(Protocol):
-    kind: str
+    kind: BatchKind
 
     @property
     def length(self) -> int: ...

@@ -1,16 +1,16 @@
-"""The exact answers cache: what a graph returned for one input, by the model's fingerprint, the output kind
+"""The exact answers cache: what a graph returned for one input, by the model's fingerprint, the batch kind
 and the input's exact token ids, bounded in bytes, least recently used out first.
 
 Exact because every part of what a graph computes from an input is in the key: the model's fingerprint
 (`LoadedBundle.fingerprint`: sha256 over the served fast graph, the tokenizer and the pooling, as the manifest
-records them), the graph kind asked for (pooled outputs, or per-token vectors), the LoRA adapter the input
+records them), the batch kind asked for (pooled outputs, or per-token vectors), the LoRA adapter the input
 runs with (its index among the graph's adapters; 0 the base), and the token ids themselves (so a prompt, the
 truncation side and a chunk's window are in it). The served variants are batch-invariant, so an input's answer
 does not depend on its batch partners; and a hit returns the very arrays the graph returned when the entry was
 made (copied out of the batch's outputs, read-only): bit for bit what the graph answered. Two bundles of one
 model share entries; bundles of other models never meet.
 
-Keys are sha256 digests (32 bytes) of fingerprint, kind and ids, not the ids themselves: an entry's size is
+Keys are sha256 digests (32 bytes) of fingerprint, batch kind and ids, not the ids themselves: an entry's size is
 its arrays' bytes plus a fixed allowance, and `max_bytes` bounds their sum.
 
 The same cache keeps a text's token ids (`text_key`: by the fingerprint, which covers the tokenizer, the max
@@ -28,14 +28,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from inference.runtime.graphs import TOKENS, Outputs
+from inference.runtime.graphs import FAST, TOKENS, BatchKind, Outputs
 
-CACHED_KINDS = frozenset({"fast", TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
+CACHED_KINDS = frozenset({FAST, TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
 IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (every vocabulary served fits)
 ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
 
 
-def key(model_fingerprint: str, kind: str, ids: np.ndarray, adapter: int = 0) -> bytes:
+def key(model_fingerprint: str, kind: BatchKind, ids: np.ndarray, adapter: int = 0) -> bytes:
     digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{adapter}/{ids.shape}/".encode())  # (T,) or (T, 2) ids
     digest.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
     return digest.digest()

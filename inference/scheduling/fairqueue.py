@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
+from inference.runtime.graphs import BatchKind
 from inference.scheduling.batchqueue import BatchQueue, fill, nearest
 
 Priority = Literal["interactive", "bulk"]
@@ -51,7 +52,7 @@ ANYONE = Caller()  # the anonymous interactive caller: requests of a server that
 
 
 class FairItem(Protocol):
-    kind: str
+    kind: BatchKind
     caller: Caller
 
     @property

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from inference.options import BatchOptions
+from inference.runtime.graphs import BatchKind
 from inference.scheduling.fairqueue import ANYONE, Caller
 
 
 @dataclass(eq=False)
 class WorkItem:
-    kind: str
+    kind: BatchKind
     ids: np.ndarray  # (T,) int64
     future: asyncio.Future[Any]
     caller: Caller = ANYONE

@@ -2,9 +2,8 @@
 and the graphs' raw outputs with or without attention maps, for one request that asks for both (the Open
 Inference Protocol's tensors). Both go through `ServedModel.run`: admitted and tokenised once, the attention
 cap checked on the token counts before any graph runs. An attention graph that takes the layers and heads to compute
-(inference.runtime.graphs.attention_kind) is run for only those asked for; an older one computes every map, and the
-chosen
-ones are selected from its answer.
+is run for only those asked for (its batch kind names them: inference.runtime.graphs.BatchKind); an older one computes
+every map, and the chosen ones are selected from its answer.
 
 Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chosen ones, n real tokens.
 """
@@ -18,7 +17,7 @@ from inference import postprocess
 from inference.errors import OutOfRange
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
 from inference.results import AttentionMap, GraphOutputs
-from inference.runtime.graphs import VIEWS, Outputs, attention_kind
+from inference.runtime.graphs import ATTENTION, FAST, VIEWS, BatchKind, Outputs
 from inference.runtime.tokenize import Direction, Encoded
 from inference.served import Check, ServedModel
 from inference.tasks.embed import tokens
@@ -35,21 +34,21 @@ async def attention(
 
 async def graph_outputs(
     model: ServedModel, inputs: Inputs, *, fast: bool = True, query: AttentionQuery | None = None,
-    truncate: bool | None = None, direction: Direction = "right", views: Sequence[str] = (), prompt: str = "",
+    truncate: bool | None = None, direction: Direction = "right", views: Sequence[BatchKind] = (), prompt: str = "",
 ) -> GraphOutputs:
     """The fast graph's outputs stacked (embeddings (N, D) pooled, not normalised; logits (N, C) with
     labels) when `fast`, each of `views`' outputs (e.g. SPARSE: sparse (N, V)), and the attention maps
     `query` asks for when given, of the texts after `prompt`; one admission either way."""
-    maps_kind, left = "attention", query  # left: what is still to select from the run's maps
+    maps_kind, left = ATTENTION, query  # left: what is still to select from the run's maps
     if query is not None:
         check_attention_query(model, query)
         maps_kind, left = attention_run(model, query)
-    kinds = (["fast"] if fast else []) + list(views) + ([maps_kind] if query is not None else [])
+    kinds = ([FAST] if fast else []) + list(views) + ([maps_kind] if query is not None else [])
     encoded, outputs = await model.run(inputs, kinds, truncate, direction, check=attention_cap(model, query),
                                        prompt=prompt)
     values = {}
     if fast:
-        values = {name: postprocess.stacked(outputs["fast"], name) for name in outputs["fast"][0]}  # (N, D), (N, C)
+        values = {name: postprocess.stacked(outputs[FAST], name) for name in outputs[FAST][0]}  # (N, D), (N, C)
     for kind in views:
         values[VIEWS[kind]] = postprocess.stacked(outputs[kind], VIEWS[kind])  # e.g. (N, V)
     maps = await model.off_loop(attention_maps, encoded, outputs[maps_kind], left) if left is not None else None
@@ -62,15 +61,15 @@ def check_attention_query(model: ServedModel, query: AttentionQuery) -> None:
     check_indices(model, query.layers, query.heads)
 
 
-def attention_run(model: ServedModel, query: AttentionQuery) -> tuple[str, AttentionQuery]:
+def attention_run(model: ServedModel, query: AttentionQuery) -> tuple[BatchKind, AttentionQuery]:
     """The batch kind whose run gives `query`'s maps, and what is left to select from its answer: a graph that takes
     the layers and heads computes just those (nothing left to select), an older one every map."""
     if not model.bundle.graphs["attention"].selects or (query.layers is None and query.heads is None):
-        return "attention", query
+        return ATTENTION, query
     m = model.bundle.manifest
     layers = query.layers if query.layers is not None else range(m.num_layers)
     heads = query.heads if query.heads is not None else range(m.num_heads)
-    return attention_kind(layers, heads), replace(query, layers=None, heads=None)
+    return replace(ATTENTION, layers=tuple(layers), heads=tuple(heads)), replace(query, layers=None, heads=None)
 
 
 def check_indices(model: ServedModel, layers: list[int] | None, heads: list[int] | None) -> None:

@@ -18,7 +18,7 @@ from inference.errors import NoInstruction
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
 from inference.prompts import InputType, prompt_text
 from inference.results import Embeddings, Scores, Span, Token
-from inference.runtime.graphs import TOKENS
+from inference.runtime.graphs import FAST, TOKENS
 from inference.runtime.tokenize import Direction, Encoded
 from inference.served import ServedModel
 
@@ -107,8 +107,8 @@ async def _pooled(
     """The fast graph's `name` output (N, D) per input, or chunked: pooled over each input's windows (N, D),
     or one row per window (K, D) with the windows' spans; and the tokens run (a prompt's included)."""
     if chunked is None:
-        encoded, outputs = await model.run(inputs, ["fast"], truncate, direction, prompt=prompt)
-        return np.stack([o[name] for o in outputs["fast"]]), sum(e.length for e in encoded), None
+        encoded, outputs = await model.run(inputs, [FAST], truncate, direction, prompt=prompt)
+        return np.stack([o[name] for o in outputs[FAST]]), sum(e.length for e in encoded), None
     windows, grouped = await model.run_windows(inputs, chunked.overlap, prompt)
     tokens_run = sum(w.length for ws in windows for w in ws)
     values = [np.stack([o[name] for o in outs]) for outs in grouped]  # per input (K_i, D)

@@ -28,7 +28,7 @@ from inference.chunking import Window
 from inference.errors import Unsupported
 from inference.limits import AttentionQuery
 from inference.results import Highlight, Ranking, Scores, Span
-from inference.runtime.graphs import PAIRS, Outputs
+from inference.runtime.graphs import ATTENTION, PAIRS, Outputs
 from inference.runtime.tokenize import Direction, Encoded, Pair
 from inference.scheduling.batcher import Ticket
 from inference.served import ServedModel
@@ -65,12 +65,12 @@ async def rerank(
     pairs = [(query, document) for document in documents]
     if overlap is not None:
         return await _chunked(model, pairs, overlap, raw, explain)
-    kinds = [PAIRS, "attention"] if explain else [PAIRS]
+    kinds = [PAIRS, ATTENTION] if explain else [PAIRS]
     check = attention_cap(model, ROLLOUT if explain else None)
     encoded, outputs = await model.run(pairs, kinds, truncate, direction, check=check)
     logits = postprocess.stacked(outputs[PAIRS], "logits")[:, 0]  # (N,)
     position = _pooled_position(model)
-    explanations = await model.off_loop(_explained, encoded, outputs["attention"], position) if explain else None
+    explanations = await model.off_loop(_explained, encoded, outputs[ATTENTION], position) if explain else None
     return Ranking(_scores(logits, raw), sum(e.length for e in encoded), None, explanations)
 
 
@@ -123,7 +123,7 @@ async def _chunked(model: ServedModel, pairs: list[Pair], overlap: int, raw: boo
     attention, run in the same admission)."""
     async def follow(ticket: Ticket, windows: list[list[Window]], grouped: list[list[Outputs]]) -> list[np.ndarray]:
         chosen = [ws[k] for ws, k in zip(windows, _best(grouped), strict=True)]
-        maps = await model.submit(ticket, "attention", [w.sequence for w in chosen])
+        maps = await model.submit(ticket, ATTENTION, [w.sequence for w in chosen])
         return [m["attentions"] for m in maps]
 
     windows, grouped, maps = await model.run_cut(

@@ -10,13 +10,15 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 
+from inference.runtime.graphs import FAST, BatchKind
 from inference.scheduling.batcher import Batcher
 from inference.scheduling.fairqueue import ANYONE, Caller
 from tests.helpers.serving import until
 
 
 class FakeRunner:
-    """Records each batch; answers each input with its length; may fail or block at its gate."""
+    """Records each batch; answers each input with its batch kind's name and its length; may fail or block at its
+    gate."""
 
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
@@ -27,7 +29,7 @@ class FakeRunner:
         self.waiting = 0
         self.adapters: list[list[int]] = []  # each batch's adapter index per row
 
-    def __call__(self, kind: str, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
+    def __call__(self, kind: BatchKind, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
         self.waiting += 1
         self.gate.wait(5)
         self.waiting -= 1
@@ -35,7 +37,7 @@ class FakeRunner:
         self.adapters.append(list(adapters))
         if self.fail:
             raise RuntimeError("boom: /secret/path")
-        out = [(kind, len(s)) for s in seqs]
+        out = [(str(kind), len(s)) for s in seqs]
         return out[:-1] if self.short else out
 
 
@@ -44,7 +46,7 @@ def seq(n: int) -> np.ndarray:
 
 
 
-async def submit(batcher: Batcher, lengths: list[int], kind: str = "fast", caller: Caller = ANYONE):
+async def submit(batcher: Batcher, lengths: list[int], kind: BatchKind = FAST, caller: Caller = ANYONE):
     with batcher.admit(len(lengths), caller) as ticket:
         return await batcher.submit(ticket, kind, [seq(n) for n in lengths])
 

@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
+from inference.runtime.graphs import BatchKind
 from inference.runtime.loading import LoadedBundle
 from tests.helpers.serving import until
 
@@ -40,7 +41,9 @@ class GatedBundle(LoadedBundle):
         fake.gate.set()
         return fake
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Sequence[Any]:
+    def run_batch(
+        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+    ) -> Sequence[Any]:
         self.waiting += 1
         try:
             self.gate.wait(60)

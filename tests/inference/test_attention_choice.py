@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inference.limits import AttentionQuery
-from inference.runtime.graphs import Graph, attention_kind, graph_kind, graph_of
+from inference.runtime.graphs import ATTENTION, BatchKind, Graph
 from inference.tasks.attention import attention_run
 
 L, H = 4, 3
@@ -52,10 +52,9 @@ def test_a_graph_that_selects_is_fed_the_choice_and_answers_only_those_maps() ->
     session = Session(selects=True)
     model = served(session)
     kind, left = attention_run(model, AttentionQuery(layers=[2, 0], heads=[1]))
-    assert kind == attention_kind([2, 0], [1]) and graph_of(kind) == "attention"
+    assert kind == BatchKind("attention", (2, 0), (1,)) and str(kind) == "attention:2,0:1"
     assert left.layers is None and left.heads is None  # nothing left to select from the answer
-    graph, chosen = graph_kind(kind)
-    (out,) = model.bundle.graphs[graph].run([np.array([5, 6, 7])], None, chosen)
+    (out,) = model.bundle.graphs[kind.graph].run([np.array([5, 6, 7])], None, kind.feeds())
     assert session.fed[0]["layers"].tolist() == [2, 0] and session.fed[0]["heads"].tolist() == [1]
     assert out["attentions"].shape == (2, 1, 3, 3)  # (l, h, n, n)
     assert out["attentions"][:, :, 0, 0].tolist() == [[21.0], [1.0]]
@@ -63,7 +62,7 @@ def test_a_graph_that_selects_is_fed_the_choice_and_answers_only_those_maps() ->
 
 def test_a_graph_that_selects_asked_for_every_map_runs_as_it_always_did() -> None:
     kind, left = attention_run(served(Session(selects=True)), AttentionQuery())
-    assert kind == "attention" and graph_kind(kind) == ("attention", {})
+    assert kind == ATTENTION and str(kind) == "attention" and kind.feeds() == {}
     assert left == AttentionQuery()
 
 
@@ -72,8 +71,8 @@ def test_an_older_graph_computes_every_map_and_the_service_selects_from_them() -
     model = served(session)
     query = AttentionQuery(layers=[2, 0], heads=[1])
     kind, left = attention_run(model, query)
-    assert kind == "attention" and left == query  # still to select, from every map
+    assert kind == ATTENTION and left == query  # still to select, from every map
     (out,) = model.bundle.graphs["attention"].run([np.array([5, 6])])
     assert "layers" not in session.fed[0] and out["attentions"].shape == (L, H, 2, 2)
     with pytest.raises(ValueError, match="computes every map"):
-        model.bundle.graphs["attention"].run([np.array([5, 6])], None, graph_kind(attention_kind([0], [0]))[1])
+        model.bundle.graphs["attention"].run([np.array([5, 6])], None, BatchKind("attention", (0,), (0,)).feeds())

@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 from inference.errors import InferenceFailed, NotReady, Overloaded, QueueTimeout
+from inference.runtime.graphs import ATTENTION, FAST
 from inference.scheduling.batcher import Batcher
 from inference.scheduling.work import BatchLimits
 from tests.helpers.batching import FakeRunner, plugged, seq, submit
@@ -53,8 +54,8 @@ async def test_size_and_token_caps_hold(setup):
 async def test_different_kinds_never_share_a_batch(setup):
     batcher, runner = setup
     async with plugged(batcher, runner):
-        a = asyncio.create_task(submit(batcher, [3, 4], "fast"))
-        b = asyncio.create_task(submit(batcher, [3], "attention"))
+        a = asyncio.create_task(submit(batcher, [3, 4], FAST))
+        b = asyncio.create_task(submit(batcher, [3], ATTENTION))
         await until(lambda: batcher.depth == 3)
     assert await b == [("attention", 3)]
     await a
@@ -190,7 +191,7 @@ async def test_urgent_inputs_do_not_wait_for_batch_partners():
     batcher = Batcher(runner, BatchLimits(64, 4, 16, 5.0, batch_wait_s=3600), executor)
     batcher.start()
     with batcher.admit(1) as ticket:
-        assert await asyncio.wait_for(batcher.submit(ticket, "fast", [seq(4)], urgent=True), 10) == [("fast", 4)]
+        assert await asyncio.wait_for(batcher.submit(ticket, FAST, [seq(4)], urgent=True), 10) == [("fast", 4)]
     waiting = asyncio.create_task(submit(batcher, [3]))
     await until(lambda: batcher.depth == 1)  # an ordinary input still waits for partners
     assert not waiting.done()

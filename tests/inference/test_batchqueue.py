@@ -5,18 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from inference.runtime.graphs import ATTENTION, FAST, BatchKind
 from inference.scheduling.batchqueue import BatchQueue, fill
 
 
 @dataclass(eq=False)
 class Item:
-    kind: str
+    kind: BatchKind
     length: int
 
 
 def test_queue_takes_oldest_then_nearest_lengths_within_caps() -> None:
     queue: BatchQueue[Item] = BatchQueue()
-    items = [Item("fast", n) for n in (2, 30, 3, 31, 2, 30)]
+    items = [Item(FAST, n) for n in (2, 30, 3, 31, 2, 30)]
     queue.push(items)
     batches = []
     while len(queue):
@@ -27,15 +28,15 @@ def test_queue_takes_oldest_then_nearest_lengths_within_caps() -> None:
 
 def test_queue_size_and_token_caps_and_kinds() -> None:
     queue: BatchQueue[Item] = BatchQueue()
-    queue.push([Item("fast", 2) for _ in range(6)] + [Item("fast", 40), Item("fast", 40), Item("attention", 2)])
+    queue.push([Item(FAST, 2) for _ in range(6)] + [Item(FAST, 40), Item(FAST, 40), Item(ATTENTION, 2)])
     batches = [queue.next_batch(4, 64) for _ in range(5)]
     assert [[i.length for i in b] for b in batches] == [[2, 2, 2, 2], [2, 2], [40], [40], [2]]
-    assert {i.kind for i in batches[4]} == {"attention"} and len(queue) == 0 and queue.next_batch(4, 64) == []
+    assert {i.kind for i in batches[4]} == {ATTENTION} and len(queue) == 0 and queue.next_batch(4, 64) == []
 
 
 def test_queue_remove_reports_whether_the_item_was_still_waiting() -> None:
     queue: BatchQueue[Item] = BatchQueue()
-    a, b = Item("fast", 3), Item("fast", 3)
+    a, b = Item(FAST, 3), Item(FAST, 3)
     queue.push([a, b])
     assert queue.remove(a) and not queue.remove(a)
     assert queue.next_batch(4, 64) == [b] and not queue.remove(b)
@@ -49,12 +50,12 @@ def test_fill_reads_candidates_no_further_than_the_batch_fills() -> None:
     def candidates(lengths: list[int]) -> Iterator[Item]:
         for n in lengths:
             read.append(n)
-            yield Item("fast", n)
+            yield Item(FAST, n)
 
-    assert [i.length for i in fill(Item("fast", 4), candidates([4, 4, 4, 4]), 3, 1_000)] == [4, 4, 4]
+    assert [i.length for i in fill(Item(FAST, 4), candidates([4, 4, 4, 4]), 3, 1_000)] == [4, 4, 4]
     assert read == [4, 4]
     read.clear()  # by tokens: 4 x 8 = 32 is the budget; no input, however short, makes a fifth fit
-    assert [i.length for i in fill(Item("fast", 8), candidates([8, 50, 2, 8, 1]), 64, 32)] == [8, 8, 2, 8]
+    assert [i.length for i in fill(Item(FAST, 8), candidates([8, 50, 2, 8, 1]), 64, 32)] == [8, 8, 2, 8]
     assert read == [8, 50, 2, 8]
     read.clear()  # room left at the end: every candidate is read
-    assert len(fill(Item("fast", 8), candidates([8, 8]), 64, 1_000)) == 3 and read == [8, 8]
+    assert len(fill(Item(FAST, 8), candidates([8, 8]), 64, 1_000)) == 3 and read == [8, 8]

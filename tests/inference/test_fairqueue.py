@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from inference.errors import Overloaded, TooManyInputs
+from inference.runtime.graphs import FAST, BatchKind
 from inference.scheduling.admission import Permits
 from inference.scheduling.fairqueue import Caller, FairQueue, Shares
 
@@ -22,7 +23,7 @@ REINDEX = Caller("reindex", "bulk")
 class Item:
     caller: Caller
     length: int = 8
-    kind: str = "fast"
+    kind: BatchKind = FAST
 
 
 def items(caller: Caller, n: int, length: int = 8) -> list[Item]:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from inference.runtime.graphs import BatchKind
 from inference.runtime.loading import LoadedBundle
 from inference.scheduling.slots import background_pool, lower_priority
 from tests.helpers.serving import serving
@@ -57,7 +58,9 @@ class Recording(LoadedBundle):
         fake.tokenizer.encode = recorded  # type: ignore[method-assign]
         return fake
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Sequence[Any]:
+    def run_batch(
+        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+    ) -> Sequence[Any]:
         self.where.append(("graph", threading.current_thread().name, priority()))
         return super().run_batch(kind, sequences, adapters)
 

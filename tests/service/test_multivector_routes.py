@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
+from inference.runtime.graphs import MULTI, BatchKind
 from inference.runtime.loading import LoadedBundle
 from tests.helpers import bge_m3
 from tests.helpers.fakes import GatedBundle
@@ -50,9 +51,9 @@ def expected(reference: Any) -> dict[str, Any]:
 class Counting(GatedBundle):
     """The real bundle, recording the kind of each graph run."""
 
-    kinds: list[str] = dataclasses.field(default_factory=list)
+    kinds: list[BatchKind] = dataclasses.field(default_factory=list)
 
-    def run_batch(self, kind: str, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Any:
+    def run_batch(self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Any:
         self.kinds.append(kind)
         return super().run_batch(kind, sequences, adapters)
 
@@ -167,7 +168,7 @@ async def test_v2_gives_all_three_outputs_from_one_run(client, expected, runs) -
     body = {"inputs": [{"name": "text", "shape": [len(TEXTS)], "datatype": "BYTES", "data": TEXTS}],
             "outputs": [{"name": n} for n in ("embeddings", "sparse", "multi_vectors", "multi_vector_mask")]}
     answer = await post_ok(client, "/v2/models/m3/infer", body)
-    assert m3.kinds[before:] == ["multi"]  # one run of the fast graph's session, every output from it
+    assert m3.kinds[before:] == [MULTI]  # one run of the fast graph's session, every output from it
     out = {o["name"]: np.asarray(o["data"]).reshape(o["shape"]) for o in answer["outputs"]}
     assert worst(out["embeddings"], np.asarray(expected["dense_vecs"][:len(TEXTS)], dtype=np.float32)) <= TOLERANCE
     for row, want in enumerate(_vectors(expected, 0, len(TEXTS))):

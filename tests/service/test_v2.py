@@ -21,6 +21,7 @@ import pytest_asyncio
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from inference.runtime.graphs import ATTENTION, FAST
 from tests.helpers.fakes import Counting, GatedBundle, held
 from tests.helpers.process import running
 from tests.helpers.serving import graph_runs, serving, until
@@ -431,7 +432,7 @@ async def test_a_graph_that_fails_stops_the_requests_other_graph_run(tiny_bundle
         started, ended = asyncio.Event(), []
 
         async def submit(ticket, kind, sequences):  # type: ignore[no-untyped-def]
-            if kind == "attention":
+            if kind == ATTENTION:
                 await started.wait()
                 raise RuntimeError("attention graph failed")
             started.set()
@@ -443,5 +444,5 @@ async def test_a_graph_that_fails_stops_the_requests_other_graph_run(tiny_bundle
 
         served.submit = submit
         with pytest.raises(RuntimeError, match="attention graph failed"):
-            await served.run(["a cat sat"], ["fast", "attention"])
-        assert ended == ["fast"]  # cancelled and finished before the request's error was raised
+            await served.run(["a cat sat"], [FAST, ATTENTION])
+        assert ended == [FAST]  # cancelled and finished before the request's error was raised
