@@ -39,7 +39,7 @@ import numpy as np
 from tokenizers import Encoding
 
 from inference.errors import InputTooLong, OutOfRange
-from inference.runtime.graphs import sequence
+from inference.runtime.graphs import TokenSequence
 from inference.runtime.tokenize import Encoded, Pair, TextTokenizer, encoded
 
 DEFAULT_OVERLAP = 32  # tokens shared by neighbouring windows
@@ -68,9 +68,9 @@ class Window:
         return int(self.ids.shape[0])
 
     @property
-    def sequence(self) -> np.ndarray:
-        """What the graph runs: (n,) ids, or (n, 2) ids and type ids (`inference.runtime.graphs.sequence`)."""
-        return sequence(self.ids, self.type_ids)
+    def sequence(self) -> TokenSequence:
+        """What the graph runs: its ids, with a pair window's type ids."""
+        return TokenSequence.of(self.ids, self.type_ids)
 
 
 def window_size(tokenizer: TextTokenizer, text: bool = True) -> int:

@@ -35,14 +35,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-import numpy as np
-
 from inference import chunking, rules
 from inference.chunking import Window
 from inference.errors import InferenceError, NotReady, UnknownAdapter, Unsupported
 from inference.limits import Inputs, check_inputs
 from inference.options import RequestLimits
-from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Outputs, sequence
+from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Outputs, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
@@ -126,7 +124,7 @@ class ServedModel:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
             encoded = await self._encode(["ready probe"], True, "right", "")
-            await run_graph(self.batcher, ticket, FAST, [encoded[0].ids], urgent=True)
+            await run_graph(self.batcher, ticket, FAST, [TokenSequence(encoded[0].ids)], urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -145,7 +143,8 @@ class ServedModel:
             batch = 1 if kind == ATTENTION else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                await run_graph(self.batcher, ticket, kind, [e.ids for e in encoded], urgent=True)  # not cached
+                sequences = [TokenSequence(e.ids) for e in encoded]
+                await run_graph(self.batcher, ticket, kind, sequences, urgent=True)  # not cached
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
@@ -161,17 +160,17 @@ class ServedModel:
             if check is not None:
                 check(encoded)
             paired = any(isinstance(item, tuple) for item in inputs)
-            ids = [sequence(e.ids, e.type_ids) if paired else e.ids for e in encoded]  # a pair's type ids too
+            sequences = [TokenSequence.of(e.ids, e.type_ids if paired else None) for e in encoded]  # a pair's type ids
             self._admitted(sum(e.length for e in encoded))
-            runs = await all_or_none([self.submit(ticket, kind, ids) for kind in kinds])
+            runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
 
     async def run_sequences(
-        self, sequences: list[np.ndarray], kinds: Sequence[BatchKind],
+        self, sequences: list[TokenSequence], kinds: Sequence[BatchKind],
     ) -> dict[BatchKind, list[Outputs]]:
-        """Sequences the caller made itself from checked inputs ((T,) ids, (T, 2) with type ids, (T, 3) with which
-        tokens are attended: inference.runtime.graphs), admitted once (a permit per sequence and graph) and run as
-        each batch kind of `kinds`."""
+        """Sequences the caller made itself from checked inputs (with type ids, or with which tokens are attended:
+        inference.runtime.graphs), admitted once (a permit per sequence and graph) and run as each batch kind of
+        `kinds`."""
         with self.batcher.admit(len(sequences) * len(kinds), self._caller()) as ticket:
             self._admitted(sum(len(s) for s in sequences))
             runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
@@ -201,12 +200,12 @@ class ServedModel:
         self._tokenized(time.perf_counter() - started)
         flat = [w.sequence for ws in windows for w in ws]
         with self.batcher.admit(len(flat) + follow_permits(windows), self._caller()) as ticket:
-            self._admitted(sum(len(ids) for ids in flat))
+            self._admitted(sum(len(s) for s in flat))
             grouped = chunking.regroup(await self.submit(ticket, kind, flat), windows)
             followed = await follow(ticket, windows, grouped) if follow is not None else None
         return windows, grouped, followed
 
-    async def submit(self, ticket: Ticket, kind: BatchKind, sequences: list[np.ndarray]) -> list[Outputs]:
+    async def submit(self, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence]) -> list[Outputs]:
         """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
         cache: `inference.scheduling.cache_front`)."""
         return await self._shared.submit(ticket, kind, sequences, self.adapter_index)

@@ -19,7 +19,7 @@ import numpy as np
 from inference.errors import NonFiniteOutput
 from inference.limits import check_finite
 from inference.options import BatchOptions
-from inference.runtime.graphs import FAST, BatchKind, Graph
+from inference.runtime.graphs import FAST, BatchKind, Graph, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.scheduling.batchqueue import BatchQueue
 from jobs.options import JobError
@@ -41,12 +41,12 @@ class Batching:
 @dataclass(eq=False)
 class _Item:
     index: int
-    ids: np.ndarray  # (T,) int64
+    sequence: TokenSequence
     kind: BatchKind = FAST
 
     @property
     def length(self) -> int:
-        return int(self.ids.shape[0])
+        return len(self.sequence)
 
 
 def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[np.ndarray]:
@@ -59,20 +59,20 @@ def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[n
 
 
 def run_batched(
-    bundle: LoadedBundle, sequences: Iterable[np.ndarray], batching: Batching, graph: Graph | None = None,
+    bundle: LoadedBundle, sequences: Iterable[TokenSequence], batching: Batching, graph: Graph | None = None,
     adapter: int = 0,
 ) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
     """Batch by batch, the graph outputs of each sequence (run with adapter index `adapter`) with its index in
     `sequences`. Batches are chosen by `inference.scheduling.batchqueue.BatchQueue.next_batch` from at most
     `batching.window` waiting sequences; `sequences` is drawn lazily, only as the queue has room."""
-    pending = (_Item(index, ids) for index, ids in enumerate(sequences))
+    pending = (_Item(index, sequence) for index, sequence in enumerate(sequences))
     queue: BatchQueue[_Item] = BatchQueue()
     queue.push(list(islice(pending, batching.window)))
     while len(queue):
         batch = queue.next_batch(batching.max_size, batching.max_tokens)
-        ids = [item.ids for item in batch]
-        adapters = [adapter] * len(ids)
-        outputs = graph.run(ids, adapters) if graph is not None else bundle.run_batch(FAST, ids, adapters)
+        rows = [item.sequence for item in batch]
+        adapters = [adapter] * len(rows)
+        outputs = graph.run(rows, adapters) if graph is not None else bundle.run_batch(FAST, rows, adapters)
         if len(outputs) != len(batch):
             raise JobError(f"the graph returned {len(outputs)} results for {len(batch)} inputs")
         yield [(item.index, result) for item, result in zip(batch, outputs, strict=True)]

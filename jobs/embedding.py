@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from inference import postprocess
-from inference.runtime.graphs import Graph
+from inference.runtime.graphs import Graph, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.tasks.sparse import nonzero
 from jobs.batched import Batching, finite, run_batched, tokenize
@@ -66,7 +66,7 @@ def embed(
     sequences = tokenize(bundle, texts, prompt_of(bundle.manifest, output))
     results: list[dict[str, np.ndarray]] = [{}] * len(sequences)
     adapter = adapter_of(bundle.manifest, output)
-    for batch in run_batched(bundle, sequences, batching, _graph(bundle, output), adapter):
+    for batch in run_batched(bundle, map(TokenSequence, sequences), batching, _graph(bundle, output), adapter):
         for index, result in batch:
             results[index] = result
         if on_batch is not None:

@@ -4,9 +4,8 @@ vectors; a ColBERT model's token vectors) written from one run of the fast graph
 The graph fetches `embeddings`, `multi_vectors` and `token_weights` as the outputs asked for need them; the
 arithmetic is the core's (inference.tasks.multi_vector_scores, inference.tasks.sparse.lexical), so the rows equal what
 inference.tasks.multi_vector.encode answers. A ColBERT bundle's texts are fed as its references feed them
-(inference.tasks.multi_vector_feeds.ColbertFeeder: marker ids, queries expanded with unattended [MASK]s as (T, 3)
-sequences);
---input-type says whether the texts are queries or documents (documents by default).
+(inference.tasks.multi_vector_feeds.ColbertFeeder: marker ids, queries expanded with [MASK]s that are fed but not
+attended); --input-type says whether the texts are queries or documents (documents by default).
 
 Shape letters: N texts, D pooled width, n tokens of one text, k kept tokens of one text, M token-vector width.
 """
@@ -18,7 +17,7 @@ import numpy as np
 from bundle.manifest import Manifest
 from bundle.multi_vector import MultiVectorSpec
 from inference import postprocess
-from inference.runtime.graphs import Graph
+from inference.runtime.graphs import Graph, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.tasks import multi_vector_feeds, multi_vector_scores
 from inference.tasks.multi_vector import OUTPUTS, fed
@@ -99,13 +98,13 @@ def embed(bundle: LoadedBundle, texts: list[str], output: JobOutput, batching: B
 
 
 def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
-               document: bool) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """What the graph is fed per text ((n,) ids, or ColBERT's (n, 3) ids, type ids and attended flags), its (n,)
-    ids and its (n,) kept positions (before the spec's skips)."""
+               document: bool) -> tuple[list[TokenSequence], list[np.ndarray], list[np.ndarray]]:
+    """What the graph is fed per text (its ids, with ColBERT's attended flags), its (n,) ids and its (n,) kept
+    positions (before the spec's skips)."""
     if not fed(spec):  # bge-m3: the text after the model's prefix, every real token kept
         prefix = spec.document_prefix if document else spec.query_prefix
         ids = tokenize(bundle, texts, prefix)
-        return ids, ids, [np.ones_like(i) for i in ids]
+        return [TokenSequence(i) for i in ids], ids, [np.ones_like(i) for i in ids]
     tokenizer = bundle.tokenizer
     feeder = multi_vector_feeds.ColbertFeeder(tokenizer.truncating, spec, tokenizer.max_length,
                                               bundle.manifest.pad_id)
@@ -116,8 +115,8 @@ def _sequences(bundle: LoadedBundle, texts: list[str], spec: MultiVectorSpec,
         for row, n in enumerate(feed.lengths):
             ids.append(feed.input_ids[row, :n])  # (n,)
             keep.append(feed.keep[row, :n])  # (n,)
-            sequences.append(np.stack([ids[-1], np.zeros_like(ids[-1]), feed.attention_mask[row, :n]], axis=1))
-    return sequences, ids, keep  # sequences: (n, 3) each
+            sequences.append(TokenSequence(ids[-1], attended=feed.attention_mask[row, :n]))
+    return sequences, ids, keep
 
 
 def _graph(bundle: LoadedBundle, outputs: tuple[str, ...]) -> Graph:

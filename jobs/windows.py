@@ -29,6 +29,7 @@ from bundle.manifest import Manifest
 from inference import chunking, postprocess, rules
 from inference.chunking import Window
 from inference.errors import OutOfRange
+from inference.runtime.graphs import TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import TextTokenizer
 from jobs import embedding, multivector
@@ -115,8 +116,9 @@ class _Documents:
         self.left: list[int] = []  # per document, windows not yet run
         self.where: list[tuple[int, int]] = []  # per window item: (document, window)
 
-    def cut(self, tokenizer: TextTokenizer, texts: list[str], prompt: str) -> Iterator[np.ndarray]:
-        """Each window's ids (after `prompt`), document after document, recording the windows as they are cut."""
+    def cut(self, tokenizer: TextTokenizer, texts: list[str], prompt: str) -> Iterator[TokenSequence]:
+        """Each window's sequence (after `prompt`), document after document, recording the windows as they are
+        cut."""
         for start in range(0, len(texts), CUT_ROWS):
             for windows in chunking.cut(tokenizer, texts[start:start + CUT_ROWS], self.options.shared,
                                         self.options.max_windows, prompt):
@@ -126,7 +128,7 @@ class _Documents:
                 self.outputs.append([{} for _ in windows])
                 self.left.append(len(windows))
                 self.where += [(document, k) for k in range(len(windows))]
-                yield from (w.ids for w in windows)
+                yield from (w.sequence for w in windows)
 
     def record(self, batch: list[tuple[int, Outputs]]) -> int:
         """Keep a batch's outputs; pool each document whose last window this was (mean). Documents done."""

@@ -22,10 +22,11 @@ it could) computes only the maps asked for: the batch kind says which (`ATTENTIO
 `BatchKind("attention", (1, 3), (0,))` layers 1 and 3, head 0, named "attention:1,3:0"), so that runs of one choice
 share a batch and the graph is fed it.
 
-A sequence is (T,) token ids, or (T, 2) token ids and token type ids (a pair's segments: `sequence`); a
-graph that takes token_type_ids gets a pair's type ids and 0 for a lone text, one that does not gets none. A
-(T, 3) sequence also says which of its tokens are attended (its attention_mask; ColBERT's expansion tokens are
-fed and give vectors but may not be attended): its outputs still cover all T tokens.
+A sequence (`TokenSequence`) is one input's (n,) token ids, with its (n,) token type ids when it is a text pair
+(its segments: `TokenSequence.of`): a graph that takes token_type_ids gets a pair's type ids and 0 for a lone
+text, one that does not gets none. A sequence may also say which of its tokens are attended (its attention_mask
+row; ColBERT's expansion tokens are fed and give vectors but are not attended): its outputs still cover all n
+tokens.
 """
 
 from __future__ import annotations
@@ -70,11 +71,22 @@ MULTI, MULTI_OUTPUTS = BatchKind("multi"), ("embeddings", "multi_vectors", "toke
 PER_TOKEN = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a row per token: (B, T, ...)
 
 
-def sequence(ids: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
-    """What the batcher queues for one input: (T,) ids, or (T, 2) ids and type ids when any type id is set."""
-    if type_ids is None or not type_ids.any():
-        return ids
-    return np.stack([ids, type_ids], axis=1)  # (T, 2)
+@dataclass(frozen=True, eq=False)
+class TokenSequence:
+    """What the batcher queues for one input: its (n,) token ids, a text pair's (n,) token type ids (None: a lone
+    text's, all 0) and which of its tokens are attended (its (n,) attention_mask row; None: all of them)."""
+
+    ids: np.ndarray
+    type_ids: np.ndarray | None = None
+    attended: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @classmethod
+    def of(cls, ids: np.ndarray, type_ids: np.ndarray | None = None) -> TokenSequence:
+        """One input's ids, with its type ids when any is set (all 0 is what a lone text is fed)."""
+        return cls(ids) if type_ids is None or not type_ids.any() else cls(ids, type_ids)
 
 
 def split(outputs: Outputs, lengths: Sequence[int]) -> list[Outputs]:
@@ -103,24 +115,24 @@ class Graph:
         self.adapted = ADAPTER in self._inputs  # takes each row's adapter index
         self.selects = selects(session)  # an attention graph that takes the layers and heads to compute
 
-    def run(self, sequences: Sequence[np.ndarray], adapters: Sequence[int] | None = None,
+    def run(self, sequences: Sequence[TokenSequence], adapters: Sequence[int] | None = None,
             chosen: dict[str, np.ndarray] | None = None) -> list[Outputs]:
-        """Outputs per sequence ((T,) ids or (T, 2) ids and type ids), over its real tokens; `adapters`: each
-        sequence's adapter index (None: the bare base for all), fed to a graph that takes them; `chosen`: the
-        layers and heads whose maps an attention graph that selects computes (`BatchKind.feeds`; None: all)."""
+        """Outputs per sequence, over its real tokens; `adapters`: each sequence's adapter index (None: the bare base
+        for all), fed to a graph that takes them; `chosen`: the layers and heads whose maps an attention graph that
+        selects computes (`BatchKind.feeds`; None: all)."""
         if chosen and not self.selects:
             raise ValueError("layers and heads chosen for a graph that computes every map")
-        ids = [s[:, 0] if s.ndim == 2 else s for s in sequences]
-        types = [s[:, 1] if s.ndim == 2 else np.zeros_like(s) for s in sequences] if self._types else None
+        ids = [s.ids for s in sequences]
+        types = [np.zeros_like(s.ids) if s.type_ids is None else s.type_ids for s in sequences] if self._types else None
         if not self.adapted and adapters is not None and any(adapters):
             raise ValueError("adapter indices given to a graph that takes no adapter input")
         feeds = pad(ids, self.pad_id, self._inputs, type_ids=types, adapters=adapters)  # (B, T) each; adapter (B,)
         for row, s in enumerate(sequences):
-            if s.ndim == 2 and s.shape[1] == 3:  # which of its tokens are attended (ColBERT's expansion: not all)
-                feeds["attention_mask"][row, :len(s)] = s[:, 2]
+            if s.attended is not None:  # which of its tokens are attended (ColBERT's expansion: not all)
+                feeds["attention_mask"][row, :len(s)] = s.attended
         values = self.session.run(self.outputs, feeds | (chosen or {}))
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
-        return split(named, [int(s.shape[0]) for s in sequences])
+        return split(named, [len(s) for s in sequences])
 
     def with_outputs(self, outputs: Sequence[str]) -> Graph:
         """The same session, fetching `outputs`."""

@@ -33,6 +33,7 @@ from inference.runtime.graphs import (
     BatchKind,
     Graph,
     Outputs,
+    TokenSequence,
 )
 from inference.runtime.tokenize import TextTokenizer, load_tokenizer
 from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
@@ -56,7 +57,7 @@ class LoadedBundle:
     variant_reason: str = ""  # why the fast graph's variant was chosen
 
     def run_batch(
-        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+        self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None,
     ) -> list[Outputs]:
         """Outputs per sequence of `kind`'s graph, fed its choice of maps; `adapters`: each row's adapter index
         (None: the base)."""
@@ -158,7 +159,7 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
 def _smoke_run(graph: Graph, probe: np.ndarray, entry: GraphEntry | None) -> None:
     """One real run before serving: a graph that loads but cannot run stops the load, naming its file."""
     try:
-        graph.run([probe])
+        graph.run([TokenSequence(probe)])
     except Exception as error:  # onnxruntime raises its own types
         name = entry.file if entry is not None else "graph"
         raise StartupError(f"{name}: a first run failed ({type(error).__name__}: {str(error)[:200]})") from None

@@ -29,10 +29,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
-import numpy as np
-
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.scheduling.admission import Permits, Ticket
 from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
 from inference.scheduling.observer import BatchObserver
@@ -40,7 +38,7 @@ from inference.scheduling.work import BatchLimits, WorkItem
 
 log = logging.getLogger(__name__)
 
-RunFn = Callable[[BatchKind, list[np.ndarray], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
+RunFn = Callable[[BatchKind, list[TokenSequence], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
 
 
 class Batcher:
@@ -105,14 +103,15 @@ class Batcher:
         return Ticket(self._permits, n, caller)
 
     async def submit(
-        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[np.ndarray], urgent: bool = False, adapter: int = 0,
+        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[TokenSequence], urgent: bool = False,
+        adapter: int = 0,
     ) -> list[Any]:
         """Queue one item per sequence (the ticket's caller's, run with `adapter`) and wait for all results, in
         order. `urgent` items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
-        items = [WorkItem(kind, ids, loop.create_future(), ticket.caller, urgent=urgent, adapter=adapter)
-                 for ids in sequences]
+        items = [WorkItem(kind, sequence, loop.create_future(), ticket.caller, urgent=urgent, adapter=adapter)
+                 for sequence in sequences]
         self._queue.push(items)
         self._observer.queue_depth(ticket.caller.name, self._queue.waiting(ticket.caller.name))
         self._wake.set()
@@ -260,7 +259,7 @@ class Batcher:
         self._observer.batch(kind.graph, len(live), sum(lengths), max(lengths) * len(live))
         loop = asyncio.get_running_loop()
         try:
-            outputs = await loop.run_in_executor(executor, self._run_fn, kind, [i.ids for i in live],
+            outputs = await loop.run_in_executor(executor, self._run_fn, kind, [i.sequence for i in live],
                                                  [i.adapter for i in live])
             if len(outputs) != len(live):
                 raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")

@@ -10,8 +10,8 @@ does not depend on its batch partners; and a hit returns the very arrays the gra
 made (copied out of the batch's outputs, read-only): bit for bit what the graph answered. Two bundles of one
 model share entries; bundles of other models never meet.
 
-Keys are sha256 digests (32 bytes) of fingerprint, batch kind and ids, not the ids themselves: an entry's size is
-its arrays' bytes plus a fixed allowance, and `max_bytes` bounds their sum.
+Keys are sha256 digests (32 bytes) of fingerprint, batch kind and sequence (`key`), not the ids themselves: an
+entry's size is its arrays' bytes plus a fixed allowance, and `max_bytes` bounds their sum.
 
 The same cache keeps a text's token ids (`text_key`: by the fingerprint, which covers the tokenizer, the max
 length, the truncation flag and side, the prompt and the text), so a request of texts seen before is not
@@ -25,19 +25,24 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import fields
 
 import numpy as np
 
-from inference.runtime.graphs import FAST, TOKENS, BatchKind, Outputs
+from inference.runtime.graphs import FAST, TOKENS, BatchKind, Outputs, TokenSequence
 
 CACHED_KINDS = frozenset({FAST, TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
 IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (every vocabulary served fits)
 ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
 
 
-def key(model_fingerprint: str, kind: BatchKind, ids: np.ndarray, adapter: int = 0) -> bytes:
-    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{adapter}/{ids.shape}/".encode())  # (T,) or (T, 2) ids
-    digest.update(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+def key(model_fingerprint: str, kind: BatchKind, sequence: TokenSequence, adapter: int = 0) -> bytes:
+    """The digest of one input's entry: its arrays (ids, and type ids or attended flags when it has them) are named
+    in the header, so ids alone, ids and type ids, and ids and attended flags never share a key."""
+    given = {f.name: value for f in fields(sequence) if (value := getattr(sequence, f.name)) is not None}
+    digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{adapter}/{len(sequence)}/{','.join(given)}/".encode())
+    for value in given.values():  # (T,) each
+        digest.update(np.ascontiguousarray(value, dtype=np.int64).tobytes())
     return digest.digest()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from inference.errors import InputTooLong, QueueTimeout
 from inference.limits import check_finite
-from inference.runtime.graphs import BatchKind, Outputs
+from inference.runtime.graphs import BatchKind, Outputs, TokenSequence
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
 from inference.scheduling.batcher import Batcher, Ticket
@@ -31,7 +31,7 @@ HashKeys = Callable[..., Awaitable[list[bytes]]]  # (fn, *args): fn(*args), on t
 
 
 async def run_graph(
-    batcher: Batcher, ticket: Ticket, kind: BatchKind, sequences: list[np.ndarray], adapter: int = 0,
+    batcher: Batcher, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence], adapter: int = 0,
     urgent: bool = False,
 ) -> list[Outputs]:
     """One graph run through the batcher, around the cache: its queue and inference seconds go to the request's
@@ -92,7 +92,7 @@ class SharedAnswers:
         return [text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
 
     async def submit(
-        self, ticket: Ticket, kind: BatchKind, sequences: list[np.ndarray], adapter: int = 0,
+        self, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence], adapter: int = 0,
     ) -> list[Outputs]:
         """Every sequence's outputs, in order, run with `adapter` (its index; 0 the base). Of the cached kinds, with
         the cache on: hits from the cache (their permits returned at once, never queued), sequences another
@@ -100,12 +100,12 @@ class SharedAnswers:
         once and kept; otherwise all run."""
         if kind not in CACHED_KINDS or not self.on:
             return await run_graph(self._batcher, ticket, kind, sequences, adapter)
-        keys = [key(self.fingerprint, kind, ids, adapter) for ids in sequences]
+        keys = [key(self.fingerprint, kind, sequence, adapter) for sequence in sequences]
         found: dict[bytes, Outputs] = {k: hit for k in set(keys) if (hit := self.cache.get(k)) is not None}
-        missing = {k: ids for k, ids in zip(keys, sequences, strict=True) if k not in found}  # first of each
+        missing = {k: s for k, s in zip(keys, sequences, strict=True) if k not in found}  # first of each
         borrowed = {k: run for k in missing if (run := self._running.get(k)) is not None
                     and (run.priority == "interactive" or ticket.caller.priority == "bulk")}
-        own = {k: ids for k, ids in missing.items() if k not in borrowed}
+        own = {k: s for k, s in missing.items() if k not in borrowed}
         ticket.give_back(len(sequences) - len(missing))  # a borrowed input keeps its permit until its run ends
         found |= await self._run_and_keep(ticket, kind, own, adapter)
         retry = {k: missing[k] for k in await self._borrow(borrowed, found) if k not in found}
@@ -115,7 +115,7 @@ class SharedAnswers:
         return [found[k] for k in keys]
 
     async def _run_and_keep(
-        self, ticket: Ticket, kind: BatchKind, own: dict[bytes, np.ndarray], adapter: int,
+        self, ticket: Ticket, kind: BatchKind, own: dict[bytes, TokenSequence], adapter: int,
     ) -> dict[bytes, Outputs]:
         """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
         their batch. While they run, other requests asking for the same keys wait for this run (`_running`)

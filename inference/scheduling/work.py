@@ -8,17 +8,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from inference.options import BatchOptions
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.scheduling.fairqueue import ANYONE, Caller
 
 
 @dataclass(eq=False)
 class WorkItem:
     kind: BatchKind
-    ids: np.ndarray  # (T,) int64
+    sequence: TokenSequence
     future: asyncio.Future[Any]
     caller: Caller = ANYONE
     enqueued_at: float = field(default_factory=time.monotonic)
@@ -29,7 +27,7 @@ class WorkItem:
     length: int = field(init=False)  # tokens: read for every waiting input each time a batch is formed
 
     def __post_init__(self) -> None:
-        self.length = int(self.ids.shape[0])
+        self.length = len(self.sequence)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from inference.errors import InvalidRequest, ResponseTooLarge, Unsupported
 from inference.limits import Inputs, check_dimensions, check_inputs, estimated_bytes
 from inference.options import RequestLimits
 from inference.results import Match, Ranking, Span, SparseVector
-from inference.runtime.graphs import MULTI, Outputs
+from inference.runtime.graphs import MULTI, Outputs, TokenSequence
 from inference.runtime.tokenize import Direction
 from inference.served import ServedModel
 from inference.tasks import multi_vector_feeds, multi_vector_scores
@@ -128,8 +128,7 @@ async def _run_fed(model: ServedModel, inputs: Inputs, document: bool,
     feed = await model.maybe_off_loop(inputs, feeder.documents if document else feeder.queries, inputs)
     check_multi_size(model.limits, feed.lengths, width)
     ids = [feed.input_ids[row, :n] for row, n in enumerate(feed.lengths)]  # (n,) each
-    sequences = [np.stack([i, np.zeros_like(i), feed.attention_mask[row, :len(i)]], axis=1)  # (n, 3)
-                 for row, i in enumerate(ids)]
+    sequences = [TokenSequence(i, attended=feed.attention_mask[row, :len(i)]) for row, i in enumerate(ids)]
     runs = await model.run_sequences(sequences, [MULTI])
     keep = [feed.keep[row, :len(i)] for row, i in enumerate(ids)]
     return ids, keep, feed.offsets, runs[MULTI]

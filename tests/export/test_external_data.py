@@ -29,7 +29,7 @@ from export import onnxfiles, variants
 from export.bundle import export_bundle
 from inference.options import ServingOptions
 from inference.registry import ServedBundle, load_bundles, start_models
-from inference.runtime.graphs import FAST
+from inference.runtime.graphs import FAST, TokenSequence
 from inference.tasks import embed
 from model.config import EncoderConfig
 from model.load import load_model
@@ -220,5 +220,5 @@ def test_same_graph_file_other_weights_is_another_model(large_bundle: Path, tmp_
     assert sha256_file(large_bundle / "fast-fp32.onnx") == sha256_file(other / "fast-fp32.onnx")
     assert first.fingerprint != second.fingerprint
     ids = np.array(Tokenizer.from_file(str(other / "tokenizer.json")).encode(SENTENCES[0]).ids)
-    (a,), (b,) = first.run_batch(FAST, [ids]), second.run_batch(FAST, [ids])
+    (a,), (b,) = first.run_batch(FAST, [TokenSequence(ids)]), second.run_batch(FAST, [TokenSequence(ids)])
     assert np.abs(a["embeddings"] - b["embeddings"]).max() > 1e-3

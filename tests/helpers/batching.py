@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 
 import numpy as np
 
-from inference.runtime.graphs import FAST, BatchKind
+from inference.runtime.graphs import FAST, BatchKind, TokenSequence
 from inference.scheduling.batcher import Batcher
 from inference.scheduling.fairqueue import ANYONE, Caller
 from tests.helpers.serving import until
@@ -29,7 +29,9 @@ class FakeRunner:
         self.waiting = 0
         self.adapters: list[list[int]] = []  # each batch's adapter index per row
 
-    def __call__(self, kind: BatchKind, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
+    def __call__(
+        self, kind: BatchKind, seqs: list[TokenSequence], adapters: Sequence[int] = (),
+    ) -> list[tuple[str, int]]:
         self.waiting += 1
         self.gate.wait(5)
         self.waiting -= 1
@@ -41,8 +43,8 @@ class FakeRunner:
         return out[:-1] if self.short else out
 
 
-def seq(n: int) -> np.ndarray:
-    return np.arange(n, dtype=np.int64)
+def seq(n: int) -> TokenSequence:
+    return TokenSequence(np.arange(n, dtype=np.int64))
 
 
 

@@ -18,10 +18,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import numpy as np
 from fastapi import FastAPI
 
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from tests.helpers.serving import until
 
@@ -42,7 +41,7 @@ class GatedBundle(LoadedBundle):
         return fake
 
     def run_batch(
-        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+        self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None,
     ) -> Sequence[Any]:
         self.waiting += 1
         try:

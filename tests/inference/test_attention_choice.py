@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from inference.limits import AttentionQuery
-from inference.runtime.graphs import ATTENTION, BatchKind, Graph
+from inference.runtime.graphs import ATTENTION, BatchKind, Graph, TokenSequence
 from inference.tasks.attention import attention_run
 
 L, H = 4, 3
@@ -54,7 +54,7 @@ def test_a_graph_that_selects_is_fed_the_choice_and_answers_only_those_maps() ->
     kind, left = attention_run(model, AttentionQuery(layers=[2, 0], heads=[1]))
     assert kind == BatchKind("attention", (2, 0), (1,)) and str(kind) == "attention:2,0:1"
     assert left.layers is None and left.heads is None  # nothing left to select from the answer
-    (out,) = model.bundle.graphs[kind.graph].run([np.array([5, 6, 7])], None, kind.feeds())
+    (out,) = model.bundle.graphs[kind.graph].run([TokenSequence(np.array([5, 6, 7]))], None, kind.feeds())
     assert session.fed[0]["layers"].tolist() == [2, 0] and session.fed[0]["heads"].tolist() == [1]
     assert out["attentions"].shape == (2, 1, 3, 3)  # (l, h, n, n)
     assert out["attentions"][:, :, 0, 0].tolist() == [[21.0], [1.0]]
@@ -72,7 +72,8 @@ def test_an_older_graph_computes_every_map_and_the_service_selects_from_them() -
     query = AttentionQuery(layers=[2, 0], heads=[1])
     kind, left = attention_run(model, query)
     assert kind == ATTENTION and left == query  # still to select, from every map
-    (out,) = model.bundle.graphs["attention"].run([np.array([5, 6])])
+    (out,) = model.bundle.graphs["attention"].run([TokenSequence(np.array([5, 6]))])
     assert "layers" not in session.fed[0] and out["attentions"].shape == (L, H, 2, 2)
     with pytest.raises(ValueError, match="computes every map"):
-        model.bundle.graphs["attention"].run([np.array([5, 6])], None, BatchKind("attention", (0,), (0,)).feeds())
+        model.bundle.graphs["attention"].run([TokenSequence(np.array([5, 6]))], None,
+                                              BatchKind("attention", (0,), (0,)).feeds())

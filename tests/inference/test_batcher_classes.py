@@ -10,10 +10,10 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import pytest
 
 from inference.errors import Overloaded
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.scheduling.batcher import Batcher
 from inference.scheduling.fairqueue import Caller
 from inference.scheduling.slots import SharedSlots
@@ -99,7 +99,9 @@ class ThreadRunner(FakeRunner):
         self.now = self.most = 0
         self._lock = threading.Lock()
 
-    def __call__(self, kind: str, seqs: list[np.ndarray], adapters: Sequence[int] = ()) -> list[tuple[str, int]]:
+    def __call__(
+        self, kind: BatchKind, seqs: list[TokenSequence], adapters: Sequence[int] = (),
+    ) -> list[tuple[str, int]]:
         with self._lock:
             self.now += 1
             self.most = max(self.most, self.now)

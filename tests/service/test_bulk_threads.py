@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.scheduling.slots import background_pool, lower_priority
 from tests.helpers.serving import serving
@@ -59,7 +58,7 @@ class Recording(LoadedBundle):
         return fake
 
     def run_batch(
-        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+        self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None,
     ) -> Sequence[Any]:
         self.where.append(("graph", threading.current_thread().name, priority()))
         return super().run_batch(kind, sequences, adapters)

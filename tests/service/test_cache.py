@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from inference.options import LoadOptions
+from inference.runtime.graphs import FAST, TOKENS, TokenSequence
 from inference.runtime.loading import load_bundle
 from inference.runtime.tokenize import Encoded, TextTokenizer
 from inference.scheduling.cache import ENTRY_BYTES, IDS, AnswerCache, frozen
+from inference.scheduling.cache import key as entry_key
 from inference.served import INLINE_TOKENIZE_CHARS
 from tests.helpers.fakes import GatedBundle, held, until
 from tests.helpers.metrics import sample
@@ -310,3 +312,14 @@ def test_off_keeps_nothing_and_entries_are_read_only_copies() -> None:
     kept = frozen({"embeddings": batch[1]})["embeddings"]  # a row of a batch's output
     batch[1] = -1  # the batch's array changing does not change the entry
     assert kept.tolist() == [4, 5, 6, 7] and kept.base is None and not kept.flags.writeable
+
+
+def test_a_key_tells_ids_alone_from_ids_with_type_ids_or_attended_flags() -> None:
+    ids, zeros, ones = np.array([5, 6, 7]), np.zeros(3, dtype=np.int64), np.ones(3, dtype=np.int64)
+    sequences = [TokenSequence(ids), TokenSequence(ids, ones), TokenSequence(ids, attended=ones),
+                 TokenSequence(ids, ones, ones), TokenSequence(ids, attended=zeros)]
+    keys = [entry_key("model", FAST, sequence) for sequence in sequences]
+    assert len(set(keys)) == len(keys)
+    assert entry_key("model", FAST, TokenSequence(ids.astype(np.int32))) == keys[0]  # equal ids, equal key
+    assert entry_key("model", FAST, TokenSequence.of(ids, zeros)) == keys[0]  # a lone text's type ids are all 0
+    assert entry_key("model", TOKENS, sequences[0]) != keys[0] != entry_key("model", FAST, sequences[0], adapter=1)

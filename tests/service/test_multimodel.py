@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from inference.errors import ModelNotFound, StartupError
 from inference.registry import ModelRegistry, ServedBundle, load_bundles, served_names
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from service.cli import read_settings
 from service.settings import Settings
@@ -218,7 +218,7 @@ class Overlapping(LoadedBundle):
         return cls(**{f.name: getattr(loaded, f.name) for f in dataclasses.fields(LoadedBundle)})
 
     def run_batch(
-        self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None,
+        self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None,
     ) -> Sequence[Any]:
         with RUNNING_LOCK:
             RUNNING["now"] += 1

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from inference.runtime.graphs import MULTI, BatchKind
+from inference.runtime.graphs import MULTI, BatchKind, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from tests.helpers import bge_m3
 from tests.helpers.fakes import GatedBundle
@@ -53,7 +53,7 @@ class Counting(GatedBundle):
 
     kinds: list[BatchKind] = dataclasses.field(default_factory=list)
 
-    def run_batch(self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Any:
+    def run_batch(self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None) -> Any:
         self.kinds.append(kind)
         return super().run_batch(kind, sequences, adapters)
 

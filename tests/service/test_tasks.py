@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from inference.runtime.graphs import BatchKind
+from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from tests.helpers.fakes import GatedBundle, held
 from tests.helpers.serving import assert_error, post_ok, serving, until, worst
@@ -42,7 +42,7 @@ class Recording(GatedBundle):
         fake.gate.set()
         return fake
 
-    def run_batch(self, kind: BatchKind, sequences: list[np.ndarray], adapters: Sequence[int] | None = None) -> Any:
+    def run_batch(self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None) -> Any:
         self.runs.append(list(adapters or [0] * len(sequences)))
         return super().run_batch(kind, sequences, adapters)
 
