@@ -12,7 +12,7 @@ import logging
 import sys
 from pathlib import Path
 
-from export.variants import DEFAULT_VARIANTS, VARIANTS
+from bundle.variants import DEFAULT_VARIANTS, VARIANTS
 from model.families import FAMILIES
 
 log = logging.getLogger("export")
