@@ -76,8 +76,8 @@ serve: $(STAMP) $(BUNDLE)/manifest.json
 
 lint: $(TEST_STAMP) lint-js
 	$(BIN)/ruff check .
-	$(BIN)/vermin --no-tips --eval-annotations --violations -t=3.11- attnserve bundle inference service jobs export model bench
-	$(BIN)/mypy bundle inference service export jobs bench attnserve
+	$(BIN)/vermin --no-tips --eval-annotations --violations -t=3.11- attnserve bundle hub inference service jobs export model bench
+	$(BIN)/mypy bundle hub inference service export jobs bench attnserve
 
 # npm ci empties node_modules/ first, so an older stamp goes with it.
 $(NODE_STAMP): package.json package-lock.json
