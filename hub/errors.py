@@ -30,5 +30,5 @@ def disk_refusal(err: OSError, where: Path) -> Refused:
     """An OSError met writing under `where`, in one line: the disk is full, or the directory cannot be written."""
     if err.errno == errno.ENOSPC:
         return Refused(f"no space left on the device that holds {where}")
-    named = f" ({err.filename})" if err.filename else ""
+    named = f" ({err.filename})" if err.filename and str(err.filename) != str(where) else ""
     return Refused(f"cannot write under {where}: {err.strerror or err}{named}")

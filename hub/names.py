@@ -33,7 +33,7 @@ class ModelName(BaseModel):
         """`[ALIAS=]NAME[@REVISION]`; ValueError for an empty part."""
         alias, equals, rest = text.partition("=")
         if not equals or "/" in alias:
-            alias, rest = "", text
+            alias, equals, rest = "", "", text
         name, at, revision = rest.partition("@")
         if (equals and not alias) or not name or (at and not revision):
             raise ValueError(f"model {text!r}: expected [ALIAS=]NAME[@REVISION] with no empty part")

@@ -8,15 +8,22 @@ HF_ENDPOINT=http://127.0.0.1:PORT, answered from repositories the tests publish,
     GET  /{repo}/resolve/{revision}/{path}        the file; `Range: bytes=N-` (a resumed download) gets 206 and the rest
 
 Refusals as the hub says them, by X-Error-Code (huggingface_hub raises by it): RepoNotFound (404: an unknown
-repository), GatedRepo (401: a gated repository's file asked without a token; its model_info answers, as the
-hub's does), RevisionNotFound (404), EntryNotFound (404). `cut_once(repo, path)`: the next whole GET of that file
-sends its headers and half its bytes, then closes the connection (a network drop), once.
+repository, or any other path, such as huggingface_hub's /api/agent-harnesses), GatedRepo (401: a gated
+repository's file asked without a token; its model_info answers, as the hub's does), RevisionNotFound (404),
+EntryNotFound (404). `cut_once(repo, path, after)`: the next whole GET of that file sends its headers and `after`
+bytes (default half), then closes the connection (a network drop), once. huggingface_hub resumes a cut download
+from what it has written, in chunks of 10 MiB (constants.DOWNLOAD_CHUNK_SIZE): a cut past the first chunk is
+resumed with a Range request, a cut within it starts the file again.
+
+Also here: the environment a command under test runs in (`hub_env`: this fake hub, no token, no user cache, no
+ATTNSERVE_* variable) and a stand-in torch that refuses to be imported and leaves a mark (`torch_blocked`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import threading
@@ -50,7 +57,7 @@ class FakeHub:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.asked: list[Asked] = []
-        self.cuts: set[tuple[str, str]] = set()
+        self.cuts: dict[tuple[str, str], int | None] = {}  # (repo, path) -> bytes sent before the cut
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
 
@@ -71,11 +78,12 @@ class FakeHub:
         held.refs.update(dict.fromkeys(refs, sha))
         return sha
 
-    def cut_once(self, repo: str, path: str) -> None:
-        self.cuts.add((repo, path))
+    def cut_once(self, repo: str, path: str, after: int | None = None) -> None:
+        self.cuts[(repo, path)] = after
 
-    def paths(self, method: str | None = None) -> list[str]:
-        return [a.path for a in self.asked if method is None or a.method == method]
+    def paths(self, since: int = 0) -> list[str]:
+        """The paths asked, from the `since`-th request on."""
+        return [a.path for a in self.asked[since:]]
 
     def start(self) -> str:
         """Serve (again on the same port after stop); the endpoint URL."""
@@ -144,9 +152,10 @@ class FakeHub:
         if start:
             meta["Content-Range"] = f"bytes {start}-{len(content) - 1}/{len(content)}"
             return Answer(206, meta, content[start:])
-        cut = method == "GET" and (repo, path) in self.cuts
-        self.cuts -= {(repo, path)} if cut else set()
-        return Answer(200, meta, content, cut)
+        if method == "GET" and (repo, path) in self.cuts:
+            after = self.cuts.pop((repo, path))
+            return Answer(200, meta, content, len(content) // 2 if after is None else after)
+        return Answer(200, meta, content)
 
 
 @dataclass(frozen=True)
@@ -154,7 +163,7 @@ class Answer:
     status: int
     headers: dict[str, str]
     body: bytes
-    cut: bool = False  # send half the body, then close the connection
+    cut: int | None = None  # send this many bytes of the body, then close the connection
 
 
 class _Refusal(Exception):
@@ -187,11 +196,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if body:
-            self.wfile.write(answer.body[: len(answer.body) // 2] if answer.cut else answer.body)
-        if answer.cut:  # a network drop: half the body, then the connection closed
+            self.wfile.write(answer.body[: answer.cut] if answer.cut is not None else answer.body)
+        if answer.cut is not None:  # a network drop: part of the body, then the connection closed
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
             self.close_connection = True
 
     def log_message(self, format: str, *args: object) -> None:  # quiet: the tests read hub.asked
         pass
+
+
+def hub_env(hub: FakeHub, home: Path, **extra: str) -> dict[str, str]:
+    """This environment for a command under test: HF_ENDPOINT the fake hub, HF_HOME under `home` (no token, no user
+    cache), no other HF_* or ATTNSERVE_* variable; then `extra`."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "ATTNSERVE_", "HUGGING"))}
+    return {**kept, "HF_ENDPOINT": hub.url, "HF_HOME": str(home / "hf-home"), **extra}
+
+
+def torch_blocked(directory: Path) -> tuple[dict[str, str], Path]:
+    """(variables, mark): PYTHONPATH to a package named torch whose import writes `mark`, then raises ImportError."""
+    shim, mark = directory / "no-torch", directory / "torch-was-imported"
+    (shim / "torch").mkdir(parents=True, exist_ok=True)
+    (shim / "torch" / "__init__.py").write_text(
+        f"open({str(mark)!r}, 'w').close()\nraise ImportError('torch is blocked in this test')\n")
+    return {"PYTHONPATH": str(shim)}, mark
