@@ -62,11 +62,13 @@ def prepare(wanted: Wanted, cache: BundleCache, exporter: Exporter | None, out: 
         if exporter is None:
             raise Refused(f"the cache {cache.root} holds no bundle of {wanted.name} (commit {commit}) as --no-export "
                           "needs; run attnserve pull for it, or serve without --no-export")
-        if out is None:
+        if out is not None:
+            check_target(out)
+        else:
             cache.check_writable()
         found = _make(snapshot or remote.snapshot(repo, commit), wanted, exporter, cache, out)
     if out is None and revision != commit:
-        cache.record(repo, revision, commit)
+        _record(cache, repo, revision, commit)
     return found
 
 
@@ -84,6 +86,24 @@ def resolve(repo: str, revision: str, cache: BundleCache) -> tuple[str, remote.S
         return commit, None
     log.info("%s@%s is commit %s", repo, revision, snapshot.commit)
     return snapshot.commit, snapshot
+
+
+def check_target(out: Path) -> None:
+    """Refused when `out` holds something other than a bundle: pull --out replaces a bundle, nothing else."""
+    if out.exists() and not is_bundle(out) and (not out.is_dir() or any(out.iterdir())):
+        raise Refused(f"{out} exists and is not a bundle; refusing to replace it")
+
+
+def _record(cache: BundleCache, repo: str, revision: str, commit: str) -> None:
+    """The commit `revision` resolved to, recorded for a start without the hub; a cache mounted read-only (bundles
+    pulled into it beforehand) still serves, with a warning that a stopped hub will not resolve the revision."""
+    if cache.recorded(repo, revision) == commit:
+        return
+    try:
+        cache.record(repo, revision, commit)
+    except Refused as err:
+        log.warning("%s@%s is not recorded as commit %s (%s): without the hub it will not resolve", repo, revision,
+                    commit, err)
 
 
 def _make(snapshot: remote.Snapshot, wanted: Wanted, exporter: Exporter, cache: BundleCache, out: Path | None) -> Path:
@@ -104,6 +124,8 @@ def _local(directory: Path, wanted: Wanted, cache: BundleCache, exporter: Export
         if out is not None:
             raise Refused(f"{directory} is a bundle already; serve it with --bundle (or --model) as it is")
         return directory
+    if out is not None:
+        check_target(out)
     target = out or cache.local_dir(directory, wanted.shape)
     if out is None and is_bundle(target):
         return target

@@ -99,6 +99,14 @@ def test_nothing_cached_where_nothing_may_be_fetched(hub, tmp_path, flags, env, 
     assert_refused(attnserve(hub, tmp_path, "serve", "--model", "org/model", *flags, **env), says)
 
 
+def test_pull_out_replaces_a_bundle_and_nothing_else(hub, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("mine")
+    result = attnserve(hub, tmp_path, "pull", "org/model", "--out", str(tmp_path / "notes"))
+    assert_refused(result, "notes exists and is not a bundle; refusing to replace it")
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "mine"
+
+
 def test_pull_takes_no_alias_and_a_reranker_names_a_model(hub, tmp_path):
     assert_refused(attnserve(hub, tmp_path, "pull", "m=org/model"), "attnserve pull takes NAME[@REVISION]")
     result = attnserve(hub, tmp_path, "serve", "--model", "a=org/model,b=org/model", "--reranker", "qwen3")
