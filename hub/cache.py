@@ -30,6 +30,7 @@ from urllib.parse import quote
 from bundle.files import write_text_atomic
 from bundle.manifest import MANIFEST_NAME, SCHEMA_VERSION
 from hub.errors import disk_refusal
+from hub.names import COMMIT
 
 BUNDLE_SHAPE = "bundle"  # a repository's own bundle: no export shaped it
 
@@ -77,7 +78,8 @@ class BundleCache:
     def recorded(self, repo: str, revision: str) -> str | None:
         """The commit `revision` resolved to when it was last served from here."""
         path = self._ref(repo, revision)
-        return path.read_text().strip() if path.is_file() else None
+        commit = path.read_text().strip() if path.is_file() else ""
+        return commit if COMMIT.match(commit) else None
 
     def record(self, repo: str, revision: str, commit: str) -> None:
         path = self._ref(repo, revision)

@@ -30,13 +30,13 @@ class ModelName(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> ModelName:
-        """`[ALIAS=]NAME[@REVISION]`; ValueError for an empty part."""
+        """`[ALIAS=]NAME[@REVISION]`; ValueError for an empty part, or a revision that would name a directory."""
         alias, equals, rest = text.partition("=")
         if not equals or "/" in alias:
             alias, equals, rest = "", "", text
         name, at, revision = rest.partition("@")
-        if (equals and not alias) or not name or (at and not revision):
-            raise ValueError(f"model {text!r}: expected [ALIAS=]NAME[@REVISION] with no empty part")
+        if (equals and not alias) or not name or (at and not revision) or revision in (".", ".."):
+            raise ValueError(f"model {text!r}: expected [ALIAS=]NAME[@REVISION], no part empty, no revision . or ..")
         return cls(name=name, revision=revision or None, alias=alias or None)
 
     @property

@@ -28,6 +28,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import disable_progress_bars
 
 from hub.errors import Refused, Unreachable, disk_refusal
+from hub.names import COMMIT
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # huggingface_hub's client: a line per request at INFO
@@ -49,8 +50,8 @@ def snapshot(repo: str, revision: str) -> Snapshot:
     """The commit `revision` (a branch, a tag or a commit) of `repo` is at now, and its files."""
     with refusals(repo, revision):
         info = HfApi().model_info(repo, revision=revision)
-    if info.sha is None:
-        raise Refused(f"the hub at {constants.ENDPOINT} names no commit for {repo}@{revision}")
+    if info.sha is None or not COMMIT.match(info.sha):
+        raise Refused(f"the hub at {constants.ENDPOINT} names no commit for {repo}@{revision} ({info.sha!r})")
     return Snapshot(repo, info.sha, tuple(sibling.rfilename for sibling in info.siblings or ()))
 
 

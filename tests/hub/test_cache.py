@@ -35,7 +35,7 @@ def test_a_name_is_alias_name_and_revision(text: str, name: str, revision: str |
     assert parsed.pinned == (revision == SHA)
 
 
-@pytest.mark.parametrize("text", ["=org/m", "org/m@", "a=", "@main"])
+@pytest.mark.parametrize("text", ["=org/m", "org/m@", "a=", "@main", "org/m@.."])
 def test_an_empty_part_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="expected"):
         ModelName.parse(text)
