@@ -99,6 +99,12 @@ def test_nothing_cached_where_nothing_may_be_fetched(hub, tmp_path, flags, env, 
     assert_refused(attnserve(hub, tmp_path, "serve", "--model", "org/model", *flags, **env), says)
 
 
+def test_a_local_checkpoint_is_not_exported_under_no_export(hub, tmp_path):
+    local = repository(tmp_path / "local-model")
+    result = attnserve(hub, tmp_path, "serve", "--model", str(local), "--no-export")
+    assert_refused(result, f"holds no bundle of {local} as it is now, as --no-export needs")
+
+
 def test_pull_out_replaces_a_bundle_and_nothing_else(hub, tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")

@@ -172,9 +172,10 @@ def test_pull_out_and_a_repository_that_holds_the_bundle(hub, work, commits):
     sha = hub.publish("org/tiny-bundle", out)
     before = len(hub.asked)
     blocked, mark = torch_blocked(work)
-    server = serve(work, hub_env(hub, work, **blocked), "org/tiny-bundle", ready_s=60)
-    try:
-        assert_near(embeddings(server, "org/tiny-bundle"), commits["first"][1])
+    server = serve(work, hub_env(hub, work, **blocked), "hubbed=org/tiny-bundle", str(out), ready_s=60)
+    try:  # the repository's bundle, and the directory served as it is, under its own name
+        assert_near(embeddings(server, "hubbed"), commits["first"][1])
+        assert_near(embeddings(server, "tiny"), commits["first"][1])
     finally:
         assert terminate(server) == 0
     assert not mark.exists()
