@@ -29,7 +29,8 @@ log = logging.getLogger("attnserve")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
+    parser = argparse.ArgumentParser(prog=prog, description="Serve bundles, or models by name, over HTTP with "
+                                     "onnxruntime.")
     own = [name for name in Settings.model_fields if name in Settings.__annotations__]  # the server's own first
     add_flags(parser, Settings, own + [name for name in Settings.model_fields if name not in own])
     return parser

@@ -36,7 +36,8 @@ class Settings(ServingOptions, HubOptions, BaseSettings):
         "NAME. Its bundle comes from the bundle cache (cache_dir), else is made there first: a repository that "
         "holds an attnserve bundle is downloaded and verified, a checkpoint downloaded and exported by `attnserve "
         "pull` in a subprocess (this process never imports torch). Repeat (or separate by commas) for several; "
-        "they are served after the bundles.",
+        "they are served after the bundles, and beside other models each needs a name that fits in a URL path (a "
+        "hub name takes an ALIAS).",
     )
     host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes the service beyond this machine.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
