@@ -96,6 +96,7 @@ def failures() -> tuple[type[BaseException], ...]:
 
 
 def refusal(error: BaseException) -> str:
+    """The one line a failure is reported as: its message's first line (a full disk said so)."""
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
         return f"no space left on the device ({error.filename or 'while writing'})"
     return str(error).splitlines()[0] if str(error) else type(error).__name__

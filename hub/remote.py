@@ -32,6 +32,7 @@ from hub.names import COMMIT
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # huggingface_hub's client: a line per request at INFO
+logging.getLogger("huggingface_hub").handlers.clear()  # a handler of its own besides ours: each line twice, unformatted
 
 
 @dataclass(frozen=True)
