@@ -31,10 +31,12 @@ COPY deploy/requirements-${ORT_EXTRA}.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --requirement /tmp/requirements.txt
 WORKDIR /src
 COPY pyproject.toml README.md ./
-# The server needs the bundle contract, the inference core, the HTTP front and the CLI, and `attnserve embed`
-# the jobs package; model/ and export/ (torch) stay out.
+# The server needs the bundle contract, the inference core, the HTTP front, models by name (hub/) and the CLI, and
+# `attnserve embed` the jobs package; model/ and export/ (torch) stay out: --model serves what the bundle cache holds
+# and repositories that hold a bundle, and refuses to export a checkpoint.
 COPY attnserve ./attnserve
 COPY bundle ./bundle
+COPY hub ./hub
 COPY inference ./inference
 COPY service ./service
 COPY jobs ./jobs

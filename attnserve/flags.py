@@ -1,6 +1,7 @@
 """Command-line flags from typed options: one flag per pydantic field, with its description as the help and
-its ATTNSERVE_* variable named, so `attnserve serve` and `attnserve embed` spell and document each knob the
-same way; and the one way a CLI reports options that fail validation.
+its ATTNSERVE_* variable named, so `attnserve serve`, `attnserve pull` and `attnserve embed` spell and document each
+knob the same way; the one way a list option's items are read (comma-separated, from a variable or repeated flags);
+and the one way a CLI reports options that fail validation.
 """
 
 from __future__ import annotations
@@ -39,9 +40,23 @@ def given(args: argparse.Namespace, names: Iterable[str]) -> dict[str, object]:
     return {name: value for name in names if (value := getattr(args, name, None)) is not None}
 
 
+def split_items(value: object) -> list[object]:
+    """The items of a value or list of values, strings split at commas (the environment's form, and what each
+    repeated flag may hold); other items pass as they are, to the field's own validation."""
+    items: list[object] = []
+    for value_ in value if isinstance(value, list) else [value]:
+        if isinstance(value_, str):
+            items += [item.strip() for item in value_.split(",") if item.strip()]
+        else:
+            items.append(value_)
+    return items
+
+
 def report(prog: str, error: ValidationError) -> int:
-    """Each invalid option as `prog: --flag (ATTNSERVE_FLAG): why` on stderr; the exit status 2."""
+    """Each invalid option as `prog: --flag (ATTNSERVE_FLAG): why` on stderr (`prog: why` for what several options
+    break together); the exit status 2."""
     for err in error.errors():
         name = ".".join(str(p) for p in err["loc"])
-        print(f"{prog}: --{name.replace('_', '-')} ({ENV_PREFIX}{name.upper()}): {err['msg']}", file=sys.stderr)
+        where = f"--{name.replace('_', '-')} ({ENV_PREFIX}{name.upper()}): " if name else ""
+        print(f"{prog}: {where}{err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
     return 2

@@ -3,6 +3,7 @@
 Torch-free and free of any other project code, so the service and its Docker image carry it alone:
 
     manifest.py  the manifest schema (pydantic): model facts, graphs, hashes, parity figures
+    variants.py  the graph variants by name, in canonical order, and those an export builds by default
     verify.py    verify_bundle: hashes, paths inside the bundle, graph names, types and shapes
     feeds.py     the graphs' inputs: names, and right-padding token ids into (B, T) arrays
     session.py   how a bundle's graph is opened in onnxruntime (the one set of session options)

@@ -27,6 +27,7 @@ from typing import Any
 
 from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
+from bundle.variants import DEFAULT_VARIANTS, chosen_variants
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import onnxfiles
@@ -51,12 +52,12 @@ class ExportError(RuntimeError):
 
 
 def export_bundle(
-    source: Path, out_dir: Path, variants: Sequence[str] = variants_mod.DEFAULT_VARIANTS,
+    source: Path, out_dir: Path, variants: Sequence[str] = DEFAULT_VARIANTS,
     name: str | None = None, version: str = "1", calibration_data: Path | None = None, reranker: str | None = None,
     adapters: Mapping[str, Path] | None = None,
 ) -> Manifest:
     """Export `source` (anything model.load.load_model loads) to a bundle at `out_dir`: by default its exact
-    variants (variants.DEFAULT_VARIANTS). The int8 variants calibrate on `calibration_data`
+    variants (bundle.variants.DEFAULT_VARIANTS). The int8 variants calibrate on `calibration_data`
     (export.calibration; without it only a model trained on the Rotten Tomatoes snippets can have them).
     `reranker` names a recipe of model.lm_scorer: `source` is a causal LM exported as a one-label cross-encoder.
     `adapters`: PEFT LoRA directories over `source` by name, served as indices 1..N in this order.
@@ -78,13 +79,11 @@ def export_bundle(
 
 
 def normalise_variants(variants: Sequence[str]) -> list[str]:
-    """fp32 always, then the others asked for, in canonical order; unknown names are an error."""
-    unknown = sorted(set(variants) - set(variants_mod.VARIANTS))
-    if unknown:
-        raise ExportError(
-            f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(variants_mod.VARIANTS)}"
-        )
-    return [v for v in variants_mod.VARIANTS if v == "fp32" or v in variants]
+    """fp32 always, then the others asked for, in canonical order (bundle.variants); unknown names are an error."""
+    try:
+        return chosen_variants(variants)
+    except ValueError as err:
+        raise ExportError(str(err)) from None
 
 
 def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) -> TextSets | None:

@@ -12,7 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from export.variants import DEFAULT_VARIANTS, VARIANTS
+from bundle.variants import DEFAULT_VARIANTS, VARIANTS
+from export.errors import export_errors
 from model.families import FAMILIES
 
 log = logging.getLogger("export")
@@ -100,23 +101,9 @@ def main(argv: list[str] | None = None, prog: str = "attnserve export") -> int:
         p.error("give SRC and --out DIR to export, or --verify DIR")
     try:
         return _verify(args.verify) if args.verify is not None else _export(args)
-    except _errors() as err:
+    except export_errors() as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    from bundle.verify import BundleError
-    from model.training.assets import AssetMissing
-
-    errors: list[type[BaseException]] = [BundleError, AssetMissing, FileNotFoundError, ValueError, OSError]
-    if "export.bundle" in sys.modules:  # imported by _export: torch is loaded anyway then
-        from export.bundle import ExportError
-        from export.parity import ParityError
-        from export.variants import VariantError
-
-        errors += [ExportError, ParityError, VariantError]
-    return tuple(errors)
 
 
 def _verify(bundle_dir: Path) -> int:

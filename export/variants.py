@@ -17,16 +17,13 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.fusion_options import FusionOptions
 from onnxruntime.transformers.optimizer import optimize_model
 
+from bundle.variants import VARIANTS
 from export import onnxfiles
 from export.fusion import expand_position_ids
 from model.config import EncoderConfig
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic", "fp16")
-# What `attnserve export` builds unless told otherwise: the exact variants (gated at max abs 1e-5 against
-# PyTorch). int8 and fp16 change the numbers (cosine gates), so they are built only when asked for.
-DEFAULT_VARIANTS = ("fp32", "fp32-opt")
 # Variants each graph kind is built in; the attention graph is a debugging/inspection path.
 KIND_VARIANTS = {"fast": VARIANTS, "attention": ("fp32", "fp16")}
 PROVIDERS = {

@@ -4,6 +4,8 @@ ColBERT, bge-m3, sentence-transformers, Hugging Face), optionally read as an LLM
 
 Everything that can be refused without loading the base is refused first: an unknown recipe or a base that is not a
 causal LM, adapter names, and each adapter directory (read onto the base's module names from its config.json).
+`check_config` refuses, from a directory's small files alone, what its architecture makes unloadable, so that a
+download (attnserve pull) stops before it fetches the weights.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from pathlib import Path
 
 from model.adapters import adapted_encoder
 from model.checkpoint import LoadedModel
-from model.layouts import load_base
+from model.families import family_of
+from model.layouts import layout_of, load_base
 from model.lm_scorer import as_reranker, check_recipe
 from model.peft import Adapter, check_names, read_adapter
+from model.sentence import read_json
 
-__all__ = ["load_model"]
+__all__ = ["check_config", "load_model"]
 
 
 def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = None,
@@ -34,6 +38,21 @@ def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = Non
     if reranker is not None:
         loaded = as_reranker(loaded, reranker)
     return with_adapters(loaded, read) if read else loaded
+
+
+def check_config(path: Path | str, reranker: str | None = None) -> None:
+    """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
+    files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
+    model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), a recipe that does not fit."""
+    path = Path(path)
+    layout = layout_of(path)
+    if layout.name == "peft":
+        layout.load(path)  # an adapter is never served alone: this refuses it
+    if reranker is not None:
+        check_recipe(path, reranker)
+    if layout.name != "attnserve":  # every other layout reads its family from config.json
+        config = read_json(path / "config.json")
+        family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
 
 
 def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:

@@ -1,7 +1,9 @@
 """`attnserve serve`: every setting is a flag (and an ATTNSERVE_* variable); flags win.
 
-The bundles are loaded and verified before the server binds: an invalid bundle, a missing provider or
-variant ends the process with one log line naming the fault and exit status 2. SIGTERM drains: uvicorn
+Models named with --model are found in the bundle cache or made there first (hub.models; a checkpoint's export runs
+as `attnserve pull` in a subprocess, so this process never imports torch). The bundles are loaded and verified
+before the server binds: a model that cannot be had (hub.errors), an invalid bundle, a missing provider or
+variant ends the process with one line naming the fault and exit status 2. SIGTERM drains: uvicorn
 stops accepting, admitted requests finish, the lifespan drains the batchers, and the exit status is 0.
 """
 
@@ -20,13 +22,15 @@ import uvicorn
 from pydantic import ValidationError
 
 from attnserve.flags import add_flags, given, report
+from inference.registry import ServedBundle
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Serve one or more bundles over HTTP with onnxruntime.")
+    parser = argparse.ArgumentParser(prog=prog, description="Serve bundles, or models by name, over HTTP with "
+                                     "onnxruntime.")
     own = [name for name in Settings.model_fields if name in Settings.__annotations__]  # the server's own first
     add_flags(parser, Settings, own + [name for name in Settings.model_fields if name not in own])
     return parser
@@ -52,6 +56,7 @@ def main(argv: list[str], prog: str = "attnserve serve") -> int:
 
 
 def serve(settings: Settings) -> int:
+    from hub.errors import Refused, Reported
     from inference.errors import StartupError
     from inference.registry import load_bundles, served_names
     from service.app import create_app
@@ -62,10 +67,13 @@ def serve(settings: Settings) -> int:
     # under 8 bulk callers: 1.2 s of CPU in 8 s, for no more throughput). A value set by the user stays.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        settings = settings.model_copy(update={"bundle": [*settings.bundle, *named_bundles(settings)]})
         loaded = load_bundles(settings.bundle, settings.load_options())
         served_names(settings.bundle, loaded)
         app = create_app(settings, loaded)  # reads the API keys file
-    except StartupError as error:
+    except Reported:  # the export step wrote its own line
+        return 2
+    except (StartupError, Refused) as error:
         log.error("cannot start: %s", error)
         return 2
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -79,6 +87,18 @@ def serve(settings: Settings) -> int:
     with contextlib.suppress(_Stopped):
         DrainingServer(config, app).run()
     return 0
+
+
+def named_bundles(settings: Settings) -> list[ServedBundle]:
+    """Each --model's bundle under its served name, from the bundle cache or made there first (hub.models)."""
+    if not settings.model:
+        return []
+    from hub.models import prepare, pull_in_subprocess
+
+    cache = settings.cache()
+    exporter = pull_in_subprocess(cache) if settings.export else None
+    wanted = [settings.wanted(name, len(settings.model)) for name in settings.model]
+    return [ServedBundle(name=w.name.served_name, path=prepare(w, cache, exporter)) for w in wanted]
 
 
 class DrainingServer(uvicorn.Server):

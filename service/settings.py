@@ -1,6 +1,6 @@
 """The server's settings: the core's options (`inference.options.ServingOptions`: loading, batching, request
-limits) and the HTTP front's own knobs, each typed and documented, read from the environment (ATTNSERVE_*)
-or CLI flags.
+limits), the options of models served by name (`hub.options.HubOptions`: the bundle cache, the export step) and the
+HTTP front's own knobs, each typed and documented, read from the environment (ATTNSERVE_*) or CLI flags.
 
 Nothing is read at import time: `Settings()` reads the environment when the CLI (or a test) builds it,
 and the result is passed into `create_app(settings)`.
@@ -11,21 +11,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from attnserve.flags import split_items
+from hub.names import ModelName
+from hub.options import HubOptions
 from inference.options import ServingOptions
 from inference.registry import MODEL_NAME, ServedBundle
 
 
-class Settings(ServingOptions, BaseSettings):
+class Settings(ServingOptions, HubOptions, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="forbid", frozen=True)
 
     bundle: Annotated[list[ServedBundle], NoDecode] = Field(
-        min_length=1, description="Bundle directory (manifest.json, tokenizer.json, *.onnx) made by `attnserve "
-        "export`, as `[NAME=]DIR`; repeat the flag (or separate items by commas) to serve several models, each "
-        "with its own sessions and batcher. NAME defaults to the manifest's name; names must be unique. "
-        "Requests choose a model by name; those naming none go to the first.",
+        default_factory=list, description="Bundle directory (manifest.json, tokenizer.json, *.onnx) made by "
+        "`attnserve export`, as `[NAME=]DIR`; repeat the flag (or separate items by commas) to serve several "
+        "models, each with its own sessions and batcher. NAME defaults to the manifest's name; names must be "
+        "unique. Requests choose a model by name; those naming none go to the first. A bundle or a model is needed.",
+    )
+    model: Annotated[list[ModelName], NoDecode] = Field(
+        default_factory=list, description="A model by name, as `[ALIAS=]NAME[@REVISION]`: a hub repository id "
+        "(BAAI/bge-m3) or a local directory, at a branch, tag or commit (default main), served under ALIAS, else "
+        "NAME. Its bundle comes from the bundle cache (cache_dir), else is made there first: a repository that "
+        "holds an attnserve bundle is downloaded and verified, a checkpoint downloaded and exported by `attnserve "
+        "pull` in a subprocess (this process never imports torch). Repeat (or separate by commas) for several; "
+        "they are served after the bundles, and beside other models each needs a name that fits in a URL path (a "
+        "hub name takes an ALIAS).",
     )
     host: str = Field("127.0.0.1", description="Interface to bind; 0.0.0.0 exposes the service beyond this machine.")
     port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
@@ -75,36 +87,40 @@ class Settings(ServingOptions, BaseSettings):
     @classmethod
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str | list):
-            return _items(value)
+            return split_items(value)
         return value
 
     @field_validator("bundle", mode="before")
     @classmethod
     def _parse_bundles(cls, value: object) -> object:
         if isinstance(value, str | Path | list):
-            return [_served_bundle(item) for item in _items(value)]
+            return [_served_bundle(item) for item in split_items(value)]
         return value
 
-    @field_validator("bundle")
+    @field_validator("model", mode="before")
     @classmethod
-    def _unique_names(cls, value: list[ServedBundle]) -> list[ServedBundle]:
-        names = [b.name for b in value if b.name is not None]
+    def _parse_models(cls, value: object) -> object:
+        if isinstance(value, str | list):
+            return [_named_model(item) for item in split_items(value)]
+        return value
+
+    @model_validator(mode="after")
+    def _models_to_serve(self) -> Settings:
+        """A bundle or a model to serve; each name given once; every reranker recipe for a named model."""
+        if not self.bundle and not self.model:
+            raise ValueError("nothing to serve: give a bundle (--bundle, ATTNSERVE_BUNDLE) or a model by name "
+                             "(--model, ATTNSERVE_MODEL)")
+        served = [m.served_name for m in self.model]
+        names = [b.name for b in self.bundle if b.name is not None] + served
         for name in names:
             if names.count(name) > 1:
-                raise ValueError(f"the model name {name!r} is given to more than one bundle")
-        return value
-
-
-def _items(value: str | Path | list[object]) -> list[object]:
-    """The items of a value or list of values, strings split at commas (the environment's form, and what
-    each repeated flag may hold)."""
-    items: list[object] = []
-    for value_ in value if isinstance(value, list) else [value]:
-        if isinstance(value_, str):
-            items += [item.strip() for item in value_.split(",") if item.strip()]
-        else:
-            items.append(value_)
-    return items
+                raise ValueError(f"the model name {name!r} is given to more than one bundle or model")
+        for model, name in zip(self.model, served, strict=True):
+            if len(self.bundle) + len(self.model) > 1 and not MODEL_NAME.match(name):
+                raise ValueError(f"model {str(model)!r}: beside other models it needs a name that fits in a URL path "
+                                 f"(/v2/models/NAME/infer); serve it under one, as ALIAS={model}")
+        self.check_rerankers(served)
+        return self
 
 
 def _served_bundle(item: object) -> object:
@@ -122,6 +138,17 @@ def _served_bundle(item: object) -> object:
     if not path:
         raise ValueError(f"bundle item {item!r}: no directory after '='")
     return ServedBundle(name=name, path=Path(path))
+
+
+def _named_model(item: object) -> object:
+    """`[ALIAS=]NAME[@REVISION]`, its ALIAS a model name; other types pass to pydantic."""
+    if not isinstance(item, str):
+        return item
+    named = ModelName.parse(item)
+    if named.alias is not None and not MODEL_NAME.match(named.alias):
+        raise ValueError(f"model item {item!r}: {named.alias!r} is not a model name (letters, digits, '.', '_', ':', "
+                         "'-'; it starts with a letter or digit)")
+    return named
 
 
 def settings_table() -> str:

@@ -60,10 +60,10 @@ def test_image_requirements_carry_one_onnxruntime_and_no_torch(flavour: str, run
 
 
 def test_image_copies_the_service_side_only() -> None:
-    """The image serves bundles and runs embed jobs: the CLI, the bundle contract, the service and jobs; never
-    model/ or export/ (torch)."""
+    """The image serves bundles and runs embed jobs: the CLI, the bundle contract, models by name, the service and
+    jobs; never model/ or export/ (torch)."""
     copied = {line.split()[0] for line in _instruction("COPY") if not line.startswith("--")}
-    assert {"attnserve", "bundle", "service", "jobs"} <= copied
+    assert {"attnserve", "bundle", "hub", "service", "jobs"} <= copied
     assert not copied & {"model", "export", "."}
 
 

@@ -1,7 +1,8 @@
 """The layers load only what they may, checked in fresh processes: `model <- export -> bundle <- inference <-
-service, jobs, bench`. No torch (nor model/ or export/) in bundle/, inference/, service/ or jobs/ (the Docker
-image carries none of them); no HTTP framework, server or HTTP settings in inference/; no service/ in jobs/ or
-bench/."""
+service, jobs, bench`, with hub/ (models by name) between bundle/ and service/. No torch (nor model/ or export/) in
+bundle/, hub/, inference/, service/, jobs/ or the command line's own modules (the Docker image carries none of them);
+no HTTP framework, server or HTTP settings in inference/ or hub/, and no inference core in hub/; no service/ in jobs/
+or bench/."""
 
 from __future__ import annotations
 
@@ -42,13 +43,18 @@ def test_the_core_imports_no_http_and_no_torch(tiny_bundle: Path) -> None:
 
 
 def test_the_server_and_the_jobs_import_no_torch(tiny_bundle: Path) -> None:
-    code = import_all("bundle", "inference", "service", "jobs") + (
+    code = import_all("bundle", "hub", "inference", "service", "jobs") + (
+        "import attnserve.cli, attnserve.flags, attnserve.pull\n"  # not attnserve.__main__, which runs the CLI
         "from inference.registry import load_bundles, ServedBundle\nfrom inference.options import LoadOptions\n"
         "from service.app import create_app\nfrom service.settings import Settings\n"
         f"loaded = load_bundles([ServedBundle(path={str(tiny_bundle)!r})], LoadOptions())\n"
         "create_app(Settings(bundle='x'), loaded)\n"
     )
     assert loaded_after(code, TORCH_SIDE) == []
+
+
+def test_models_by_name_import_no_torch_no_http_and_no_core() -> None:
+    assert loaded_after(import_all("hub"), TORCH_SIDE + HTTP_SIDE + ("inference",)) == []
 
 
 @pytest.mark.parametrize("package", ["jobs", "bench"])

@@ -10,13 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def planned(target: str, tmp_path: Path) -> str:
+def planned(target: str, tmp_path: Path, *variables: str) -> str:
     """The commands `make -n target` would run from a fresh state (a virtual environment and bundle that do
-    not exist yet)."""
+    not exist yet), with `variables` (NAME=VALUE) set too."""
     result = subprocess.run(
         ["make", "-n", target, f"VENV={tmp_path / 'venv'}", f"BUNDLE={tmp_path / 'bundle'}",
          f"CHECKPOINT={tmp_path / 'checkpoint'}", "CHROMIUM=/nonexistent/chromium",
-         f"NODE_STAMP={tmp_path / 'node' / '.installed'}"],
+         f"NODE_STAMP={tmp_path / 'node' / '.installed'}", *variables],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
@@ -31,6 +31,12 @@ def test_make_serve_installs_inside_the_venv_only_what_serving_needs(tmp_path: P
     assert not any("dev" in line or "ray" in line for line in installs), installs
     assert "torch==2.13.0" in installs[1]  # pinned, and before the project pulls any torch in
     assert "attnserve train" in plan and "attnserve export" in plan and "attnserve serve" in plan
+
+
+def test_make_serve_model_serves_a_model_by_name_and_builds_no_bundle(tmp_path: Path) -> None:
+    plan = planned("serve", tmp_path, "MODEL=BAAI/bge-small-en-v1.5")
+    assert "attnserve train" not in plan and "attnserve export" not in plan
+    assert "attnserve serve --model BAAI/bge-small-en-v1.5 --host" in plan and "--bundle" not in plan
 
 
 def test_make_test_is_ci_and_runs_the_lints_and_the_suite(tmp_path: Path) -> None:

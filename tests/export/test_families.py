@@ -24,7 +24,7 @@ import torch
 from bundle.feeds import input_names, pad, selected, selects
 from bundle.manifest import Manifest
 from bundle.session import open_session
-from export.variants import DEFAULT_VARIANTS
+from bundle.variants import DEFAULT_VARIANTS
 from model.heads import sparse_vector
 from model.load import load_model
 from model.tokenizer import encode, pad_id, pair_ids

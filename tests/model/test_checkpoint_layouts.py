@@ -1,9 +1,11 @@
 """The layout registry (model/layouts.py): every layout is recognised from a directory laid out as it (built by the
-helpers the loader tests use), and the source hash covers exactly that layout's files, through the one door."""
+helpers the loader tests use), and the source hash covers exactly that layout's files, through the one door; what
+the door refuses from a directory's small files alone (model.load.check_config, before a pull fetches weights)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from bundle.files import sha256_file
 from export.bundle import source_sha256
 from model.layouts import LAYOUTS, layout_of
-from model.load import load_model
+from model.load import check_config, load_model
 from tests.helpers.adapters import save_adapter
 from tests.helpers.bge_m3 import save_bge_m3
 from tests.helpers.colbert import save_colbert_ai, save_pylate
@@ -81,3 +83,29 @@ def test_adapters_come_through_the_door_over_their_base(tmp_path: Path) -> None:
     loaded = load_model(tmp_path / "base", adapters={"one": adapter})
     assert [a.name for a in loaded.adapters] == ["one"] and loaded.encoder.config.adapters == ("one",)
     assert [file.name for file in loaded.source_files] == MODEL  # the base's files: the adapters are not hashed
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_every_layout_passes_the_check_from_its_small_files(name: str, tmp_path: Path) -> None:
+    directory = BUILDERS[name][0](tmp_path)
+    for weights in [p for pattern in ("*.safetensors", "*.bin", "*.pt") for p in directory.glob(pattern)]:
+        weights.unlink()  # as attnserve pull checks it: before the weights are fetched
+    if name == "peft":
+        with pytest.raises(ValueError, match="is a PEFT adapter directory"):
+            check_config(directory)
+    else:
+        check_config(directory)
+
+
+@pytest.mark.parametrize(("config", "reranker", "says"), [
+    ({"model_type": "t5"}, None, "model_type 't5' is not supported"),
+    ({"model_type": "bert", "architectures": ["BertForQuestionAnswering"]}, None, "architecture 'BertForQuestion"),
+    ({"model_type": "bert", "architectures": ["BertModel"]}, "qwen3", "an LLM reranker is a causal LM"),
+    ({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}, "llama9", "recipe 'llama9' is not known"),
+    ({"architectures": ["BertModel"]}, None, "neither an attnserve checkpoint nor a Hugging Face model directory"),
+])
+def test_the_check_refuses_what_the_door_would(config: dict[str, object], reranker: str | None, says: str,
+                                               tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=says):
+        check_config(tmp_path, reranker)

@@ -48,7 +48,7 @@ def test_bundles_from_the_environment_and_repeated_flags(monkeypatch, tmp_path):
     ("bad name=/x", "'bad name' is not a model name"),
     ("a=", "no directory after '='"),
     ("a=/x,a=/y", "'a' is given to more than one bundle"),
-    ("", "at least 1 item"),
+    ("", "nothing to serve: give a bundle"),
 ])
 def test_bundle_errors_name_the_item(value, names):
     with pytest.raises(ValidationError, match=names):
