@@ -24,8 +24,9 @@ from model.config import EncoderConfig
 log = logging.getLogger(__name__)
 
 VARIANTS = ("fp32", "fp32-opt", "int8", "int8-dynamic", "fp16")
-# What `attnserve export` builds unless told otherwise: the exact variants (gated at max abs 1e-5 against
-# PyTorch). int8 and fp16 change the numbers (cosine gates), so they are built only when asked for.
+# What `attnserve export` builds unless told otherwise: the exact variants (gated on float32 rounding against a
+# float64 run of the model, export.gates). int8 and fp16 change the numbers (cosine gates), so they are built only
+# when asked for.
 DEFAULT_VARIANTS = ("fp32", "fp32-opt")
 # Variants each graph kind is built in; the attention graph is a debugging/inspection path.
 KIND_VARIANTS = {"fast": VARIANTS, "attention": ("fp32", "fp16")}
