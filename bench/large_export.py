@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, Any] = {"config": model_config(args), **run_phase(args, "source", source)}
         figures.update(timed_export(args, source, bundle))
         figures["files"] = bundle_bytes(bundle)
-        figures["parity"] = {g["file"]: {k: v for k, v in g["parity"].items() if k.endswith("max_abs_diff")}
+        figures["parity"] = {g["file"]: {k: v for k, v in g["parity"].items()
+                                         if k.endswith(("max_abs_diff", "_float64_error", "_float64_limit"))}
                              for g in json.loads((bundle / "manifest.json").read_text())["graphs"]}
         figures.update(run_phase(args, "serve", bundle))
     finally:

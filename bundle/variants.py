@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from bundle.manifest import Variant
 
 VARIANTS: tuple[str, ...] = typing.get_args(Variant)  # fp32, fp32-opt, int8, int8-dynamic, fp16
-# The exact variants (gated at max abs 1e-5 against PyTorch). int8 and fp16 change the numbers (cosine gates), so
-# they are built only when asked for.
+# What `attnserve export` builds unless told otherwise: the exact variants (gated on float32 rounding against a
+# float64 run of the model, export.gates). int8 and fp16 change the numbers (cosine gates), so they are built only
+# when asked for.
 DEFAULT_VARIANTS = ("fp32", "fp32-opt")
 
 

@@ -36,15 +36,17 @@ from export.adapters import manifest_entry
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
 from export.measure import measure_entries
-from export.parity import Batch, ParityError, References, adapter_sets, check_graph, check_sets
+from export.parity import ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
+from export.rounding import Rounding, float64_references
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
 from model.load import load_model
 from model.tokenizer import token_ids
 
 log = logging.getLogger(__name__)
-
+# a graph kind's sets of parity texts by name ("": the one set of a model without adapters), each with its Rounding
+Gated = dict[str, tuple[References, Rounding]]
 
 
 class ExportError(RuntimeError):
@@ -126,13 +128,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     else:  # an LLM reranker's: its prompt's prefix and suffix in the post-processor (model.lm_scorer)
         model.tokenizer.save(str(tokenizer))
     int8 = int8_inputs(model, max_length, texts) if texts is not None else None
-    graphs = []
-    parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
-    for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
-        references: Iterable[Batch] | dict[str, References] = References(model, parity, max_length, kind)
-        if config.adapters:  # the base, each adapter, and a batch mixing them, each a set of its own
-            references = adapter_sets(model, parity, max_length, kind)
-        graphs += _build_kind(model, tmp, kind, chosen, references, int8 if kind == "fast" else None)
+    graphs = _build_graphs(model, tmp, chosen, max_length, int8)
     parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
     graphs = measure_entries(graphs, tmp, parity_ids, config.pad_token_id)
     return Manifest(
@@ -148,11 +144,43 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
     )
 
 
+def _build_graphs(model: LoadedModel, tmp: Path, chosen: list[str], max_length: int,
+                  int8: Int8Inputs | None) -> list[GraphEntry]:
+    """Every graph of every kind, each gated. The float64 references of every kind are computed first, before any
+    graph is exported (their float64 copy of the model is let go by then), and let go on return, before the timings."""
+    config = model.encoder.config
+    parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
+    sets = {(kind, name): texts for kind in KINDS
+            for name, texts in _parity_sets(model, parity, max_length, kind).items()}
+    exact = float64_references(sets)
+    graphs = []
+    for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
+        gated = {name: (texts, exact[k, name]) for (k, name), texts in sets.items() if k == kind}
+        graphs += _build_kind(model, tmp, kind, chosen, gated, int8 if kind == "fast" else None)
+    return graphs
+
+
+def _parity_sets(model: LoadedModel, parity: list[list[Any]], max_length: int, kind: str) -> dict[str, References]:
+    """The texts a `kind` graph is gated on: the parity texts (and a cross-encoder's pairs) as one unnamed set, or
+    with adapters the base, each adapter, and a batch mixing them, each a set of its own (export.parity)."""
+    if model.encoder.config.adapters:
+        return adapter_sets(model, parity, max_length, kind)
+    return {"": References(model, parity, max_length, kind)}
+
+
+def _check(path: Path, variant: str, gated: Gated) -> dict[str, float]:
+    """check_graph on the one unnamed set, check_sets on named ones (each reported under its name)."""
+    providers = variants_mod.PROVIDERS[variant]
+    if list(gated) == [""]:
+        return check_graph(path, variant, providers, *gated[""])
+    return check_sets(path, variant, providers, {name: texts for name, (texts, _) in gated.items()},
+                      {name: rounding for name, (_, rounding) in gated.items()})
+
+
 def _build_kind(
-    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], references: Iterable[Batch] | dict[str, References],
-    int8: Int8Inputs | None,
+    model: LoadedModel, tmp: Path, kind: str, chosen: list[str], gated: Gated, int8: Int8Inputs | None,
 ) -> list[GraphEntry]:
-    """Every chosen variant of `kind`, gated on `references` (a dict: named sets, each gated and reported)."""
+    """Every chosen variant of `kind`, gated on `gated`: its sets of texts and their float64 references."""
     fp32 = tmp / f"{kind}-fp32.onnx"
     export_graph(model.encoder, kind, fp32)
     entries = []
@@ -165,8 +193,7 @@ def _build_kind(
         else:
             if variant != "fp32":
                 variants_mod.build(variant, fp32, path, model.encoder.config)
-            parity = (check_sets(path, variant, providers, references) if isinstance(references, dict)
-                      else check_graph(path, variant, providers, references))
+            parity = _check(path, variant, gated)
         log.info("%s parity %s", path.name, parity)
         entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
     return entries

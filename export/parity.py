@@ -1,4 +1,8 @@
-"""The parity gate: eager PyTorch against onnxruntime on fixed texts, per graph variant.
+"""The parity check: onnxruntime against eager PyTorch on fixed texts, per graph variant; the gates each variant's
+figures must meet are export.gates'. Every graph is measured against eager float32 on every parity text
+({output}_max_abs_diff: reported, the gate of no exact variant); the exact variants (fp32, fp32-opt) are gated against
+a float64 run of the same model on the float64 texts (export.rounding), allowed a multiple of eager float32's own
+error there.
 
 Shape letters: B batch, T sequence, D hidden, L layers, H heads.
 
@@ -20,6 +24,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -28,29 +33,16 @@ import torch
 
 from bundle.feeds import pad
 from bundle.session import ORT_PROVIDERS, open_session
+from export.gates import EXACT_VARIANTS, gate_failures, merge_worst, reported
 from export.graphs import GraphModule
 from model.checkpoint import LoadedModel
 from model.tokenizer import pair_ids, token_ids
 
+if TYPE_CHECKING:
+    from export.rounding import Rounding
+
 log = logging.getLogger(__name__)
 
-# variant -> (figure, limit, sense): "max", the figure must stay under the limit; "scaled", under the limit times its
-# output's scale (scale()); "min", above the limit. A figure starting with "*" applies to every output that has no
-# entry of its own (e.g. "*_max_abs_diff").
-# The exact variants' rule: on real tokens, each output's max abs diff from eager PyTorch is at most 1e-5 times
-# max(1, that output's largest |reference| value), and the attention probabilities' at most 1e-4. float32 rounds a
-# value to about 1.2e-7 of its own size, so the error of a state grows with its magnitude (and a real model's
-# depth). A probability's error is that of the scores it is the softmax of, passed on at most halved, and a real
-# model's scores reach tens: 1e-4 is the states' 1e-5 on scores of 20. docs/export.md ("The exact gates") has what
-# real models measure against these limits, and how far a real mistake moves them.
-EXACT = [("*_max_abs_diff", 1e-5, "scaled"), ("attentions_max_abs_diff", 1e-4, "max")]
-GATES: dict[str, list[tuple[str, float, str]]] = {
-    "fp32": EXACT,
-    "fp32-opt": EXACT,
-    "fp16": [("embeddings_min_cosine", 0.999, "min"), ("token_embeddings_min_cosine", 0.999, "min")],
-    "int8": [("embeddings_min_cosine", 0.99, "min"), ("label_agreement", 0.99, "min")],
-    "int8-dynamic": [("embeddings_min_cosine", 0.99, "min"), ("label_agreement", 0.99, "min")],
-}
 NOT_MEASURED = "not_measured_cuda_unavailable"  # 1.0 when no provider here could run the graph
 CUDA_MEASURED = "cuda_measured"  # for graphs meant for CUDA: 1.0 measured on CUDA, 0.0 on CPU only
 _SHORT_NAMES = {ort_name: short for short, ort_name in ORT_PROVIDERS.items()}
@@ -182,7 +174,7 @@ def tally(compared: Iterable[tuple[Batch, dict[str, np.ndarray]]], names: Sequen
     for batch, outputs in compared:
         mask = batch.inputs["attention_mask"]
         for name in names:
-            out = _merge_worst(out, _output_figures(name, batch.expected[name], outputs[name], mask))
+            out = merge_worst(out, _output_figures(name, batch.expected[name], outputs[name], mask))
         if "logits" in names:
             same = batch.expected["logits"].argmax(-1) == outputs["logits"].argmax(-1)
             agree, rows = agree + int(same.sum()), rows + same.size
@@ -211,36 +203,11 @@ def _output_figures(name: str, expected: np.ndarray, got: np.ndarray, mask: np.n
     return out
 
 
-def gate_failures(variant: str, measured: dict[str, float]) -> list[str]:
-    """Human-readable misses, e.g. 'logits_max_abs_diff 3.1e-03 > 1e-04'."""
-    gates = GATES[variant]
-    own = {figure for figure, _, _ in gates if not figure.startswith("*")}
-    misses = []
-    for figure, limit, sense in gates:
-        for key in _gated(figure, measured, own):
-            value = measured[key]
-            bound = limit * scale(key, measured) if sense == "scaled" else limit
-            if (sense == "min" and not value >= bound) or (sense != "min" and not value <= bound):
-                misses.append(f"{key} {value:.4g} {'<' if sense == 'min' else '>'} {bound:.4g}")
-    return misses
-
-
-def scale(key: str, measured: dict[str, float]) -> float:
-    """What a "scaled" limit on `key` ({output}_max_abs_diff) is multiplied by: max(1, the output's largest |reference|
-    value), its {output}_max_abs figure (1 when not measured)."""
-    return max(1.0, measured.get(key.removesuffix("_diff"), 1.0))
-
-
-def _gated(figure: str, measured: dict[str, float], own: set[str]) -> list[str]:
-    """The measured keys a gate's `figure` applies to: itself, or for "*_suffix" every key with that suffix and no
-    gate of its own."""
-    if not figure.startswith("*"):
-        return [figure] if figure in measured else []
-    return [key for key in measured if key.endswith(figure[1:]) and key not in own]
-
-
-def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Iterable[Batch]) -> dict[str, float]:
-    """Measure `path` on every provider here that it is meant for; raise ParityError on a miss."""
+def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Iterable[Batch],
+                rounding: Rounding | None = None) -> dict[str, float]:
+    """Measure `path` on every provider here that it is meant for; raise ParityError on a miss. An exact variant is
+    gated on `rounding` (export.rounding: the float64 texts; without it, it misses); `batches` give every variant its
+    figures against eager float32 ({output}_max_abs_diff), the gate of the others."""
     names = [o.name for o in onnx.load(str(path), load_external_data=False).graph.output]
     runnable = available_providers(providers) or _cpu_fallback(path)
     if not runnable:
@@ -249,30 +216,34 @@ def check_graph(path: Path, variant: str, providers: Sequence[str], batches: Ite
     for provider in runnable:
         session = open_session(path, _SHORT_NAMES[provider], kind="attention" if "attentions" in names else "fast")
         measured = tally(run(session, batches), names)
-        worst = _merge_worst(worst, measured)
+        if rounding is not None and variant in EXACT_VARIANTS:
+            measured |= rounding.figures(tally(run(session, rounding.batches), names))
+        worst = merge_worst(worst, measured)
     misses = gate_failures(variant, worst)
     if misses:
         raise ParityError(f"{path.name} ({variant}) missed its parity gate: {'; '.join(misses)}")
-    reported = {k: v for k, v in worst.items() if _reported(variant, k)}
+    figures = {k: v for k, v in worst.items() if reported(variant, k)}
     if "CUDAExecutionProvider" in providers:
-        reported[CUDA_MEASURED] = float("CUDAExecutionProvider" in runnable)
-    return reported
+        figures[CUDA_MEASURED] = float("CUDAExecutionProvider" in runnable)
+    return figures
 
 
 def check_sets(path: Path, variant: str, providers: Sequence[str],
-               sets: dict[str, list[Batch]] | dict[str, References]) -> dict[str, float]:
-    """check_graph on each named set in turn (the first miss raises ParityError, naming the set). Figures are
-    reported per set ("held_out_label_agreement") and as the worst over all sets (plain names)."""
-    reported: dict[str, float] = {}
+               sets: dict[str, list[Batch]] | dict[str, References],
+               roundings: dict[str, Rounding] | None = None) -> dict[str, float]:
+    """check_graph on each named set in turn (with its Rounding, by the same name); the first miss raises ParityError,
+    naming the set. Figures are reported per set ("held_out_label_agreement") and as the worst over all sets (plain
+    names)."""
+    figures: dict[str, float] = {}
     worst: dict[str, float] = {}
     for name, batches in sets.items():
         try:
-            measured = check_graph(path, variant, providers, batches)
+            measured = check_graph(path, variant, providers, batches, (roundings or {}).get(name))
         except ParityError as err:
             raise ParityError(f"{err} (on the {name} texts)") from None
-        reported |= {f"{name}_{key}": value for key, value in measured.items()}
-        worst = _merge_worst(worst, measured)
-    return {**worst, **reported}
+        figures |= {f"{name}_{key}": value for key, value in measured.items()}
+        worst = merge_worst(worst, measured)
+    return {**worst, **figures}
 
 
 def _cpu_fallback(path: Path) -> list[str]:
@@ -282,18 +253,3 @@ def _cpu_fallback(path: Path) -> list[str]:
     except Exception:  # noqa: BLE001 - any load failure means "cannot measure here"
         return []
     return ["CPUExecutionProvider"]
-
-
-def _merge_worst(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    """The worse of each figure in either (the larger diff or scale, the smaller cosine or agreement)."""
-    out = {**a, **b}
-    for key in a.keys() & b.keys():
-        out[key] = max(a[key], b[key]) if key.endswith(("diff", "max_abs")) else min(a[key], b[key])
-    return out
-
-
-def _reported(variant: str, key: str) -> bool:
-    """An exact variant reports its figures and the scales the gate held them to; the others their agreement."""
-    if variant in ("fp32", "fp32-opt"):
-        return key.endswith(("max_abs_diff", "max_abs"))
-    return key.endswith("min_cosine") or key == "label_agreement"

@@ -110,7 +110,7 @@ class RotaryAngles(nn.Module):
         return torch.where(length > self.original_length, grown, self.inv_freq)
 
     def forward(self, T: int, device: torch.device) -> tuple[Tensor, Tensor]:
-        pos = torch.arange(T, device=device, dtype=torch.float)
+        pos = torch.arange(T, device=device, dtype=self.inv_freq.dtype)  # float64 in a float64 copy of the model
         freqs = pos[:, None] * self.frequencies(pos)[None, :]  # (T, d_k / 2)
         angles = torch.cat((freqs, freqs), dim=-1)[None, None]  # (1, 1, T, d_k)
         return angles.cos(), angles.sin()

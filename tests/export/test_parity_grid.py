@@ -1,4 +1,5 @@
-"""onnxruntime equals eager PyTorch over a grid of batch sizes and lengths: the axes are dynamic."""
+"""onnxruntime equals eager PyTorch over a grid of batch sizes and lengths: the axes are dynamic. Each grid batch is
+held to the exact gate (export/gates.py) against a float64 run of the same model."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import torch
 from bundle.feeds import input_names
 from bundle.manifest import Manifest
 from bundle.session import open_session
+from export.gates import gate_failures
 from export.graphs import GraphModule
-from export.parity import Batch, figures, gate_failures
+from export.parity import Batch, figures
+from export.rounding import Rounding, eager_figures, float64_copy
 from export.variants import optimize
 from model.load import load_model
 
@@ -39,6 +42,15 @@ def eager(module: GraphModule, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
     return {n: v.numpy() for n, v in zip(module.names, values, strict=True)}
 
 
+def exact(modules: tuple[GraphModule, GraphModule], inputs: dict[str, np.ndarray],
+          got: dict[str, np.ndarray]) -> dict[str, float]:
+    """The exact gate's figures of a graph's outputs `got` for `inputs`: (float32, float64) modules of one model."""
+    single, double = modules
+    batch = Batch(inputs, eager(double, inputs))
+    rounding = Rounding([batch], eager_figures(batch, eager(single, inputs), single.names))
+    return rounding.figures(figures([batch], [got], single.names))
+
+
 def fed(session: Any, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The feeds `session` takes (token_type_ids for a BERT-family graph)."""
     return {name: inputs[name] for name in input_names(session)}
@@ -51,7 +63,8 @@ def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: p
     manifest = Manifest.read(bundle)
     entry = manifest.graph(kind, "fp32")
     assert entry is not None
-    module = GraphModule(load_model(Path(manifest.source.path)).encoder.eval(), kind)
+    encoder = load_model(Path(manifest.source.path)).encoder.eval()
+    modules = GraphModule(encoder, kind), GraphModule(float64_copy(encoder), kind)
     sess = open_session(bundle / entry.file)
     names = [o.name for o in entry.outputs]
     for b in BATCHES:
@@ -59,7 +72,7 @@ def test_onnx_matches_eager_over_grid(bundle_fixture: str, kind: str, request: p
             inputs = grid_batch(manifest.model_config_["vocab_size"], b, int(length), seed=b * 1000 + int(length))
             got = dict(zip(names, sess.run(names, fed(sess, inputs)), strict=True))
             assert got["embeddings"].shape == (b, manifest.hidden_size)
-            measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
+            measured = exact(modules, inputs, got)
             assert not gate_failures("fp32", measured), (b, length, measured)
 
 
@@ -76,7 +89,7 @@ def test_fused_graph_matches_eager_over_grid(
     optimize(bundle / "fast-fp32.onnx", opt, encoder.config)
     ops = [n.op_type for n in onnx.load(str(opt)).graph.node]
     assert ops.count("Attention") == encoder.config.num_layers
-    module, sess = GraphModule(encoder, "fast"), open_session(opt)
+    modules, sess = (GraphModule(encoder, "fast"), GraphModule(float64_copy(encoder), "fast")), open_session(opt)
     names = [o.name for o in sess.get_outputs()]
     for b in BATCHES:
         for length in (manifest.max_length if t == "max" else t for t in LENGTHS):
@@ -84,7 +97,7 @@ def test_fused_graph_matches_eager_over_grid(
             left = {k: v[:, ::-1].copy() for k, v in right.items()}  # (B, T), padding first
             for inputs in (right, left):
                 got = dict(zip(names, sess.run(names, fed(sess, inputs)), strict=True))
-                measured = figures([Batch(inputs, eager(module, inputs))], [got], names)
+                measured = exact(modules, inputs, got)
                 assert not gate_failures("fp32-opt", measured), (b, length, measured)
 
 
@@ -117,16 +130,19 @@ def test_attention_references_are_split_to_the_map_budget_and_compare_the_same(
     order (the fast graph's batches stay whole), and the attention graph's figures over them are those of the whole
     batches: the same texts, the same maps, less memory at once."""
     from export import parity, parity_texts
+    from export.rounding import float64_references
 
     model = load_model(tiny_checkpoint)
     texts = parity_texts.parity_batches()
     whole = list(parity.References(model, texts, 64, "attention"))
+    rounding = float64_references({"": parity.References(model, texts, 64, "attention")})[""]
     path = tiny_bundle / "attention-fp32.onnx"
-    expected = parity.check_graph(path, "fp32", ["CPUExecutionProvider"], whole)
+    expected = parity.check_graph(path, "fp32", ["CPUExecutionProvider"], whole, rounding)
     monkeypatch.setattr(parity, "MAP_BATCH_BYTES", 1)
     split = list(parity.References(model, texts, 64, "attention"))
     assert [len(b.inputs["input_ids"]) for b in split] == [1] * sum(len(t) for t in texts)
     assert [len(b.inputs["input_ids"]) for b in parity.References(model, texts, 64, "fast")] == [len(t) for t in texts]
     rows = [row[row > 0].tolist() for b in whole for row in b.inputs["input_ids"] * b.inputs["attention_mask"]]
     assert [b.inputs["input_ids"][0].tolist() for b in split] == rows  # the same texts, in order, each unpadded
-    assert parity.check_graph(path, "fp32", ["CPUExecutionProvider"], split) == pytest.approx(expected, abs=1e-6)
+    assert parity.check_graph(path, "fp32", ["CPUExecutionProvider"], split, rounding) == pytest.approx(expected,
+                                                                                                     abs=1e-6)

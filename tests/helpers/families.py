@@ -126,3 +126,15 @@ def randomise_vectors(model: torch.nn.Module) -> None:
         for param in model.parameters():
             if param.dim() == 1:
                 param.add_(torch.randn_like(param) * 0.1)
+
+
+def trained_magnitudes(model: torch.nn.Module, query_scale: float) -> None:
+    """A random model moved towards a trained one's magnitudes: its norms' vectors spread around their start (sd 0.3),
+    the other vectors (biases) off theirs (sd 0.1), and the query projections scaled by `query_scale`, so that the
+    attention scores reach tens as a trained model's do."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * (0.3 if "norm" in name.lower() else 0.1))
+            if name.endswith(("query.weight", "q_proj.weight")):
+                param.mul_(query_scale)
