@@ -1,6 +1,6 @@
 """The exact variants' parity gate (export/gates.py) passes a real model's float32 rounding and still catches a wrong
 graph. The rule: on the float64 texts, each output's max abs error against a float64 run of the same eager model (on
-real tokens) is at most 4 x the error eager float32 PyTorch makes there, plus 1e-6 x max(1, the output's largest
+real tokens) is at most 8 x the error eager float32 PyTorch makes there, plus 1e-6 x max(1, the output's largest
 |float64 value|); the attention probabilities get the same rule.
 
 Two random-weight BERTs, each exported once (the fast fp32 graph) and compared with its own float64 reference on two
@@ -8,13 +8,13 @@ parity batches (3 and 8 texts, padded): the tests' small one (2 layers x 32) and
 (12 layers x 768, 12 heads) with a trained model's magnitudes: weights and embeddings at sd 0.04, norm weights spread
 around 1 (sd 0.3), and queries scaled up so that the scores reach tens as a trained model's do (here 13 to 30 per
 layer; all-mpnet-base-v2's 13 to 28), and its states reach about 7. Each passes, its figure shown within the gate
-(token_embeddings 1.0e-6 from float64 against a limit of 7.6e-6 for the small one, eager float32's own error 8.4e-7;
-1.2e-5 against 4.5e-5 for the base-sized one, eager's 9.5e-6); and each of three broken copies misses the gate
+(token_embeddings 1.0e-6 from float64 against a limit of 1.1e-5 for the small one, eager float32's own error 8.4e-7;
+1.2e-5 against 8.3e-5 for the base-sized one, eager's 9.5e-6); and each of three broken copies misses the gate
 against the unbroken model's float64 reference, on token_embeddings by 10x or more (small, base-sized):
-  position  two rows of the position table swapped (the tokens at positions 3 and 4 trade places): 220,000x, 42,000x
-  norm      the middle block's attention norm weight 1% off: 430x, 280x
+  position  two rows of the position table swapped (the tokens at positions 3 and 4 trade places): 155,000x, 23,000x
+  norm      the middle block's attention norm weight 1% off: 300x, 157x
   mask      the last key always visible (each padded row sees one padding key), exported from the model with
-            model.encoder.build_mask patched to let it through: 970x, 40,000x.
+            model.encoder.build_mask patched to let it through: 675x, 21,700x.
 The position and norm copies are the exported graph with that one initializer edited, the graph a copy with those
 weights exports, without a second 12-layer export. The mistakes of other families (a LayerNorm eps, gate and up
 swapped, a rotary base, a query norm left out, padding attended) are tests/export/test_gate_mistakes.py; the real
@@ -112,22 +112,22 @@ def float64_figures(error: float, eager: float, scale: float, output: str = "tok
 
 
 def test_the_limit_is_a_multiple_of_float32s_own_error() -> None:
-    """4e-5 from float64 passes beside eager float32's 1e-5, or beside 5e-6 on an output of magnitude 25 (the floor,
-    1e-6 x 25, adds the rest); beside 5e-6 on an output under 1 it misses. Probabilities get the same rule; no float64
+    """8e-5 from float64 passes beside eager float32's 1e-5, or beside 5e-6 on an output of magnitude 50 (the floor,
+    1e-6 x 50, adds the rest); beside 5e-6 on an output under 1 it misses. Probabilities get the same rule; no float64
     figures is a miss, not a pass; fp16 keeps its cosine."""
-    assert not gate_failures("fp32", float64_figures(4e-5, 1e-5, 0.5))
-    assert not gate_failures("fp32", float64_figures(4e-5, 5e-6, 25.0))
-    assert gate_failures("fp32", float64_figures(4e-5, 5e-6, 0.5)) == [
-        "token_embeddings_float64_error 4e-05 > 2.1e-05 (4 x eager float32's 5e-06 + 1e-06 x 1)"]
+    assert not gate_failures("fp32", float64_figures(8e-5, 1e-5, 0.5))
+    assert not gate_failures("fp32", float64_figures(8e-5, 5e-6, 50.0))
+    assert gate_failures("fp32", float64_figures(8e-5, 5e-6, 0.5)) == [
+        "token_embeddings_float64_error 8e-05 > 4.1e-05 (8 x eager float32's 5e-06 + 1e-06 x 1)"]
     assert gate_failures("fp32-opt", float64_figures(2e-6, 0.0, 1.0, "attentions")) == [
-        "attentions_float64_error 2e-06 > 1e-06 (4 x eager float32's 0 + 1e-06 x 1)"]
+        "attentions_float64_error 2e-06 > 1e-06 (8 x eager float32's 0 + 1e-06 x 1)"]
     assert gate_failures("fp32", {"token_embeddings_max_abs_diff": 0.0, "token_embeddings_max_abs": 1.0}) == [
         "no float64 figures (the exact gate compares with a float64 run of the model: export.rounding)"]
     assert gate_failures("fp16", {"embeddings_min_cosine": 0.998}) == ["embeddings_min_cosine 0.998 < 0.999"]
 
 
 def test_the_exported_graph_passes_within_the_gate(exported: Exported) -> None:
-    """The graph is as far from float64 as eager float32 is, give or take: within 4 x its error."""
+    """The graph is as far from float64 as eager float32 is, give or take: within 8 x its error."""
     measured = check_graph(exported.graph, "fp32", CPU, exported.batches, exported.rounding)
     for output in ("embeddings", "token_embeddings"):
         error, eager = measured[f"{output}_float64_error"], measured[f"{output}_float64_eager_error"]
