@@ -32,7 +32,7 @@ BURST = [{"inputs": TEXTS[sum(SIZES[:i]):sum(SIZES[:i + 1])]} for i in range(len
 
 
 async def probe_until_exit(server: Server) -> list[bool]:
-    """Open (and close) new connections every 50 ms until the process ends: refused or not, in order."""
+    """Open (and close) new connections every 10 ms until the process ends: refused or not, in order."""
     refused: list[bool] = []
     while server.proc.poll() is None:
         try:
@@ -41,7 +41,7 @@ async def probe_until_exit(server: Server) -> list[bool]:
             refused.append(False)
         except ConnectionRefusedError:
             refused.append(True)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.01)
     return refused
 
 
@@ -50,8 +50,9 @@ async def signal_under_load(server: Server, client: httpx.AsyncClient) -> tuple[
     burst = [asyncio.create_task(client.post("/embed", json=body)) for body in BURST]
     await until(lambda: read(server.url, "attnserve_queue_depth") == sum(len(b["inputs"]) for b in BURST))
     stream = asyncio.create_task(open_loop(server.url, 20, 3, mixed_requests((1, 2)), timeout_s=40))
+    probes = asyncio.create_task(probe_until_exit(server))  # from before the signal, so a fast drain is still seen
+    await asyncio.sleep(0.05)
     sigterm(server)
-    probes = asyncio.create_task(probe_until_exit(server))
     status = await asyncio.to_thread(terminate, server, 60)  # waits for the exit; SIGKILL only past 60 s
     return list(await asyncio.gather(*burst)), await stream, await probes, status
 
