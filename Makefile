@@ -18,6 +18,8 @@ CALIBRATION ?=
 CHECKPOINT ?= checkpoints/default
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# make test's pytest processes: one per core of the 2-core machine CI runs on.
+TEST_WORKERS ?= 2
 # `make serve MODEL=BAAI/bge-small-en-v1.5` serves a model by name (attnserve serve --model: downloaded and exported
 # into the bundle cache on first use) instead of BUNDLE, and builds no default bundle.
 MODEL ?=
@@ -113,8 +115,10 @@ lint-js: $(NODE_STAMP)
 	@missing=$$(grep -L '^// @ts-check$$' service/static/*.js); \
 		test -z "$$missing" || { echo "no // @ts-check line in: $$missing"; exit 1; }
 
+# The suite in TEST_WORKERS pytest-xdist processes, a test file each at a time (module fixtures stay in one process);
+# the session fixtures are built once for all of them (tests/helpers/shared.py). TEST_WORKERS=0: one process.
 test: lint
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The wall-clock limit checks (marker `reliability`, deselected from `make test`) at full duration (overload
 # 60 s, soak 10 min): each figure is printed next to its limit, and a missed limit fails the target. Then

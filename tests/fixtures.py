@@ -1,4 +1,5 @@
-"""Session fixtures shared by every test package (registered in tests/conftest.py via pytest_plugins).
+"""Session fixtures shared by every test package (registered in tests/conftest.py via pytest_plugins). Each is made
+once per run, by whichever pytest-xdist worker asks first (tests.helpers.shared), but live_server: one per worker.
 
     tiny_checkpoint   a seeded tiny attnserve checkpoint (tests.helpers.tiny; linear head, labels neg/pos)
     tiny_bundle       its fp32 bundle (fast + attention graphs, no fp32-opt: auto serves fp32), name "tiny",
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.helpers.process import launch_server, stop, wait_ready
+from tests.helpers.shared import once
 from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
 
 if TYPE_CHECKING:
@@ -44,16 +46,17 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny")
+    return once(tmp_path_factory, "ckpt-tiny", lambda made: make_tiny_checkpoint(made / "tiny"))
 
 
 def _exported(source: Path, factory: pytest.TempPathFactory, folder: str, **options: str) -> Path:
-    """`source` exported (fp32 only) to a fresh bundle directory called `folder`."""
+    """`source` exported (fp32 only) to a fresh bundle directory called `folder`, once for the run."""
     from export.bundle import export_bundle
 
-    out = factory.mktemp("bundles") / folder
-    export_bundle(source, out, variants=("fp32",), **options)
-    return out
+    def build(made: Path) -> Path:
+        export_bundle(source, made / folder, variants=("fp32",), **options)
+        return made / folder
+    return once(factory, f"bundle-{folder}", build)
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +71,13 @@ def variants_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFact
     from export.bundle import export_bundle
     from tests.helpers.tiny import review_texts
 
-    made = tmp_path_factory.mktemp("variants")
-    texts, out = made / "texts.txt", made / "tiny-all"
-    texts.write_text("\n".join(review_texts(400)) + "\n")
-    export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "int8-dynamic", "fp16"), calibration_data=texts)
-    return out
+    def build(made: Path) -> Path:
+        texts, out = made / "texts.txt", made / "tiny-all"
+        texts.write_text("\n".join(review_texts(400)) + "\n")
+        export_bundle(tiny_checkpoint, out, variants=("fp32-opt", "int8", "int8-dynamic", "fp16"),
+                      calibration_data=texts)
+        return out
+    return once(tmp_path_factory, "variants", build)
 
 
 @pytest.fixture(scope="session")
@@ -80,32 +85,34 @@ def cli_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory,
                ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The CLI's export of the tiny model, once for the CLI's checks (tests/export/test_bundle.py) and the default
     export's (tests/export/test_fusion.py); no --variants, so the defaults."""
-    out = tmp_path_factory.mktemp("cli") / "tiny"
-    argv = [sys.executable, "-m", "attnserve", "export", str(tiny_checkpoint), "--out", str(out)]
-    return out, subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    def build(made: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        argv = [sys.executable, "-m", "attnserve", "export", str(tiny_checkpoint), "--out", str(made / "tiny")]
+        return made / "tiny", subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
+    return once(tmp_path_factory, "cli", build)
 
 
 @pytest.fixture(scope="session")
 def tiny_plain_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "plain", head=False)
+    checkpoint = once(tmp_path_factory, "ckpt-plain", lambda made: make_tiny_checkpoint(made / "plain", head=False))
     return _exported(checkpoint, tmp_path_factory, "plain", name="plain")
 
 
 @pytest.fixture(scope="session")
 def small_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "small", size="small")
+    checkpoint = once(tmp_path_factory, "ckpt-small", lambda made: make_tiny_checkpoint(made / "small", size="small"))
     return _exported(checkpoint, tmp_path_factory, "small", name="small", version="1")
 
 
 @pytest.fixture(scope="session")
 def medium_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    checkpoint = make_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "medium", size="medium")
+    checkpoint = once(tmp_path_factory, "ckpt-medium",
+                      lambda made: make_tiny_checkpoint(made / "medium", size="medium"))
     return _exported(checkpoint, tmp_path_factory, "medium", name="medium", version="1")
 
 
 @pytest.fixture(scope="session")
 def tiny_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_hf_bert(tmp_path_factory.mktemp("hf") / "tiny-bert")
+    return once(tmp_path_factory, "hf", lambda made: make_tiny_hf_bert(made / "tiny-bert"))
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +136,7 @@ def live_server(tiny_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def head_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tests.helpers.heads import export_cases
 
-    return export_cases(tmp_path_factory.mktemp("heads"))
+    return once(tmp_path_factory, "heads", export_cases)
 
 
 @pytest.fixture(scope="session")
@@ -140,7 +147,7 @@ def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], E
 
     def get(name: str) -> Exported:
         if name not in made:
-            made[name] = export_case(name, tmp_path_factory.mktemp(name))
+            made[name] = once(tmp_path_factory, f"family-{name}", lambda root: export_case(name, root))
         return made[name]
     return get
 
@@ -149,14 +156,14 @@ def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], E
 def task_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.helpers.tasks import make_task_model  # torch, transformers and peft: only for the tests that ask
 
-    return make_task_model(tmp_path_factory.mktemp("tasks") / "jina")
+    return once(tmp_path_factory, "tasks", lambda made: make_task_model(made / "jina"))
 
 
 @pytest.fixture(scope="session")
 def task_bundle(task_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.helpers.tasks import export_task_bundle
 
-    return export_task_bundle(task_model, tmp_path_factory.mktemp("bundles") / "jina")
+    return once(tmp_path_factory, "bundle-jina", lambda made: export_task_bundle(task_model, made / "jina"))
 
 
 @pytest.fixture(scope="session")
@@ -164,10 +171,11 @@ def bge_m3_tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from export.bundle import export_bundle
     from tests.helpers import bge_m3
 
-    root = tmp_path_factory.mktemp("bge-m3-tiny")
-    bge_m3.save_bge_m3(root / "source", "tiny")
-    export_bundle(root / "source", root / "bundle", variants=("fp32",))
-    return root / "source", root / "bundle"
+    def build(root: Path) -> tuple[Path, Path]:
+        bge_m3.save_bge_m3(root / "source", "tiny")
+        export_bundle(root / "source", root / "bundle", variants=("fp32",))
+        return root / "source", root / "bundle"
+    return once(tmp_path_factory, "bge-m3-tiny", build)
 
 
 @pytest.fixture(scope="session")
@@ -175,9 +183,10 @@ def colbert_tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from export.bundle import export_bundle
     from tests.helpers import colbert
 
-    root = tmp_path_factory.mktemp("colbert-tiny")
-    built = colbert.build_case(root, "tiny")
-    for layout in ("pylate", "colbert_ai"):
-        built[f"{layout}_bundle"] = root / f"bundle-{layout}"
-        export_bundle(built[f"{layout}_dir"], built[f"{layout}_bundle"], variants=("fp32",), name=layout)
-    return built
+    def build(root: Path) -> dict[str, Any]:
+        built = colbert.build_case(root, "tiny")
+        for layout in ("pylate", "colbert_ai"):
+            built[f"{layout}_bundle"] = root / f"bundle-{layout}"
+            export_bundle(built[f"{layout}_dir"], built[f"{layout}_bundle"], variants=("fp32",), name=layout)
+        return built
+    return once(tmp_path_factory, "colbert-tiny", build)
