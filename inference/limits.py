@@ -42,13 +42,13 @@ class AttentionQuery:
 
 
 def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -> None:
+    """InvalidRequest, TooManyInputs or InputTooLong, by `limits` resolved for the model (`RequestLimits.for_model`)."""
     if not inputs:
         raise InvalidRequest("inputs must not be empty")
     if len(inputs) > limits.max_inputs:
         raise TooManyInputs(
             f"{len(inputs)} inputs exceed the limit of {limits.max_inputs} per request (ATTNSERVE_MAX_INPUTS)"
         )
-    """InvalidRequest, TooManyInputs or InputTooLong, by `limits` resolved for the model (`RequestLimits.for_model`)."""
     limit = limits.max_chunked_input_chars if chunked else limits.max_input_chars
     if limit is None:
         raise TypeError("check_inputs takes limits resolved for the model (RequestLimits.for_model)")

@@ -129,8 +129,8 @@ class RequestLimits(_Options):
     max_input_chars: int | None = Field(
         None, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422). "
         f"Unset: per served model, its max length x {CHARS_PER_TOKEN} characters per token (English prose runs 4 to "
-        f"5 a token, CJK 1 to 2: docs/input-caps.md), and at least {MIN_INPUT_CHARS:,}, so a document that fits the "
-        "model is never refused for its characters; set: that many for every model.",
+        f"5 a token, CJK 1 to 2: docs/input-caps.md), and at least {MIN_INPUT_CHARS:,}: room for prose, code or CJK "
+        "that fills the model. Set: that many for every model.",
     )
     max_chunked_input_chars: int | None = Field(
         None, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
