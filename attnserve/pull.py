@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from attnserve.flags import ENV_PREFIX, add_flags, given, report
-from hub.errors import Refused
+from hub.errors import Refused, disk_refusal
 from hub.models import Source, prepare
 from hub.names import ModelName
 from hub.options import HubOptions, Wanted
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None, prog: str = "attnserve pull") -> int:
     try:
         print(pull(args.name, options, args.out))
     except failures() as error:
-        print(f"{prog}: {refusal(error)}", file=sys.stderr)
+        print(f"{prog}: {refusal(error, args.out or options.cache().root)}", file=sys.stderr)
         return 2
     return 0
 
@@ -95,8 +95,9 @@ def failures() -> tuple[type[BaseException], ...]:
     return (Refused, *export_errors())
 
 
-def refusal(error: BaseException) -> str:
-    """The one line a failure is reported as: its message's first line (a full disk said so)."""
+def refusal(error: BaseException, where: Path) -> str:
+    """The one line a failure is reported as: its message's first line, or for a full disk met while writing the
+    bundle at `where` (the export writes no file name into its error), the device that holds it."""
     if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return f"no space left on the device ({error.filename or 'while writing'})"
+        return str(disk_refusal(error, where))
     return str(error).splitlines()[0] if str(error) else type(error).__name__

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ def download(snapshot: Snapshot, files: Iterable[str], directory: Path) -> None:
     for name in files:
         if not bars:
             log.info("downloading %s of %s", name, snapshot)
-        with refusals(snapshot.repo, snapshot.commit, directory):
+        with refusals(snapshot.repo, snapshot.commit, directory), warnings.catch_warnings():
+            # its estimate of a full disk, as raw warning lines (no log format); a full disk is refused in one line
+            warnings.filterwarnings("ignore", "Not enough free disk space", UserWarning)
             hf_hub_download(snapshot.repo, name, revision=snapshot.commit, local_dir=directory)
 
 

@@ -42,6 +42,7 @@ class AttentionQuery:
 
 
 def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -> None:
+    """InvalidRequest, TooManyInputs or InputTooLong, by `limits` resolved for the model (`RequestLimits.for_model`)."""
     if not inputs:
         raise InvalidRequest("inputs must not be empty")
     if len(inputs) > limits.max_inputs:
@@ -49,7 +50,9 @@ def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -
             f"{len(inputs)} inputs exceed the limit of {limits.max_inputs} per request (ATTNSERVE_MAX_INPUTS)"
         )
     limit = limits.max_chunked_input_chars if chunked else limits.max_input_chars
-    setting = "ATTNSERVE_MAX_CHUNKED_INPUT_CHARS" if chunked else "ATTNSERVE_MAX_INPUT_CHARS"
+    if limit is None:
+        raise TypeError("check_inputs takes limits resolved for the model (RequestLimits.for_model)")
+    setting = "ATTNSERVE_MAX_CHUNKED_INPUT_CHARS" if chunked else limits.input_chars_source()
     for index, item in enumerate(inputs):
         for text in item if isinstance(item, tuple) else (item,):  # a pair: each of its texts
             if isinstance(text, str) and len(text) > limit:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bundle.session import cpu_cores
@@ -19,6 +19,13 @@ from bundle.session import cpu_cores
 Provider = Literal["auto", "cuda", "cpu"]
 VariantName = Literal["auto", "fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 ENV_PREFIX = "ATTNSERVE_"
+# The default character caps of a served model (RequestLimits.for_model; docs/input-caps.md measures the figures): a
+# token of English prose is 4 to 5 characters, of code 3 to 4, of CJK 1 to 2; 8 a token lets a document that fills
+# the model's max length through, whitespace and long words too. The floors are the caps every model had before
+# they followed the model: a short model truncates a longer text (or refuses it with truncate off) as before.
+CHARS_PER_TOKEN = 8
+MIN_INPUT_CHARS = 20_000
+MIN_CHUNKED_INPUT_CHARS = 100_000
 O = TypeVar("O", bound=BaseModel)
 
 
@@ -119,13 +126,17 @@ class BatchOptions(_Options):
 
 class RequestLimits(_Options):
     max_inputs: int = Field(256, ge=1, description="Most inputs in one request; more is refused (422).")
-    max_input_chars: int = Field(
-        20_000, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422).",
+    max_input_chars: int | None = Field(
+        None, ge=1, description="Most characters in one input; bounds tokenisation cost before any work (422). "
+        f"Unset: per served model, its max length x {CHARS_PER_TOKEN} characters per token (English prose runs 4 to "
+        f"5 a token, CJK 1 to 2: docs/input-caps.md), and at least {MIN_INPUT_CHARS:,}: room for prose, code or CJK "
+        "that fills the model. Set: that many for every model.",
     )
-    max_chunked_input_chars: int = Field(
-        100_000, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
-        "before tokenising, 422): about 25,000 English word pieces. A JSON body carries up to 6 bytes per "
-        "character (\\uXXXX escapes), so keep payload_limit_bytes above 6 x this for one such input.",
+    max_chunked_input_chars: int | None = Field(
+        None, ge=1, description="Most characters in one input of a request that asks for chunking (checked "
+        f"before tokenising, 422). Unset: {MIN_CHUNKED_INPUT_CHARS:,} (about 25,000 English word pieces), or the "
+        "model's max_input_chars where that is larger. A JSON body carries up to 6 bytes per character (\\uXXXX "
+        "escapes), so keep payload_limit_bytes above 6 x this for one such input.",
     )
     max_windows_per_input: int = Field(
         512, ge=1, description="Most windows one chunked input may make (about tokens / (window - overlap)); more "
@@ -151,6 +162,23 @@ class RequestLimits(_Options):
         64 * 1024 * 1024, ge=1, description="Largest per-token answer (/embed_all: one vector per token; estimated "
         "before computing); bigger requests are refused (422).",
     )
+    _default_for: int | None = PrivateAttr(None)  # for_model: the max length max_input_chars is the default of
+
+    def for_model(self, max_length: int) -> RequestLimits:
+        """These limits for a model of `max_length` tokens: each character cap left unset is its default for that
+        model, the one rule for every caller (`inference.served.ServedModel` resolves its own once)."""
+        plain = self.max_input_chars or max(MIN_INPUT_CHARS, max_length * CHARS_PER_TOKEN)
+        chunked = self.max_chunked_input_chars or max(MIN_CHUNKED_INPUT_CHARS, plain)
+        resolved = self.model_copy(update={"max_input_chars": plain, "max_chunked_input_chars": chunked})
+        resolved._default_for = self._default_for if self.max_input_chars else max_length
+        return resolved
+
+    def input_chars_source(self) -> str:
+        """Where max_input_chars comes from, for a refusal: the setting, or the default for the model's length."""
+        setting = f"{ENV_PREFIX}MAX_INPUT_CHARS"
+        if self._default_for is None:
+            return setting
+        return f"the default for a model of {self._default_for:,} tokens; {setting} sets another"
 
 
 class CacheOptions(_Options):

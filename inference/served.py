@@ -63,7 +63,8 @@ class ServedModel:
         self, name: str, bundle: LoadedBundle, batcher: Batcher, limits: RequestLimits, executor: Executor,
         observer: BatchObserver | None = None, answers: AnswerCache | None = None, background: Executor | None = None,
     ) -> None:
-        self.name, self.bundle, self.batcher, self.limits = name, bundle, batcher, limits
+        self.name, self.bundle, self.batcher = name, bundle, batcher
+        self.limits = limits.for_model(bundle.manifest.max_length)  # the character caps of this model
         self._executor, self._observer = executor, observer or BatchObserver()
         self._background = background or executor  # bulk requests' tokenising (a lower CPU priority)
         self.answers = answers if answers is not None else AnswerCache(0)  # shared by the models of a registry

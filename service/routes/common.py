@@ -22,8 +22,9 @@ _DESCRIPTIONS = {
     404: "No served model has the requested name (the message lists the served names)",
     415: "Request body is not JSON",
     422: "Invalid request: not what this document allows (code validation_error), or past a limit it cannot "
-         "state: too many or too long inputs, an index, token id or dimensions past the model's sizes "
-         "(GET /info), a response over a cap (the code names which)",
+         "state: too many inputs, an input over its model's character cap (GET /info: max_input_chars, by "
+         "default the model's max length x 8 characters) or max length, an index, token id or dimensions past the "
+         "model's sizes (GET /info), a response over a cap (the code names which)",
     429: "Server busy: admission queue full for the caller's class (code overloaded), or the caller's tokens per "
          "minute are spent (code budget_exceeded); retry after Retry-After seconds",
     500: "Inference failed, or an internal error",

@@ -41,11 +41,11 @@ async def ready(models: ModelsDep) -> Response:
 @router.get("/info", responses=errors(401, 503))
 async def info(request: Request, models: ModelsDep) -> Response:
     """The default model (bundle version and hashes, provider, variants), every served model under `models`
-    (each with its served `name`, and its `adapters`: the tasks a request may name), and the limits (per
-    model: each has its own admission permits)."""
+    (each with its served `name`, its `adapters`: the tasks a request may name, and its character caps), and the
+    limits (per model: each has its own admission permits; the character caps are the default model's)."""
     settings: Settings = request.app.state.settings
     listed = [{"name": served.name, **model_info(served)} for served in models]
-    limits = {name: getattr(settings, name) for name in LIMITS}
+    limits = {name: getattr(settings, name) for name in LIMITS} | char_caps(models.default)
     return json_response({**model_info(models.default), "models": listed, "limits": limits})
 
 
@@ -73,4 +73,10 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "prompts": m.prompts, "default_prompt_name": m.default_prompt_name,
         "instruction": instruction_info(m.prompts),
         "adapters": list(served.adapters),  # the LoRA adapters a request's `task` (or a name base:task) may name
+        **char_caps(served),
     }
+
+
+def char_caps(served: ServedModel) -> dict[str, int | None]:
+    """The model's character caps: the settings, or where unset their defaults for its max length."""
+    return {name: getattr(served.limits, name) for name in ("max_input_chars", "max_chunked_input_chars")}

@@ -1,8 +1,8 @@
 // @ts-check
 // The served models' facts, from GET /info (which lists every served model under `models`): for the model
 // chosen, what the controls and requests depend on (its layers and heads, which layers attend locally, labels,
-// max length, whether it serves attention and token vectors (MaxSim), its tasks: the LoRA adapters it carries), and
-// the limits all models share. The first model listed is the server's default.
+// max length, whether it serves attention and token vectors (MaxSim), its tasks: the LoRA adapters it carries, the
+// characters a text may have). The first model listed is the server's default.
 
 import { call } from "./api.js";
 import { reach, reachInWords } from "./matrix.js";
@@ -21,13 +21,16 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {Record<string, string>} variants graph kind -> variant served: no "attention" without an attention graph
  * @property {string[]} [adapters] its tasks: the names of the LoRA adapters its bundle carries (none: empty)
  * @property {string[]} [tasks] what it can be asked (embed, attention, multi_vector, ...)
+ * @property {number} [max_input_chars] characters per text this model takes (ATTNSERVE_MAX_INPUT_CHARS, or unset
+ *   its default for the model's max length)
  */
 
 /**
  * What the page knows of the served models.
  * @typedef {object} Served
  * @property {ModelInfo[]} models
- * @property {number} maxChars characters per text (ATTNSERVE_MAX_INPUT_CHARS, the same for every model)
+ * @property {number} maxChars characters per text of the default model (a server before per-model caps: of every
+ *   model)
  */
 
 /**
@@ -70,7 +73,7 @@ export function factsOf(served, name, task = "") {
     model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
     maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
     causal: entry.causal ?? false,
-    maxChars: served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
+    maxChars: entry.max_input_chars ?? served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
     adapters, task: adapters.includes(task) ? task : "", multiVector: (entry.tasks ?? []).includes("multi_vector"),
   };
 }

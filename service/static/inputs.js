@@ -20,7 +20,7 @@ export function checkTexts(chosen) {
   if (chosen.some((t) => t.trim() === "")) return "Type a text first (both texts when comparing).";
   const long = chosen.findIndex((t) => t.length > facts.maxChars);
   if (long < 0) return "";
-  return `Text ${long + 1} has ${chosen[long].length} characters; this server takes at most ${facts.maxChars}`
+  return `Text ${long + 1} has ${chosen[long].length} characters; this model takes at most ${facts.maxChars}`
     + " per text (ATTNSERVE_MAX_INPUT_CHARS). Shorten it.";
 }
 
@@ -32,6 +32,6 @@ export function checkTexts(chosen) {
 export function checkPair(query, document) {
   if (query.trim() === "" || document.trim() === "") return "Type a query and a document first.";
   const long = [query, document].find((t) => t.length > facts.maxChars);
-  return long === undefined ? "" : `A MaxSim text has ${long.length} characters; this server takes at most`
+  return long === undefined ? "" : `A MaxSim text has ${long.length} characters; this model takes at most`
     + ` ${facts.maxChars} per text (ATTNSERVE_MAX_INPUT_CHARS). Shorten it.`;
 }

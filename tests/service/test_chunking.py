@@ -236,8 +236,9 @@ async def test_chunked_inputs_have_their_own_character_limit(tiny_bundle, docume
 
 async def test_a_document_at_the_default_chunked_limit_passes_the_default_payload_limit(tiny_bundle, document):
     defaults = Settings(bundle=tiny_bundle)
-    assert defaults.payload_limit_bytes >= 6 * defaults.max_chunked_input_chars + 1024  # \uXXXX escapes
-    text = (document * 5)[: defaults.max_chunked_input_chars]
+    most = defaults.request_limits().for_model(MAX_LENGTH).max_chunked_input_chars  # the model's default
+    assert most is not None and defaults.payload_limit_bytes >= 6 * most + 1024  # \uXXXX escapes
+    text = (document * 5)[:most]
     async with serving(tiny_bundle, intra_op_threads=1, max_windows_per_input=2_000) as (_, client):
         response = await client.post("/embed", json={"inputs": text, "chunking": "mean"})
     assert response.status_code == 200, response.text
