@@ -52,7 +52,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         check_recipe(path, reranker)
     if layout.name != "attnserve":  # every other layout reads its family from config.json
         config = read_json(path / "config.json")
-        family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
+        family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
+        family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
 
 
 def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:
