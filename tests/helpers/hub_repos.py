@@ -27,7 +27,7 @@ from tests.helpers.tokenizers import MULTILINGUAL
 
 TEXTS = MULTILINGUAL[:4]
 QUERY = "Where is the capital of France?"
-DOCUMENTS = MULTILINGUAL[:4]
+DOCUMENTS = TEXTS  # what the rerankers score QUERY against
 MAX_SEQ = 48  # every test text fits; under the tiny models' 64 positions
 XLMR_TOKENS = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "cls_token": "<s>",
                "eos_token": "</s>", "sep_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
@@ -39,8 +39,9 @@ QWEN3_TOKENS = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", 
 GEMMA_TOKENS = {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
                 "unk_token": "<unk>", "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": True,
                 "padding_side": "right"}
-QWEN3_PROMPTS = {"query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
-                 "document": ""}
+QWEN3_PROMPTS = {
+    "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
+    "document": ""}
 GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: ",
                  "Clustering": "task: clustering | query: ", "STS": "task: sentence similarity | query: "}
 NOMIC_PROMPTS = {"search_query": "search_query: ", "search_document": "search_document: ",
@@ -53,7 +54,7 @@ JINA_TASKS = {"retrieval.query": "Represent the query for retrieving evidence do
 @dataclass
 class Expected:
     """The reference's answers: embeddings by prompt name (None: the model's default), scores of QUERY against
-    DOCUMENTS, SPLADE vectors (N, V) of TEXTS, and token vectors of DOCUMENTS and of QUERY."""
+    DOCUMENTS, sparse vectors (N, V) of TEXTS, and token vectors of documents and of queries."""
 
     embeddings: dict[str | None, np.ndarray] = field(default_factory=dict)
     scores: np.ndarray | None = None
@@ -69,6 +70,11 @@ class Row:
     build: Callable[[Path], Expected]
     reranker: str | None = None  # the --reranker recipe it needs
     refused: str | None = None  # not served: the line `--model` refuses it with
+
+    @property
+    def alias(self) -> str:
+        """The name it is served under beside the others (one model alone is served under `name`)."""
+        return self.name.rpartition("/")[2]
 
 
 def write_json(path: Path, value: Any) -> None:
@@ -140,7 +146,7 @@ def embeddinggemma(directory: Path) -> Expected:
 
 def bge_m3(directory: Path) -> Expected:
     """XLMRobertaModel with colbert_linear.pt and sparse_linear.pt, and its sentence-transformers files (CLS pooling,
-    Normalize); FlagEmbedding's dense and ColBERT vectors."""
+    Normalize); FlagEmbedding's dense vectors, lexical weights (as (N, V)) and ColBERT vectors."""
     from tests.helpers.bge_m3 import encode_reference, reference_model, save_bge_m3
 
     save_bge_m3(directory, "tiny", seed=3)
@@ -153,7 +159,11 @@ def bge_m3(directory: Path) -> Expected:
     (directory / "2_Normalize").mkdir()
     write_json(directory / "sentence_bert_config.json", {"max_seq_length": MAX_SEQ, "do_lower_case": False})
     found = encode_reference(reference_model(directory), DOCUMENTS, MAX_SEQ)
-    return Expected(embeddings={None: np.asarray(found["dense_vecs"])},
+    lexical = np.zeros((len(DOCUMENTS), tokenizers.unigram().get_vocab_size()), dtype=np.float32)  # (N, V)
+    for row, weights in enumerate(found["lexical_weights"]):
+        for token, weight in weights.items():
+            lexical[row, int(token)] = weight
+    return Expected(embeddings={None: np.asarray(found["dense_vecs"])}, sparse=lexical,
                     documents=[np.asarray(v) for v in found["colbert_vecs"]])
 
 
@@ -175,8 +185,9 @@ def nomic_embed(directory: Path) -> Expected:
         "architectures": ["NomicBertModel"], "model_type": "nomic_bert", "activation_function": "swiglu",
         "auto_map": {"AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
                      "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"},
-        "n_embd": native["hidden_size"], "n_head": native["num_attention_heads"], "n_layer": native["num_hidden_layers"],
-        "n_inner": native["intermediate_size"], "n_positions": native["max_position_embeddings"],
+        "n_embd": native["hidden_size"], "n_head": native["num_attention_heads"],
+        "n_layer": native["num_hidden_layers"], "n_inner": native["intermediate_size"],
+        "n_positions": native["max_position_embeddings"],
         "layer_norm_epsilon": native["layer_norm_eps"], "rotary_emb_base": native["rope_parameters"]["rope_theta"],
         "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False, "rotary_scaling_factor": None,
         "prenorm": False, "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "causal": False,
@@ -284,7 +295,7 @@ def splade(directory: Path) -> Expected:
 ROWS: tuple[Row, ...] = (
     Row("Qwen/Qwen3-Embedding-0.6B", "embedding", qwen3_embedding),
     Row("google/embeddinggemma-300m", "embedding", embeddinggemma),
-    Row("BAAI/bge-m3", "embedding, multi-vector", bge_m3),
+    Row("BAAI/bge-m3", "embedding, sparse, multi-vector", bge_m3),
     Row("nomic-ai/nomic-embed-text-v1.5", "embedding", nomic_embed),
     Row("sentence-transformers/all-MiniLM-L6-v2", "embedding", all_minilm),
     Row("intfloat/multilingual-e5-small", "embedding", multilingual_e5),
