@@ -146,5 +146,5 @@ def test_a_layout_not_served_yet_is_refused_before_its_weights(hub, work, row):
     result = subprocess.run(argv, env=hub_env(hub[0], work), capture_output=True, text=True, timeout=300, check=False)
     lines = [line for line in result.stderr.splitlines() if row.refused in line]
     assert result.returncode == 2 and "Traceback" not in result.stderr and len(lines) == 1, result.stderr
-    fetched = [path for path in hub[0].paths(asked) if "/resolve/" in path]
+    fetched = [path for path in hub[0].paths(asked) if path.startswith(f"/{row.name}/resolve/")]
     assert fetched and not [path for path in fetched if path.endswith(".safetensors")], fetched
