@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tests.helpers import tokenizers
+from tests.helpers.exports import QWEN3_PROMPTS
 from tests.helpers.tokenizers import MULTILINGUAL
 
 TEXTS = MULTILINGUAL[:4]
@@ -39,9 +40,6 @@ QWEN3_TOKENS = {"tokenizer_class": "Qwen2Tokenizer", "eos_token": "<|im_end|>", 
 GEMMA_TOKENS = {"tokenizer_class": "GemmaTokenizer", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
                 "unk_token": "<unk>", "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": True,
                 "padding_side": "right"}
-QWEN3_PROMPTS = {
-    "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
-    "document": ""}
 GEMMA_PROMPTS = {"query": "task: search result | query: ", "document": "title: none | text: ",
                  "Clustering": "task: clustering | query: ", "STS": "task: sentence similarity | query: "}
 NOMIC_PROMPTS = {"search_query": "search_query: ", "search_document": "search_document: ",
