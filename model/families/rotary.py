@@ -25,9 +25,10 @@ They differ on the encoder's axes:
 Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes from base.rope_scaling; other rope
 types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
 Wqkv, fc11 / fc12 and norm1 / norm2; GTE's qkv_proj and up_gate_proj, up before gate; jina's mixer.Wqkv), which
-transformers renames on load and writes back when it saves. The masked-LM heads are BERT's transform (dense,
-activation, LayerNorm) and a decoder tied to the token embeddings: NomicBERT's activation is its hidden_act, GTE's
-and jina's LM heads call exact GELU.
+transformers renames on load and writes back when it saves. NomicBERT's config.json is read in nomic's custom-code
+names too (n_embd, n_head, n_layer, n_inner, rotary_emb_base: nomic-embed-text-v1.5's) where transformers' are absent.
+The masked-LM heads are BERT's transform (dense, activation, LayerNorm) and a decoder tied to the token embeddings:
+NomicBERT's activation is its hidden_act, GTE's and jina's LM heads call exact GELU.
 """
 
 from __future__ import annotations
