@@ -43,7 +43,8 @@ def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = Non
 def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
-    model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), a recipe that does not fit."""
+    model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
+    read (a position kind, a rope type), a recipe that does not fit."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":
@@ -52,7 +53,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         check_recipe(path, reranker)
     if layout.name != "attnserve":  # every other layout reads its family from config.json
         config = read_json(path / "config.json")
-        family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
+        family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
+        family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
 
 
 def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:

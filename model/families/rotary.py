@@ -25,9 +25,10 @@ They differ on the encoder's axes:
 Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes from base.rope_scaling; other rope
 types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
 Wqkv, fc11 / fc12 and norm1 / norm2; GTE's qkv_proj and up_gate_proj, up before gate; jina's mixer.Wqkv), which
-transformers renames on load and writes back when it saves. The masked-LM heads are BERT's transform (dense,
-activation, LayerNorm) and a decoder tied to the token embeddings: NomicBERT's activation is its hidden_act, GTE's
-and jina's LM heads call exact GELU.
+transformers renames on load and writes back when it saves. NomicBERT's config.json is read in nomic's custom-code
+names too (n_embd, n_head, n_layer, n_inner, rotary_emb_base: nomic-embed-text-v1.5's) where transformers' are absent.
+The masked-LM heads are BERT's transform (dense, activation, LayerNorm) and a decoder tied to the token embeddings:
+NomicBERT's activation is its hidden_act, GTE's and jina's LM heads call exact GELU.
 """
 
 from __future__ import annotations
@@ -56,7 +57,30 @@ def _body(hf: dict[str, Any], architecture: str, theta: float, pad_token_id: int
     )
 
 
+# nomic-ai/nomic-bert-2048's custom-code config.json (the released nomic-embed repositories): GPT-2 style names for
+# transformers' own, and switches its code has that transformers' NomicBert (and ours) keep at one value
+_NOMIC_NAMES = {"n_embd": "hidden_size", "n_head": "num_attention_heads", "n_layer": "num_hidden_layers",
+                "n_inner": "intermediate_size", "n_positions": "max_position_embeddings",
+                "layer_norm_epsilon": "layer_norm_eps", "rotary_emb_base": "rope_theta"}
+_NOMIC_FIXED = {"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False,
+                "rotary_scaling_factor": None, "prenorm": False, "causal": False, "qkv_proj_bias": False,
+                "mlp_fc1_bias": False, "mlp_fc2_bias": False}
+
+
+def nomic_names(hf: dict[str, Any]) -> dict[str, Any]:
+    """A NomicBERT config.json in transformers' names: the custom code's names read where transformers' are absent
+    (n_inner null: 4 * n_embd, as its code); a switch set to what its code alone implements is refused."""
+    for key, value in _NOMIC_FIXED.items():
+        if key in hf and hf[key] != value:
+            raise ValueError(f"nomic_bert {key} {hf[key]!r} is not supported (only {value!r}, as nomic-embed sets it)")
+    renamed = {ours: hf[theirs] for theirs, ours in _NOMIC_NAMES.items() if theirs in hf and ours not in hf}
+    if "n_embd" in hf and renamed.get("intermediate_size", 0) is None:
+        renamed["intermediate_size"] = 4 * hf["n_embd"]
+    return {**hf, **renamed}
+
+
 def _nomic_body(hf: dict[str, Any]) -> dict[str, Any]:
+    hf = nomic_names(hf)
     return {**_body(hf, "nomicbert", 1000.0, 0), "activation": activation(hf.get("hidden_act", "silu")),
             "type_vocab_size": hf.get("type_vocab_size", 2), "gated_ffn": True, "attention_bias": False,
             "ffn_bias": False}

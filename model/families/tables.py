@@ -42,7 +42,8 @@ def rename(weights: dict[str, Tensor], family: Family, kind: str, hf: dict[str, 
 
 
 def hf_layers(hf: dict[str, Any]) -> int:
-    return int(hf.get("num_hidden_layers") or hf["n_layers"])
+    """The layer count: transformers' name, DistilBERT's, or the GPT-2 style one of nomic's custom code."""
+    return int(hf.get("num_hidden_layers") or hf.get("n_layer") or hf["n_layers"])
 
 
 def expand(table: Table, num_layers: int) -> Table:

@@ -16,9 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import transformers
+from tokenizers import AddedToken, Tokenizer
 
+from model.lm_scorer import DEFAULT_INSTRUCTION, RECIPES
 from tests.helpers import tokenizers
 from tests.helpers.families import LABELS, save_random
 
@@ -87,3 +90,28 @@ def save_decoder(directory: Path, arch: str, head: str = "Model", shape: str = "
     save_random(directory, model_class(arch, head), config, tokenizer, seed)
     (Path(directory) / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
     return model_class(arch, head).from_pretrained(directory, attn_implementation="eager").eval()
+
+
+def reranker_tokenizer() -> Tokenizer:
+    """A byte-level BPE with Qwen's chat tokens and single "yes" / "no" tokens, as Qwen3's vocabulary has."""
+    tokenizer = tokenizers.byte_level_bpe()
+    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>", "<think>", "</think>"])
+    tokenizer.add_tokens([AddedToken("yes", single_word=True), AddedToken("no", single_word=True)])
+    return tokenizer
+
+
+def reference_scores(model: torch.nn.Module, tokenizer: Tokenizer, query: str, documents: list[str]) -> np.ndarray:
+    """Qwen3-Reranker's scoring as its model card writes it: prefix and suffix tokenised apart from the pair,
+    the last position's "no" and "yes" logits through a softmax, one pair at a time (no padding)."""
+    recipe = RECIPES["qwen3"]
+    plain = Tokenizer.from_str(tokenizer.to_str())
+    prefix, suffix = (plain.encode(t, add_special_tokens=False).ids for t in (recipe.prefix, recipe.suffix))
+    yes, no = tokenizer.token_to_id("yes"), tokenizer.token_to_id("no")
+    scores = []
+    for document in documents:
+        pair = f"<Instruct>: {DEFAULT_INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
+        ids = torch.tensor([prefix + plain.encode(pair, add_special_tokens=False).ids + suffix])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -1]  # (V,)
+        scores.append(torch.log_softmax(torch.stack([logits[no], logits[yes]]), dim=0)[1].exp().item())
+    return np.asarray(scores)

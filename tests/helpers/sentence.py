@@ -4,6 +4,7 @@ chain of them as EmbeddingGemma has) and an optional Normalize, with prompts."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,19 +21,34 @@ DENSE_ACTIVATIONS = {"tanh": torch.nn.Tanh, "identity": torch.nn.Identity, "relu
 def save_sentence_transformer(
     directory: Path, arch: str, pooling: str, dense: str | None = None, normalize: bool = True,
     max_seq_length: int = 20, default_prompt_name: str | None = None, seed: int = 0, denses: int = 1,
-    prompts: dict[str, str] = PROMPTS, shape: str = "small", **config: Any,
+    prompts: dict[str, str] = PROMPTS, shape: str = "small", tokenizer_config: dict[str, Any] | None = None,
+    **config: Any,
 ) -> Path:
     """An ST directory at `directory` (its transformer saved first under directory/"hf"); returns `directory`.
     `denses` Dense modules of activation `dense` (none when it is None), widths halving then doubling back;
+    `tokenizer_config`: the tokenizer_config.json the transformer ships (its family's test one otherwise);
     `config`: more of the transformer's config (e.g. max_position_embeddings)."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
-
     source = Path(directory) / "hf"
     if arch in DECODERS:
         save_decoder(source, arch, "Model", shape, seed=seed, **config)
     else:
         save_hf(source, arch, "Model", shape, seed=seed, **config)
+    if tokenizer_config is not None:
+        (source / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return wrap_sentence_transformer(directory, source, pooling, dense, normalize, max_seq_length,
+                                     default_prompt_name, seed, denses, prompts)
+
+
+def wrap_sentence_transformer(
+    directory: Path, source: Path, pooling: str, dense: str | None = None, normalize: bool = True,
+    max_seq_length: int = 20, default_prompt_name: str | None = None, seed: int = 0, denses: int = 1,
+    prompts: dict[str, str] = PROMPTS,
+) -> Path:
+    """The Hugging Face directory `source` as the Transformer of an ST directory at `directory` (the modules as
+    save_sentence_transformer says), saved by sentence-transformers; returns `directory`."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         transformer = Transformer(str(source), max_seq_length=max_seq_length)

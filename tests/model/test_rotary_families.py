@@ -25,12 +25,13 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES
 
 from model.config import EncoderConfig
 from model.encoder import Encoder
-from model.load import load_model
+from model.load import check_config, load_model
 from model.positions import RotaryAngles
 from model.tokenizer import pair_ids, token_ids
 from tests.helpers.decoders import save_decoder
 from tests.helpers.family_cases import CASES
 from tests.helpers.family_checks import TOLERANCE, assert_body_matches, with_config
+from tests.helpers.hub_repos import nomic_released
 from tests.helpers.rotary import ROPE, batches, save_rotary
 from tests.helpers.tokenizers import MULTILINGUAL
 
@@ -208,3 +209,28 @@ def pad_texts(loaded, texts: list[str]) -> tuple[Tensor, Tensor]:  # type: ignor
     from model.tokenizer import encode
 
     return encode(loaded.tokenizer, texts, loaded.encoder.config.serving_length)  # (B, T) each
+
+
+def test_nomics_released_config_reads_as_transformers_names(tmp_path: Path) -> None:
+    """nomic-embed's config.json as its custom code writes it (n_embd, n_head, rotary_emb_base, ...) loads as the
+    same model as transformers' names; a switch only that code implements is refused from config.json alone."""
+    reference = save_rotary(tmp_path, "nomic_bert")
+    released = nomic_released(json.loads((tmp_path / "config.json").read_text()))
+    (tmp_path / "config.json").write_text(json.dumps(released))
+    loaded = load_model(tmp_path)
+    ids, mask = batches(loaded.tokenizer, "tiny")[0]
+    assert_body_matches(loaded.encoder, reference, ids, mask)
+    (tmp_path / "config.json").write_text(json.dumps({**released, "rotary_emb_fraction": 0.5}))
+    with pytest.raises(ValueError, match="nomic_bert rotary_emb_fraction 0.5 is not supported"):
+        check_config(tmp_path)
+
+
+def test_jinas_released_config_is_refused_before_its_weights(tmp_path: Path) -> None:
+    """jina-embeddings-v3 as released says model_type xlm-roberta with rotary positions: check_config (what attnserve
+    pull asks before fetching weights) refuses it, rather than the weight table after the download."""
+    save_rotary(tmp_path, "jina_v3")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "xlm-roberta", "architectures": [
+        "XLMRobertaModel"], "position_embedding_type": "rotary", "rotary_emb_base": 20000.0}))
+    with pytest.raises(ValueError, match="position_embedding_type 'rotary' is not supported"):
+        check_config(tmp_path)

@@ -13,12 +13,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import Tokenizer
 
 from bundle.manifest import Manifest
 from model.lm_scorer import DEFAULT_INSTRUCTION, RECIPES, load_lm_scorer
-from tests.helpers import tokenizers
-from tests.helpers.decoders import save_decoder
+from tests.helpers.decoders import reference_scores, reranker_tokenizer, save_decoder
 from tests.helpers.serving import serving
 from tests.helpers.tokenizers import MULTILINGUAL
 
@@ -26,30 +25,6 @@ TOLERANCE = 1e-5
 RECIPE = RECIPES["qwen3"]
 QUERY = "Where is the capital of France?"
 DOCUMENTS = MULTILINGUAL[:5]
-
-
-def reranker_tokenizer() -> Tokenizer:
-    """A byte-level BPE with Qwen's chat tokens and single "yes" / "no" tokens, as Qwen3's vocabulary has."""
-    tokenizer = tokenizers.byte_level_bpe()
-    tokenizer.add_special_tokens(["<|im_start|>", "<|im_end|>", "<think>", "</think>"])
-    tokenizer.add_tokens([AddedToken("yes", single_word=True), AddedToken("no", single_word=True)])
-    return tokenizer
-
-
-def reference_scores(model: torch.nn.Module, tokenizer: Tokenizer, query: str, documents: list[str]) -> np.ndarray:
-    """Qwen3-Reranker's scoring as its model card writes it: prefix and suffix tokenised apart from the pair,
-    the last position's "no" and "yes" logits through a softmax, one pair at a time (no padding)."""
-    plain = Tokenizer.from_str(tokenizer.to_str())
-    prefix, suffix = (plain.encode(t, add_special_tokens=False).ids for t in (RECIPE.prefix, RECIPE.suffix))
-    yes, no = tokenizer.token_to_id("yes"), tokenizer.token_to_id("no")
-    scores = []
-    for document in documents:
-        pair = f"<Instruct>: {DEFAULT_INSTRUCTION}\n<Query>: {query}\n<Document>: {document}"
-        ids = torch.tensor([prefix + plain.encode(pair, add_special_tokens=False).ids + suffix])
-        with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, -1]  # (V,)
-        scores.append(torch.log_softmax(torch.stack([logits[no], logits[yes]]), dim=0)[1].exp().item())
-    return np.asarray(scores)
 
 
 @pytest.fixture(scope="module", params=["small", "wide"])

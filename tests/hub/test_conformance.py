@@ -1,0 +1,150 @@
+"""The model names users name most (tests/helpers/hub_repos.ROWS), each published on one loopback hub as its real
+repository is laid out, at a tiny shape with random weights; `attnserve pull` of each into the bundle cache (variant
+fp32; Qwen3-Reranker with `--reranker qwen3`), then one `attnserve serve --model ALIAS=NAME ...` of them all, without
+torch, compared (max abs 1e-5) with what the pipeline a user would otherwise call returns: sentence-transformers with
+each prompt, CrossEncoder, FlagEmbedding, colbert-ai, Qwen3-Reranker's scoring, SparseEncoder. A row not served yet
+is refused by `attnserve pull` with its one line, before any weight is fetched.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from bench.procs import Server, launch, terminate, wait_ready
+from tests.helpers.hub import FakeHub, hub_env, torch_blocked
+from tests.helpers.hub_repos import DOCUMENTS, QUERY, ROWS, TEXTS, Expected, Row
+
+pytestmark = pytest.mark.slow
+TOLERANCE = 1e-5
+SERVED = [row for row in ROWS if row.refused is None]
+REFUSED = [row for row in ROWS if row.refused is not None]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("conformance")
+
+
+@pytest.fixture(scope="module")
+def hub(work: Path) -> Iterator[tuple[FakeHub, dict[str, Expected]]]:
+    """The fake hub with every row's repository published, and each row's reference answers."""
+    fake, expected = FakeHub(), {}
+    for row in ROWS:
+        directory = work / "repositories" / row.name.replace("/", "--")
+        expected[row.name] = row.build(directory)
+        fake.publish(row.name, directory)
+    fake.start()
+    yield fake, expected
+    fake.stop()
+
+
+def pull_all(hub: FakeHub, work: Path) -> None:
+    """`attnserve pull` of every served row into the cache, its main run in turn in one process (one torch import,
+    not one per model, as serve's own subprocesses would be)."""
+    calls = [[row.name, "--variants", "fp32", "--cache-dir", str(work / "cache"), "-q",
+              *(["--reranker", row.reranker] if row.reranker else [])] for row in SERVED]
+    script = f"import sys\nfrom attnserve.pull import main\nsys.exit(max(main(argv) for argv in {calls!r}))"
+    result = subprocess.run([sys.executable, "-c", script], env=hub_env(hub, work), capture_output=True, text=True,
+                            timeout=1200, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def server(hub: tuple[FakeHub, dict[str, Expected]], work: Path) -> Iterator[Server]:
+    """Every served row pulled into the cache, then one `attnserve serve --model ...` of them all, without torch:
+    each name resolved on the hub to the commit its bundle was made of."""
+    pull_all(hub[0], work)
+    blocked, mark = torch_blocked(work)
+    rerankers = [f"--reranker={row.alias}={row.reranker}" for row in SERVED if row.reranker]
+    models = [f"--model={row.alias}={row.name}" for row in SERVED]  # beside others, each under a URL-safe alias
+    argv = [sys.executable, "-m", "attnserve", "serve", *models, *rerankers, "--variants", "fp32", "--cache-dir",
+            str(work / "cache"), "--intra-op-threads", "1", "--port", "{port}"]
+    started = launch("attnserve", argv, work / "serve.log", hub_env(hub[0], work, **blocked))
+    if not wait_ready(started, 120):
+        status = terminate(started)
+        pytest.fail(f"not ready (exit status {status}):\n{started.log()}")
+    yield started
+    assert terminate(started) == 0
+    assert not mark.exists()
+
+
+def post(server: Server, route: str, body: dict) -> object:
+    response = httpx.post(server.url + route, json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def assert_near(got: np.ndarray | list[np.ndarray], want: np.ndarray | list[np.ndarray]) -> None:
+    pairs = list(zip(got, want, strict=True)) if isinstance(want, list) else [(np.asarray(got), want)]
+    for ours, theirs in pairs:
+        assert np.shape(ours) == np.shape(theirs), (np.shape(ours), np.shape(theirs))
+        assert float(np.abs(np.asarray(ours) - theirs).max()) <= TOLERANCE, float(np.abs(ours - theirs).max())
+
+
+def rows(kind: str) -> list[Row]:
+    return [row for row in SERVED if kind in row.serves]
+
+
+@pytest.mark.parametrize("row", rows("embedding"), ids=lambda row: row.name)
+def test_embeddings_equal_sentence_transformers_under_each_prompt(server, hub, row):
+    for prompt, want in hub[1][row.name].embeddings.items():
+        body = {"input": TEXTS, "model": row.alias}
+        data = post(server, "/v1/embeddings", body | ({"prompt_name": prompt} if prompt else {}))["data"]
+        assert_near(np.array([item["embedding"] for item in data]), want)
+
+
+@pytest.mark.parametrize("row", rows("rerank"), ids=lambda row: row.name)
+def test_rerankers_score_as_their_reference(server, hub, row):
+    ranked = post(server, "/rerank", {"model": row.alias, "query": QUERY, "texts": DOCUMENTS})
+    assert_near(np.array([r["score"] for r in sorted(ranked, key=lambda r: r["index"])]), hub[1][row.name].scores)
+
+
+@pytest.mark.parametrize("row", rows("multi-vector"), ids=lambda row: row.name)
+def test_token_vectors_equal_the_late_interaction_reference(server, hub, row):
+    expected = hub[1][row.name]
+    for input_type, want in (("document", expected.documents), ("query", expected.queries)):
+        if want is None:
+            continue
+        texts = texts_of(row, input_type)
+        data = post(server, "/v1/multi-vector", {"model": row.alias, "input": texts, "input_type": input_type})["data"]
+        assert_near([np.array(item["embeddings"]) for item in data], want)
+
+
+def texts_of(row: Row, input_type: str) -> list[str]:
+    """The texts a row's token vectors were made of (the ColBERT helpers' own queries and documents)."""
+    if "colbert" in row.name:
+        from tests.helpers.colbert import DOCUMENTS as COLBERT_DOCUMENTS
+        from tests.helpers.colbert import QUERIES
+
+        return QUERIES[:2] if input_type == "query" else COLBERT_DOCUMENTS[:3]
+    return DOCUMENTS
+
+
+@pytest.mark.parametrize("row", rows("sparse"), ids=lambda row: row.name)
+def test_sparse_vectors_equal_the_reference(server, hub, row):
+    want = hub[1][row.name].sparse
+    got = np.zeros_like(want)
+    for i, values in enumerate(post(server, "/embed_sparse", {"model": row.alias, "inputs": TEXTS})):
+        for value in values:
+            got[i, value["index"]] = value["value"]
+    assert (got != 0).sum() == (want != 0).sum()
+    assert_near(got, want)
+
+
+@pytest.mark.parametrize("row", REFUSED, ids=lambda row: row.name)
+def test_a_layout_not_served_yet_is_refused_before_its_weights(hub, work, row):
+    asked = len(hub[0].asked)
+    argv = [sys.executable, "-m", "attnserve", "pull", row.name, "--variants", "fp32", "--cache-dir",
+            str(work / "cache")]
+    result = subprocess.run(argv, env=hub_env(hub[0], work), capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in result.stderr.splitlines() if row.refused in line]
+    assert result.returncode == 2 and "Traceback" not in result.stderr and len(lines) == 1, result.stderr
+    fetched = [path for path in hub[0].paths(asked) if path.startswith(f"/{row.name}/resolve/")]
+    assert fetched and not [path for path in fetched if path.endswith(".safetensors")], fetched
