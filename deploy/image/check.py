@@ -8,7 +8,7 @@ libcuda.so.1, and `onnxruntime.preload_dlls()` loads CUDA and cuDNN from those w
 /proc/self/maps); served with provider auto on a host without a GPU it logs why CUDA did not run and serves on CPU
 with the same numbers; with provider cuda it refuses to start. Onboarding a model by name, as each Kubernetes pod and
 deploy/compose.yaml do it: the export image (uid 10001, a CPU torch) runs `attnserve pull` of a local model directory
-into a host folder, on a read-only root with a 64 MB /tmp as the init container has; the CPU image serves what it
+into a host folder, on a read-only root with a 4 GB /tmp as the init container has; the CPU image serves what it
 wrote, and answers the README's /embed example as `attnserve serve --model DIR` on the host does (which exports the
 same directory with this checkout). Prints each image's size and the pull's time.
 
@@ -278,9 +278,10 @@ def check_onboarding(tool: str, images: tuple[str, str], model: Path, body: dict
 
 
 def pull(tool: str, flags: list[str], image: str, model: Path, models: Path, checks: Checks) -> bool:
-    """`attnserve pull /source --out /models/bundle` as the init container runs it: read-only root, 64 MB /tmp."""
+    """`attnserve pull /source --out /models/bundle` as the init container runs it: read-only root, its /tmp (the
+    pull-tmp volume of deploy/kubernetes/base/deployment.yaml: onnxruntime's optimiser writes a graph's copy there)."""
     start = time.monotonic()
-    done = subprocess.run([tool, "run", "--rm", *flags, "--read-only", "--tmpfs", "/tmp:size=64m",
+    done = subprocess.run([tool, "run", "--rm", *flags, "--read-only", "--tmpfs", "/tmp:size=4g",
                            "--env", "HF_HOME=/tmp/huggingface", "--volume", f"{model.resolve()}:/source:ro",
                            "--volume", f"{models}:/models", image, "/source", "--out", "/models/bundle"],
                           capture_output=True, text=True, timeout=1800)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -286,3 +287,20 @@ def test_a_new_model_name_renames_the_configmap_and_so_rolls_the_pods(tmp_path: 
     assert served_model(changed) == "intfloat/e5-small-v2"
     assert only(changed, "ConfigMap")["metadata"]["name"] != only(render("cpu"), "ConfigMap")["metadata"]["name"]
     assert pull_args(changed)[0] == "intfloat/e5-small-v2"
+
+
+def mebibytes(quantity: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
+def test_init_containers_tmp_holds_a_graph(overlay: str) -> None:
+    """onnxruntime's graph optimiser (the fp32-opt variant) writes a copy of the graph under /tmp: the default
+    MiniLM's 90 MB graph failed in the server's 64 MiB /tmp (make image-check), so the init container has its own."""
+    pod = pod_spec(render(overlay))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (pull_tmp,) = [m["name"] for m in init_container(render(overlay))["volumeMounts"] if m["mountPath"] == "/tmp"]
+    (server_tmp,) = [m["name"] for m in container(render(overlay))["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert pull_tmp != server_tmp
+    assert mebibytes(volumes[pull_tmp]["emptyDir"]["sizeLimit"]) >= 1024
