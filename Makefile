@@ -162,16 +162,19 @@ bundle-rerank: $(RERANK_BUNDLE)/manifest.json
 bench-lengths: $(TEST_STAMP)
 	$(BIN)/python -m bench.lengths
 
-# The CPU and the GPU image from the Dockerfile, with docker, podman or buildah (whichever this host has), and a run
-# of each (deploy/README.md). Neither is part of `make test`. BASE_IMAGE unset: both build FROM a Debian 12 base
-# made here with debootstrap (no registry needed); BASE_IMAGE=debian:bookworm-slim takes the registry's.
+# The CPU and the GPU image from the Dockerfile and the export image (torch CPU, attnserve pull) from Dockerfile.export,
+# with docker, podman or buildah (whichever this host has), and a run of each (deploy/README.md). None is part of
+# `make test`. BASE_IMAGE unset: all build FROM a Debian 12 base made here with debootstrap (no registry needed);
+# BASE_IMAGE=debian:bookworm-slim takes the registry's. TORCH_WHEEL=a CPU torch wheel where the CPU index is not reached.
 image:
 	deploy/image/build.sh
 
 # Runs each image: the CPU one serves $(BUNDLE) and answers as `make serve` does; the GPU one's CUDA libraries
-# resolve and it serves on CPU without a GPU. Prints each image's size; fails on any miss.
+# resolve and it serves on CPU without a GPU; the export image pulls $(CHECKPOINT) (a local model directory) into a
+# folder and the CPU one serves that, answering as `attnserve serve --model $(CHECKPOINT)` does here (the two steps of
+# deploy/kubernetes and deploy/compose.yaml). Prints each image's size; fails on any miss.
 image-check: $(STAMP) $(BUNDLE)/manifest.json
-	$(BIN)/python deploy/image/check.py --bundle $(BUNDLE)
+	$(BIN)/python deploy/image/check.py --bundle $(BUNDLE) --model $(CHECKPOINT)
 
 clean:
 	rm -rf $(VENV) bundles checkpoints .pytest_cache node_modules

@@ -6,9 +6,14 @@ process runs as uid 10001; torch is not importable. GPU image: every shared-libr
 CUDA provider resolves (ldd, with the NVIDIA wheels' library folders on the path) except the host driver's
 libcuda.so.1, and `onnxruntime.preload_dlls()` loads CUDA and cuDNN from those wheels (read back from
 /proc/self/maps); served with provider auto on a host without a GPU it logs why CUDA did not run and serves on CPU
-with the same numbers; with provider cuda it refuses to start. Prints each image's size.
+with the same numbers; with provider cuda it refuses to start. Onboarding a model by name, as each Kubernetes pod and
+deploy/compose.yaml do it: the export image (uid 10001, a CPU torch) runs `attnserve pull` of a local model directory
+into a host folder, on a read-only root with a 4 GB /tmp as the init container has; the CPU image serves what it
+wrote, and answers the README's /embed example as `attnserve serve --model DIR` on the host does (which exports the
+same directory with this checkout). Prints each image's size and the pull's time.
 
-    python deploy/image/check.py --bundle bundles/default     (ENGINE=podman|docker; CPU_TAG, GPU_TAG)
+    python deploy/image/check.py --bundle bundles/default --model checkpoints/default
+        (ENGINE=podman|docker; CPU_TAG, GPU_TAG, EXPORT_TAG)
 """
 
 from __future__ import annotations
@@ -134,14 +139,15 @@ def post_embed(port: int, body: dict) -> np.ndarray:
         return np.asarray(json.loads(answer.read()), dtype=np.float64)
 
 
-def reference(bundle: Path, body: dict, logs: Path) -> np.ndarray:
-    """The README example answered by `python -m attnserve serve` from this checkout on the host (`make serve`)."""
+def reference(served: list[str], body: dict, logs: Path) -> np.ndarray:
+    """The README example answered by `python -m attnserve serve` from this checkout on the host (`make serve`),
+    serving `served` (--bundle DIR, or --model NAME)."""
     port = free_port()
     with open(logs / "host.log", "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "attnserve", "serve", "--bundle", str(bundle),
+        server = subprocess.Popen([sys.executable, "-m", "attnserve", "serve", *served,
                                    "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log, stderr=log)
         try:
-            if not wait_ready(port, lambda: server.poll() is None, timeout=120):
+            if not wait_ready(port, lambda: server.poll() is None, timeout=600):  # --model exports first
                 sys.exit(f"the host server did not become ready:\n{(logs / 'host.log').read_text()[-3000:]}")
             return post_embed(port, body)
         finally:
@@ -246,20 +252,69 @@ def check_gpu(tool: str, image: str, bundle: Path, body: dict, expected: np.ndar
                   f"exit {refused.returncode}: {said[said.find('ERROR'):].strip()}")
 
 
+# Run inside the export image: its user, whether torch was built for CUDA, and who owns /models (a new volume's owner).
+EXPORT_PROBE = "import os, torch; print(os.getuid(), torch.version.cuda, os.stat('/models').st_uid)"
+
+
+def check_onboarding(tool: str, images: tuple[str, str], model: Path, body: dict, expected: np.ndarray,
+                     checks: Checks) -> None:
+    """The two steps of a pod: the export image pulls `model` into a folder, the CPU image serves that bundle."""
+    export_image, cpu_image = images
+    print(f"Onboarding {model} by name: {export_image}, then {cpu_image}", flush=True)
+    before = len(checks.misses)
+    image_size(tool, export_image, checks)
+    if len(checks.misses) > before:
+        return
+    flags = run_flags(tool, export_image)
+    probe = engine_out(tool, "run", "--rm", *flags, "--entrypoint", "python", export_image, "-c", EXPORT_PROBE) or ""
+    checks.expect(probe.split() == [UID, "None", UID], f"runs as uid {UID}, torch built for CPU, /models its own",
+                  probe.strip())
+    with tempfile.TemporaryDirectory() as folder:
+        models = Path(folder)
+        models.chmod(0o777)  # as an emptyDir is: writable by the image's uid
+        if pull(tool, flags, export_image, model, models, checks):
+            with Container(tool, run_flags(tool, cpu_image), cpu_image, models / "bundle", {}) as box:
+                check_serving(box, tool, cpu_image, body, expected, checks)
+
+
+def pull(tool: str, flags: list[str], image: str, model: Path, models: Path, checks: Checks) -> bool:
+    """`attnserve pull /source --out /models/bundle` as the init container runs it: read-only root, its /tmp (the
+    pull-tmp volume of deploy/kubernetes/base/deployment.yaml: onnxruntime's optimiser writes a graph's copy there)."""
+    start = time.monotonic()
+    done = subprocess.run([tool, "run", "--rm", *flags, "--read-only", "--tmpfs", "/tmp:size=4g",
+                           "--env", "HF_HOME=/tmp/huggingface", "--volume", f"{model.resolve()}:/source:ro",
+                           "--volume", f"{models}:/models", image, "/source", "--out", "/models/bundle"],
+                          capture_output=True, text=True, timeout=1800)
+    seconds = time.monotonic() - start
+    made = (models / "bundle" / "manifest.json").is_file()
+    detail = f"exit {done.returncode} in {seconds:.0f} s" + ("" if made else f": {done.stderr.strip()[-2000:]}")
+    return checks.expect(done.returncode == 0 and made, "the export image pulls the model into the folder", detail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=ROOT / "bundles" / "default")
     parser.add_argument("--cpu", default=os.environ.get("CPU_TAG", "localhost/attnserve:cpu"))
     parser.add_argument("--gpu", default=os.environ.get("GPU_TAG", "localhost/attnserve:gpu"))
+    parser.add_argument("--export", default=os.environ.get("EXPORT_TAG", "localhost/attnserve:export"))
+    parser.add_argument("--model", type=Path, default=ROOT / "checkpoints" / "default",
+                        help="a local model directory (a checkpoint) the export image pulls")
     args = parser.parse_args()
     if not (args.bundle / "manifest.json").is_file():
         sys.exit(f"no bundle at {args.bundle} (make bundle)")
+    if not (args.model / "config.json").is_file():
+        sys.exit(f"no model directory at {args.model} (attnserve train --out {args.model})")
     tool, body, checks = engine(), readme_embed_body(), Checks()
     with tempfile.TemporaryDirectory() as logs:
-        expected = reference(args.bundle, body, Path(logs))
-    print(f"host server: README /embed example -> {expected.shape[0]} x {expected.shape[1]} ({tool} runs the images)")
+        expected = reference(["--bundle", str(args.bundle)], body, Path(logs))
+        print(f"host server: README /embed example -> {expected.shape[0]} x {expected.shape[1]} ({tool} runs the "
+              "images)", flush=True)
+        start = time.monotonic()
+        by_name = reference(["--model", str(args.model), "--cache-dir", str(Path(logs) / "cache")], body, Path(logs))
+        print(f"host server --model {args.model}: exported and served in {time.monotonic() - start:.0f} s", flush=True)
     check_cpu(tool, args.cpu, args.bundle, body, expected, checks)
     check_gpu(tool, args.gpu, args.bundle, body, expected, checks)
+    check_onboarding(tool, (args.export, args.cpu), args.model, body, by_name, checks)
     if checks.misses:
         print(f"image-check FAILED: {len(checks.misses)} miss(es): {'; '.join(checks.misses)}", flush=True)
         sys.exit(1)

@@ -7,6 +7,7 @@
 BASE_TAG=${BASE_TAG:-localhost/attnserve-base:bookworm}
 CPU_TAG=${CPU_TAG:-localhost/attnserve:cpu}
 GPU_TAG=${GPU_TAG:-localhost/attnserve:gpu}
+EXPORT_TAG=${EXPORT_TAG:-localhost/attnserve:export}
 
 die() { echo "FAIL: $*" >&2; exit 1; }
 

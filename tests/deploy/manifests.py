@@ -54,6 +54,17 @@ def container(objects: tuple[Obj, ...]) -> Obj:
     return main
 
 
+def init_container(objects: tuple[Obj, ...]) -> Obj:
+    """The pod's one init container: `attnserve pull` of the ConfigMap's model into the models volume."""
+    (pull,) = pod_spec(objects)["initContainers"]
+    return pull
+
+
+def served_model(objects: tuple[Obj, ...]) -> str:
+    """The model name the attnserve-model ConfigMap holds (the one configurable value)."""
+    return str(only(objects, "ConfigMap")["data"]["model"])
+
+
 def env(objects: tuple[Obj, ...]) -> dict[str, str]:
     variables = container(objects).get("env", [])
     names = [v["name"] for v in variables]

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import copy
 import os
+import re
+import subprocess
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 from kubernetes_validate.utils import latest_version
 
+from attnserve import pull
+from hub.names import ModelName
 from service.app import create_app
 from service.cli import read_settings
 from service.metrics import Metrics
 from service.settings import Settings
 from tests.deploy.manifests import (
+    KUBERNETES,
     OVERLAYS,
     Obj,
     container,
     dockerfile_user,
     env,
+    init_container,
     load_schema,
     metric_names_in_files,
     only,
@@ -34,6 +41,7 @@ from tests.deploy.manifests import (
     pod_spec,
     probes,
     render,
+    served_model,
 )
 
 OLDEST_KUBERNETES = "1.30"  # the preStop sleep action is on by default from 1.30
@@ -43,10 +51,11 @@ NAMESPACE = "attnserve"
 SIGNAL = "attnserve_inputs_in_flight"
 # Variables for what runs inside the service; each is exercised in test_pod_environment.py.
 OTHER_VARIABLES = {"ORT_DISABLE_TELEMETRY"}
+MODELS = "/models"  # the volume the init container writes the bundle into and the server reads it from
 EXPECTED_KINDS = {
-    "cpu": {"Namespace", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler"},
-    "gpu": {"Namespace", "Service", "Deployment", "PodDisruptionBudget", "ScaledObject"},
-    "keda": {"Namespace", "Service", "Deployment", "PodDisruptionBudget", "ScaledObject"},
+    "cpu": {"Namespace", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler"},
+    "gpu": {"Namespace", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "ScaledObject"},
+    "keda": {"Namespace", "ConfigMap", "Service", "Deployment", "PodDisruptionBudget", "ScaledObject"},
 }
 
 
@@ -165,16 +174,18 @@ def test_startup_probe_allows_for_warm_up(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
 def test_runs_unprivileged_on_a_read_only_root(overlay: str) -> None:
+    """Both containers: only /tmp is writable to the server; the init container writes the models volume too."""
     objects = render(overlay)
-    pod, main = pod_spec(objects), container(objects)
+    pod = pod_spec(objects)
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == dockerfile_user()
-    assert main["securityContext"]["readOnlyRootFilesystem"] is True
-    assert main["securityContext"]["allowPrivilegeEscalation"] is False
-    assert main["securityContext"]["capabilities"]["drop"] == ["ALL"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    writable = {m["mountPath"] for m in main["volumeMounts"] if "emptyDir" in volumes[m["name"]]}
-    assert writable == {"/tmp"}
+    for box, writable in ((container(objects), {"/tmp"}), (init_container(objects), {"/tmp", MODELS})):
+        assert box["securityContext"]["readOnlyRootFilesystem"] is True
+        assert box["securityContext"]["allowPrivilegeEscalation"] is False
+        assert box["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert {m["mountPath"] for m in box["volumeMounts"]
+                if "emptyDir" in volumes[m["name"]] and not m.get("readOnly")} == writable
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
@@ -213,3 +224,83 @@ def test_keda_scales_on_the_signal_before_replicas_refuse(overlay: str, monkeypa
     assert (trigger["type"], trigger["metricType"]) == ("prometheus", "AverageValue")
     assert metadata["query"] == f'sum({SIGNAL}{{namespace="{NAMESPACE}"}})'
     assert 0 < float(metadata["threshold"]) < settings.max_queue  # scale out well before 429s
+
+
+# -- the init step: attnserve pull into the volume the server reads ---------------------------------------
+def pull_args(objects: tuple[Obj, ...]) -> list[str]:
+    """The init container's args as the kubelet runs them: $(ATTNSERVE_MODEL) from the ConfigMap it refers to."""
+    pull = init_container(objects)
+    (variable,) = [v for v in pull["env"] if v["name"] == "ATTNSERVE_MODEL"]
+    reference = variable["valueFrom"]["configMapKeyRef"]
+    config = only(objects, "ConfigMap")
+    assert (reference["name"], reference["key"]) == (config["metadata"]["name"], "model")  # the hashed name
+    return [arg.replace("$(ATTNSERVE_MODEL)", served_model(objects)) for arg in pull["args"]]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
+def test_init_container_pulls_the_configured_model_into_the_served_bundle(overlay: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = render(overlay)
+    args = pull.parser("attnserve pull").parse_args(pull_args(objects))
+    name = ModelName.parse(args.name)
+    assert (name.alias, name.directory, name.checked_repo()) == (None, None, served_model(objects))  # a hub id
+    settings = served_settings(objects, monkeypatch)
+    assert [served.path for served in settings.bundle] == [args.out] and settings.model == []
+    assert args.out.parent == Path(MODELS)
+    mounts = {box["name"]: {m["mountPath"]: m for m in box["volumeMounts"]}
+              for box in (container(objects), init_container(objects))}
+    assert mounts["attnserve"][MODELS]["readOnly"] is True and not mounts["pull"][MODELS].get("readOnly")
+    assert mounts["attnserve"][MODELS]["name"] == mounts["pull"][MODELS]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
+def test_init_container_environment_is_read_by_pull(overlay: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its ATTNSERVE_* variables other than the model name's carrier are `attnserve pull` settings; HF_HOME is on
+    the writable /tmp."""
+    variables = {v["name"]: v.get("value") for v in init_container(render(overlay))["env"]}
+    ours = {name for name in variables if name.startswith("ATTNSERVE_")} - {"ATTNSERVE_MODEL"}
+    assert {name.removeprefix("ATTNSERVE_").lower() for name in ours} <= set(pull.PullSettings.model_fields)
+    assert set(variables) - ours == {"ATTNSERVE_MODEL", "HF_HOME", *OTHER_VARIABLES}
+    assert Path(variables["HF_HOME"]).is_relative_to("/tmp")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
+def test_images_export_for_the_init_step_and_the_overlays_own_for_serving(overlay: str) -> None:
+    objects = render(overlay)
+    assert init_container(objects)["image"] == "attnserve:export"
+    assert container(objects)["image"] == f"attnserve:{'gpu' if overlay == 'gpu' else 'cpu'}"
+
+
+def test_a_new_model_name_renames_the_configmap_and_so_rolls_the_pods(tmp_path: Path) -> None:
+    """An overlay that replaces the model (as deploy/README.md shows) gets a ConfigMap of another hashed name, which
+    the pod template refers to: the Deployment rolls out with the new model."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(KUBERNETES / "overlays" / "cpu", tmp_path)],  # kustomize wants it relative
+        "configMapGenerator": [{"name": "attnserve-model", "behavior": "replace",
+                                "literals": ["model=intfloat/e5-small-v2"]}],
+    }))
+    done = subprocess.run(["kubectl", "kustomize", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    changed = tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+    assert served_model(changed) == "intfloat/e5-small-v2"
+    assert only(changed, "ConfigMap")["metadata"]["name"] != only(render("cpu"), "ConfigMap")["metadata"]["name"]
+    assert pull_args(changed)[0] == "intfloat/e5-small-v2"
+
+
+def mebibytes(quantity: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS, ids=overlay_id)
+def test_init_containers_tmp_holds_a_graph(overlay: str) -> None:
+    """onnxruntime's graph optimiser (the fp32-opt variant) writes a copy of the graph under /tmp: the default
+    MiniLM's 90 MB graph failed in the server's 64 MiB /tmp (make image-check), so the init container has its own."""
+    pod = pod_spec(render(overlay))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (pull_tmp,) = [m["name"] for m in init_container(render(overlay))["volumeMounts"] if m["mountPath"] == "/tmp"]
+    (server_tmp,) = [m["name"] for m in container(render(overlay))["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert pull_tmp != server_tmp
+    assert mebibytes(volumes[pull_tmp]["emptyDir"]["sizeLimit"]) >= 1024
