@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,6 +25,7 @@ from tests.helpers.families import save_hf
 from tests.helpers.rotary import ARCHES as ROTARY
 from tests.helpers.rotary import save_rotary
 from tests.helpers.sentence import load_reference, save_sentence_transformer
+from tests.helpers.shared import reloaded
 
 CASES = {  # name: (architecture, head class, shape) -- "sentence": a sentence-transformers directory; a
     # "scorer" is a sequence classifier with one label, as cross-encoders (bge-reranker is XLM-RoBERTa) are
@@ -62,6 +64,12 @@ class Exported:
     source: Path
     bundle: Path
     reference: torch.nn.Module  # transformers' model (for "sentence", the one under the ST directory)
+
+    def __getstate__(self) -> dict[str, Any]:  # tests.helpers.shared.reloaded says why
+        return {**self.__dict__, "reference": type(self.reference)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, reference=reloaded(state["reference"], state["source"]))
 
 
 def pooled(states: torch.Tensor, mask: torch.Tensor, arch: str) -> torch.Tensor:

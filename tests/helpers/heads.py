@@ -21,6 +21,7 @@ import transformers
 
 from export.bundle import export_bundle
 from tests.helpers.families import ENTITIES, MAX_POSITIONS, RELEVANCE, save_hf
+from tests.helpers.shared import reloaded
 
 WIDE = 0.2  # initializer_range: weights wide enough that a cross-encoder's score moves with its input
 CASES = {"bert-ce": ("bert", "ForSequenceClassification", RELEVANCE, "small"),
@@ -45,6 +46,12 @@ class Case:
         self.arch, self.source, self.bundle, self.model = arch, source, bundle, model
         self.tokenizer = transformers.PreTrainedTokenizerFast(
             tokenizer_file=str(source / "tokenizer.json"), **SPECIALS[arch])
+
+    def __getstate__(self) -> dict[str, Any]:  # tests.helpers.shared.reloaded says why
+        return {**self.__dict__, "model": type(self.model)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, model=reloaded(state["model"], state["source"]))
 
     def logits(self, *texts: Any) -> torch.Tensor:
         """transformers' own tokenizer call (pairs: its pair template, token_type_ids where the model has two

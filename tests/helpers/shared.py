@@ -22,6 +22,7 @@ import pytest
 from filelock import FileLock
 
 T = TypeVar("T")
+M = TypeVar("M")
 DONE = "value.pickle"  # written last: a directory without it was never finished (a failed or killed build)
 
 
@@ -40,3 +41,11 @@ def once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], T])
         value = build(directory)
         done.write_bytes(pickle.dumps(value))
         return value
+
+
+def reloaded(cls: type[M], source: Path) -> M:
+    """The transformers model of class `cls` saved at `source`, loaded again as the tests' references are (eager
+    attention, eval). A pickled transformers model comes back with its default attention, whose `attentions` are
+    None: a value holding one (tests.helpers.exports.Exported, tests.helpers.heads.Case) pickles its class and
+    loads it from its directory on the other side instead."""
+    return cls.from_pretrained(source, attn_implementation="eager").eval()  # type: ignore[attr-defined, no-any-return]
