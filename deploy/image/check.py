@@ -184,10 +184,13 @@ class Container:
         subprocess.run([self.tool, "rm", "--force", self.name], capture_output=True)
 
 
-def image_size(tool: str, image: str, checks: Checks) -> None:
+def image_size(tool: str, image: str, checks: Checks) -> bool:
+    """Whether `image` exists (a check); prints its size when it does."""
     size = engine_out(tool, "image", "inspect", "--format", "{{.Size}}", image, check=False)
-    if checks.expect(size is not None, f"image {image} exists", "" if size else "run make image first"):
-        print(f"  size {image}: {int(size) // 1_000_000} MB", flush=True)
+    if not checks.expect(size is not None, f"image {image} exists", "" if size else "run make image first"):
+        return False
+    print(f"  size {image}: {int(size) // 1_000_000} MB", flush=True)
+    return True
 
 
 def check_serving(box: Container, tool: str, image: str, body: dict, expected: np.ndarray, checks: Checks) -> None:
@@ -223,9 +226,7 @@ def check_cpu(tool: str, image: str, bundle: Path, body: dict, expected: np.ndar
 
 def check_gpu(tool: str, image: str, bundle: Path, body: dict, expected: np.ndarray, checks: Checks) -> None:
     print(f"GPU image {image}", flush=True)
-    before = len(checks.misses)
-    image_size(tool, image, checks)
-    if len(checks.misses) > before:
+    if not image_size(tool, image, checks):
         return
     flags = run_flags(tool, image)
     out = engine_out(tool, "run", "--rm", *flags, "--entrypoint", "python", image, "-c", LIBRARIES) or ""
@@ -261,9 +262,7 @@ def check_onboarding(tool: str, images: tuple[str, str], model: Path, body: dict
     """The two steps of a pod: the export image pulls `model` into a folder, the CPU image serves that bundle."""
     export_image, cpu_image = images
     print(f"Onboarding {model} by name: {export_image}, then {cpu_image}", flush=True)
-    before = len(checks.misses)
-    image_size(tool, export_image, checks)
-    if len(checks.misses) > before:
+    if not image_size(tool, export_image, checks):
         return
     flags = run_flags(tool, export_image)
     probe = engine_out(tool, "run", "--rm", *flags, "--entrypoint", "python", export_image, "-c", EXPORT_PROBE) or ""
