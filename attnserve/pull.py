@@ -4,7 +4,8 @@ a subprocess for a checkpoint its cache does not hold.
 
 A repository that holds an attnserve bundle is downloaded and verified (hub.fetch) with no torch; a checkpoint is
 downloaded and exported by export/pull.py (torch), which this install must have. Every refusal is one line on
-stderr and exit status 2.
+stderr and exit status 2. SIGTERM (a server stopped during its first start, a pod deleted) ends it as an exception
+would: what it staged is removed, nothing is left that serves, and the exit status is 143.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -61,12 +63,26 @@ def main(argv: list[str] | None = None, prog: str = "attnserve pull") -> int:
         options = PullSettings(**given(args, FLAGS))  # type: ignore[arg-type]
     except ValidationError as error:
         return report(prog, error)
+    signal.signal(signal.SIGTERM, _stop)
     try:
         print(pull(args.name, options, args.out))
+    except Stopped as stop:
+        print(f"{prog}: stopped by {stop} before the bundle was ready; nothing of it was kept", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except failures() as error:
         print(f"{prog}: {refusal(error, args.out or options.cache().root)}", file=sys.stderr)
         return 2
     return 0
+
+
+class Stopped(BaseException):
+    """SIGTERM reached the pull. A BaseException, like KeyboardInterrupt, so that no `except Exception` on the way
+    (the exporter's, a library's) takes it for a failure to work around; every `finally` runs, so the staged
+    bundle directory is removed (bundle.files.staged_directory)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
 
 
 def pull(text: str, options: HubOptions, out: Path | None) -> Path:

@@ -33,6 +33,7 @@ from hub.names import COMMIT, DEFAULT_REVISION
 from hub.options import Wanted
 
 log = logging.getLogger(__name__)
+STOP_GRACE_S = 30.0  # how long a stopped export step gets to remove what it staged before it is killed
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,25 @@ def pull_in_subprocess(cache: BundleCache) -> Exporter:
                 "--variants", ",".join(wanted.variants), *(["--reranker", wanted.reranker] if wanted.reranker else [])]
         log.info("exporting %s into the cache (attnserve pull)", source)
         env = {key: value for key, value in os.environ.items() if not key.startswith("ATTNSERVE_")}
-        status = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+        status = run_to_the_end(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL))
         if status == 2:
             raise Reported(f"attnserve pull {source} refused")
         if status != 0 or not is_bundle(target):
             raise Refused(f"the export step for {source} failed (attnserve pull, exit status {status})")
     return pull
+
+
+def run_to_the_end(child: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> int:
+    """The child's exit status. Whatever stops the wait (the server's SIGTERM handler raising, ^C) stops the child
+    too: SIGTERM, which `attnserve pull` turns into removing its staged bundle, then SIGKILL past `grace_s`; the
+    child is waited for, so no export runs on after the server is gone."""
+    try:
+        return child.wait()
+    except BaseException:
+        child.terminate()
+        try:
+            child.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        raise
