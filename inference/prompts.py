@@ -31,8 +31,12 @@ from bundle.manifest import Manifest
 from inference.errors import InvalidRequest, NoInstruction, UnknownPrompt
 from inference.runtime.tokenize import TextTokenizer
 
-InputType = Literal["query", "document"]
-INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {"query": ("query",), "document": ("document", "passage")}
+InputType = Literal["query", "document", "classification", "clustering"]
+# the prompt names each input type takes, first found wins (none found: the text as given); classification and
+# clustering are Cohere's, named as EmbeddingGemma's prompts are
+INPUT_TYPE_PROMPTS: dict[str, tuple[str, ...]] = {
+    "query": ("query",), "document": ("document", "passage"), "classification": ("classification", "Classification"),
+    "clustering": ("clustering", "Clustering")}
 
 
 def longest_prompt(manifest: Manifest, tokenizer: TextTokenizer) -> int:

@@ -83,8 +83,8 @@ class ClientGone(InferenceError):
 
 
 GENERIC_500 = "internal server error"
-V2_PREFIX = "/v2"  # the Open Inference Protocol's routes (but Cohere's /v2/rerank, below)
-NOT_V2 = frozenset({"/v2/rerank"})  # under /v2 but not the protocol's: the one error shape
+V2_PREFIX = "/v2"  # the Open Inference Protocol's routes (but Cohere's /v2/rerank and /v2/embed, below)
+NOT_V2 = frozenset({"/v2/rerank", "/v2/embed"})  # under /v2 but not the protocol's: the one error shape
 STATUS: dict[type[InferenceError], tuple[int, str]] = {  # the most specific class in an error's MRO wins
     InvalidRequest: (422, "invalid_request_error"),
     Unauthorized: (401, "authentication_error"),

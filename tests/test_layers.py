@@ -65,7 +65,8 @@ def test_jobs_and_bench_use_the_core_not_the_http_front(package: str) -> None:
 # The core's floors, lowest first: a module imports only from its own floor or below. runtime/ loads a bundle and
 # runs a graph; scheduling/ admits, queues, batches and reuses answers; tasks/ is what a request asks for.
 CORE_FLOORS = (
-    ("ground", ("inference.errors", "inference.options", "inference.results", "inference.postprocess")),
+    ("ground", ("inference.errors", "inference.options", "inference.results", "inference.postprocess",
+                "inference.quantize")),
     ("runtime", ("inference.runtime",)),
     ("request rules", ("inference.chunking", "inference.prompts", "inference.limits", "inference.rules")),
     ("scheduling", ("inference.scheduling",)),

@@ -1,0 +1,65 @@
+"""Cohere's embed: POST /v2/embed (the Cohere SDK's ClientV2.embed), texts in, each embedding in every asked
+encoding (`embedding_types`: float, base64, and the quantised ones of inference.quantize)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+
+from inference.errors import InvalidRequest
+from inference.prompts import InputType
+from inference.served import ServedModel
+from inference.tasks import embed
+from inference.tasks.quantized import quantized
+from service.cohere_schemas import CohereEmbedRequest, CohereEmbedResponse
+from service.dependencies import JobDep, PickDep, require_json
+from service.routes.common import INFERENCE_ERRORS, errors, json_response
+from service.wire import base64_floats
+
+router = APIRouter(tags=["cohere"], dependencies=[Depends(require_json)])
+INPUT_TYPES: dict[str, InputType] = {"search_query": "query", "search_document": "document",
+                                     "classification": "classification", "clustering": "clustering"}
+TRUNCATE = {"END": (True, "right"), "START": (True, "left"), "NONE": (False, "right")}  # (truncate, direction)
+NOT_YET = {"images": "images", "inputs": "inputs (image parts)", "max_tokens": "max_tokens",
+           "priority": "priority (send the X-Priority header)"}
+
+
+@router.post("/v2/embed", response_model=CohereEmbedResponse, responses=errors(*INFERENCE_ERRORS),
+             summary="Embeddings, Cohere (v2) style")
+async def cohere_embed(body: CohereEmbedRequest, pick: PickDep, job: JobDep) -> Response:
+    """One embedding per text in each of `embedding_types`, under `embeddings` by type; `meta.billed_units`
+    counts the tokens run. Refused by name (422): images, inputs, max_tokens, priority, input_type image."""
+    refused = [what for field, what in NOT_YET.items() if getattr(body, field) is not None]
+    if body.input_type == "image":
+        refused.append("input_type image")
+    if refused:
+        raise InvalidRequest(f"not supported by this server: {', '.join(refused)}; send `texts`",
+                             code="unsupported_field")
+    if body.texts is None:
+        raise InvalidRequest("texts is required: the texts to embed", code="validation_error")
+    served = pick(body.model)
+    embeddings, tokens = await job(_embeddings(served, body))
+    return json_response({
+        "id": str(uuid.uuid4()), "response_type": "embeddings_by_type", "embeddings": embeddings,
+        "texts": body.texts, "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
+    })
+
+
+async def _embeddings(served: ServedModel, body: CohereEmbedRequest) -> tuple[dict[str, Any], int]:
+    truncate, direction = TRUNCATE[body.truncate]
+    normalize = served.bundle.manifest.normalize
+    result = await embed.embed(
+        served, list(body.texts or ()), truncate=truncate, direction=direction,  # type: ignore[arg-type]
+        normalize=normalize, dimensions=body.output_dimension,
+        input_type=INPUT_TYPES[body.input_type] if body.input_type else None)
+    answers: dict[str, Any] = {}
+    for kind in dict.fromkeys(body.embedding_types):  # each asked type once, in the order asked
+        if kind == "float":
+            answers[kind] = result.vectors
+        elif kind == "base64":
+            answers[kind] = [base64_floats(row) for row in result.vectors]
+        else:
+            answers[kind] = (await quantized(served, result.vectors, kind, body.output_dimension, normalize)).tolist()
+    return answers, result.tokens
