@@ -7,8 +7,8 @@ DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings
 the decoder families (Llama, Mistral, Qwen2, Qwen3,
 Gemma3), and the vision families ViT (ViTModel, ViTForImageClassification) and DINOv2 (model/families/vision.py),
 which read pixels and have no tokenizer.json (how an image becomes pixel values is their preprocessor_config.json's,
-read by the torch-free inference/runtime/preprocessor.py); config.json's architectures says which, and anything else is refused
-with the list of what loads.
+read by the torch-free inference/runtime/preprocessor.py); config.json's architectures says which, and anything
+else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the

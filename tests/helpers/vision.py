@@ -5,11 +5,11 @@
 
 Weights: transformers' seeded initialisation, then every 1-D parameter (biases, norm weights, DINOv2's layer scales)
 moved off its start, and the class token, registers, positions (which transformers starts at zero or small) and
-patch tokens drawn at unit scale, so that a swapped or missing one, or patches out of order, show. Shapes: "small" (hidden 32, 2 heads, 2 layers, 32-pixel
-images of 8-pixel patches) and "realistic" (hidden 768, 12 heads, 3 layers: ViT-B and DINOv2-B widths, 224-pixel
-images of 16- or 14-pixel patches). Each shape is compared at the config's image size and at a non-square size whose
-grid is wider and shorter than the table's, so the positions are resampled up along one axis and down along the
-other (DINOv2 with registers' antialiasing shows when shrinking).
+patch tokens drawn at unit scale, so that a swapped or missing one, or patches out of order, show. Shapes: "small"
+(hidden 32, 2 heads, 2 layers, 32-pixel images of 8-pixel patches) and "realistic" (hidden 768, 12 heads, 3 layers:
+ViT-B and DINOv2-B widths, 224-pixel images of 16- or 14-pixel patches). Each shape is compared at the config's
+image size and at a non-square size whose grid is wider and shorter than the table's, so the positions are resampled
+up along one axis and down along the other (DINOv2 with registers' antialiasing shows when shrinking).
 """
 
 from __future__ import annotations

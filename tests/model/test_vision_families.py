@@ -138,13 +138,16 @@ def test_a_vit_without_its_pooler_pools_the_class_token(tmp_path: Path) -> None:
 
 
 def test_a_vision_model_reads_pixels_only(tmp_path: Path) -> None:
+    """No tokenizer, no token ids; and no bundle yet: check_config (what attnserve pull asks before it downloads the
+    weights to export them) refuses it."""
     save_vision(tmp_path, "dinov2")
     loaded = load_model(tmp_path)
     with pytest.raises(ValueError, match="reads pixel values and has no tokenizer"):
         loaded.tokenizer  # noqa: B018
     with pytest.raises(ValueError, match="a vision encoder reads pixel_values, and only those"):
         loaded.encoder(torch.ones(1, 4, dtype=torch.long))
-    check_config(tmp_path)
+    with pytest.raises(ValueError, match="dinov2 vision checkpoint: it loads in PyTorch, but no bundle is exported"):
+        check_config(tmp_path)
 
 
 @pytest.mark.parametrize("change,message", [
