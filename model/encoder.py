@@ -207,13 +207,13 @@ class Encoder(nn.Module):
               token_type_ids: Tensor | None, adapter: Tensor | None) -> tuple[Tensor, Tensor]:
         """The first states (B, T, D) and the attention mask (B, T) for the config's modality: token ids (the mask
         given, or all ones) or pixel values (all ones: every patch is real)."""
-        if (pixel_values is None) == self.config.vision or (input_ids is None) != self.config.vision:
-            raise ValueError(f"a {self.config.modality} encoder reads "
-                             f"{'pixel_values' if self.config.vision else 'input_ids'}, and only those")
-        if pixel_values is not None:
+        if self.config.vision:
+            if pixel_values is None or any(t is not None for t in (input_ids, attention_mask, token_type_ids)):
+                raise ValueError("a vision encoder reads pixel_values alone (every patch is real: no attention mask)")
             x = self.embeddings(pixel_values)  # (B, T, D)
             return x, torch.ones(x.shape[:2], dtype=torch.long, device=x.device)  # (B, T)
-        assert input_ids is not None
+        if input_ids is None or pixel_values is not None:
+            raise ValueError("a text encoder reads input_ids, not pixel_values")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         return self.embeddings(input_ids, attention_mask, token_type_ids, adapter), attention_mask  # (B, T, D), (B, T)

@@ -144,8 +144,10 @@ def test_a_vision_model_reads_pixels_only(tmp_path: Path) -> None:
     loaded = load_model(tmp_path)
     with pytest.raises(ValueError, match="reads pixel values and has no tokenizer"):
         loaded.tokenizer  # noqa: B018
-    with pytest.raises(ValueError, match="a vision encoder reads pixel_values, and only those"):
+    with pytest.raises(ValueError, match="a vision encoder reads pixel_values alone"):
         loaded.encoder(torch.ones(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="a vision encoder reads pixel_values alone"):
+        loaded.encoder(attention_mask=torch.ones(1, 5), pixel_values=pixels(32, 32))
     with pytest.raises(ValueError, match="dinov2 vision checkpoint: it loads in PyTorch, but no bundle is exported"):
         check_config(tmp_path)
 
