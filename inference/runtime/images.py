@@ -1,9 +1,10 @@
 """Image bytes -> pixel values (3, H, W) float32, with Pillow and numpy only, equal to transformers' Pillow-based image
 processors (the steps of a preprocessor_config.json: inference/runtime/preprocessor.py).
 
-    decode        PNG, JPEG, WebP or GIF bytes (Pillow reads the header first: any other format, or more pixels than
-                  the cap, is refused before a pixel is decoded); the first frame of an animation; the EXIF orientation
-                  applied (Pillow's exif_transpose), as transformers.image_utils.load_image does
+    decode        PNG, JPEG (MPO too: a camera's multi-picture JPEG), WebP or GIF bytes (Pillow reads the header
+                  first: any other format, or more pixels than the cap, is refused before a pixel is decoded); the
+                  first frame of an animation; the EXIF orientation applied (Pillow's exif_transpose), as
+                  transformers.image_utils.load_image does
     RGB           convert_rgb (the config's do_convert_rgb): transformers' convert_to_rgb, which lays an image with
                   transparency (an alpha band, or a palette's transparent index) onto white; otherwise Pillow's
                   convert("RGB"), load_image's, which drops the alpha band and keeps the colour under it
@@ -35,7 +36,7 @@ from PIL import Image, ImageOps
 from inference.errors import InvalidImage
 from inference.runtime.preprocessor import ImageProcessing
 
-FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
+FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "GIF")  # MPO: the multi-picture JPEG cameras write (its first picture)
 MAX_PIXELS = 40_000_000  # 40 megapixels: 120 MB as RGB bytes, a 7,300 x 5,500 photograph
 _UNREADABLE = (OSError, ValueError, SyntaxError, EOFError, struct.error, Image.DecompressionBombError)
 

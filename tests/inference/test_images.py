@@ -1,9 +1,10 @@
 """Image bytes -> pixel values without torch (inference/runtime/images.py, preprocessor.py) against transformers' Pillow
 image processors (AutoImageProcessor.from_pretrained(directory, backend="pil")): generated images of several sizes,
-aspect ratios and modes (RGB, RGBA, LA, L, P with a transparent index, CMYK JPEG, an EXIF-rotated JPEG, WebP, an
-animated GIF) through ViT's, BiT's and CLIP's processors (their saved files, CLIP's older feature-extractor file, a
-crop larger than the resized image, no rescaling) give the same pixel values to 1e-6; bytes that are no image, other
-formats and too many pixels are refused with their codes; configs the steps do not cover are refused by name.
+aspect ratios and modes (RGB, RGBA, LA, L, P with a transparent index, CMYK JPEG, an EXIF-rotated JPEG, a
+multi-picture JPEG, WebP, an animated GIF) through ViT's, BiT's and CLIP's processors (their saved files, CLIP's older
+feature-extractor file, a crop larger than the resized image, no rescaling) give the same pixel values to 1e-6; bytes
+that are no image, other formats and too many pixels are refused with their codes; configs the steps do not cover are
+refused by name.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def samples() -> dict[str, bytes]:
     out["exif-rotated-jpeg"] = encoded(picture("RGB", 80, 30), "JPEG", exif=exif.tobytes())
     frames = [picture("RGB", 40, 52, seed).convert("P") for seed in (3, 4)]
     out["animated-gif"] = encoded(frames[0], "GIF", save_all=True, append_images=frames[1:], duration=50)
+    pictures = [picture("RGB", 48, 36, seed) for seed in (5, 6)]  # a camera's multi-picture JPEG: the first is read
+    out["mpo-jpeg"] = encoded(pictures[0], "MPO", save_all=True, append_images=pictures[1:])
     return out
 
 
@@ -113,6 +116,7 @@ def test_the_cases_reach_what_they_are_named_for(tmp_path: Path) -> None:
     first = np.array(Image.open(io.BytesIO(SAMPLES["animated-gif"])).convert("RGB"))
     assert Image.open(io.BytesIO(SAMPLES["animated-gif"])).n_frames == 2
     assert np.array_equal(np.array(decode(SAMPLES["animated-gif"]).convert("RGB")), first)
+    assert Image.open(io.BytesIO(SAMPLES["mpo-jpeg"])).format == "MPO"
     laid, dropped = (read_processing({**CONFIGS["clip-no-rescale"], "do_convert_rgb": flag}) for flag in (True, False))
     for sample in ("rgba-png", "p-transparent-png", "la-png"):
         assert np.abs(pixel_values(SAMPLES[sample], laid) - pixel_values(SAMPLES[sample], dropped)).max() > 1
