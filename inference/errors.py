@@ -12,7 +12,9 @@ knows about HTTP.
     │   ├── UnknownPrompt        a prompt name the model does not have (the message lists its prompts)
     │   ├── UnknownAdapter       a LoRA adapter (`task` on the wire, code unknown_task) the model does not have, or
     │   │                        any for a model without adapters (no_tasks), or two that disagree (task_conflict)
-    │   └── NoInstruction        an instruction for a model without an instruction prompt, or with another prompt
+    │   ├── NoInstruction        an instruction for a model without an instruction prompt, or with another prompt
+    │   └── InvalidImage         image bytes that do not decode (invalid_image), a format other than PNG, JPEG,
+    │                            WebP or GIF (unsupported_image_format), or more pixels than the cap (image_too_large)
     ├── ModelNotFound            no served model has the requested name (the message lists them)
     ├── Overloaded               admission full; carries how long to wait before retrying
     ├── NotReady                 not warm, the last inference failed, or shutting down
@@ -77,6 +79,12 @@ class UnknownAdapter(InvalidRequest):
 
 class NoInstruction(InvalidRequest):
     code = "instruction_not_taken"
+
+
+class InvalidImage(InvalidRequest):
+    """An image the core will not read (inference/runtime/images.py); `code` says why."""
+
+    code = "invalid_image"
 
 
 class ModelNotFound(InferenceError):

@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 @dataclass
 class LoadedModel:
     encoder: Encoder
-    tokenizer: Tokenizer
+    text_tokenizer: Tokenizer | None  # None: a vision model, which reads pixels (see `tokenizer`)
     kind: str  # "attnserve", "hf-<family>" (e.g. "hf-bert"), "sentence-transformers", "bge-m3", "pylate", ...
     path: Path
     prompts: dict[str, str] = field(default_factory=dict)  # sentence-transformers' prompts, by name
@@ -45,6 +45,15 @@ class LoadedModel:
     # PEFT adapters stacked in the encoder (model/peft.py), in index order
     source_files: tuple[Path, ...] = ()
     adapters: tuple[Adapter, ...] = ()
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer; a ValueError for a vision model, which has none (its input is pixel values,
+        prepared as its preprocessor_config.json says)."""
+        if self.text_tokenizer is None:
+            raise ValueError(f"{self.path} is a {self.encoder.config.modality} model: it reads pixel values and has "
+                             "no tokenizer")
+        return self.text_tokenizer
 
 
 def is_checkpoint(path: Path) -> bool:

@@ -2,7 +2,7 @@
 
 Every dimension a consumer needs (export, service) is read from here, never guessed. The families the
 loaders know (model/families/: BERT, RoBERTa/XLM-R/CamemBERT, DistilBERT, MPNet, ModernBERT, NomicBERT, GTE,
-jina-embeddings-v3 and the decoders) are one encoder with a few
+jina-embeddings-v3, the decoders, and the vision transformers ViT and DINOv2) are one encoder with a few
 axes set differently, as x-transformers exposes them as flags; the defaults are BERT's, so configs saved
 before an axis existed load as they did.
 
@@ -36,6 +36,13 @@ before an axis existed load as they did.
     multi-vector   beside any head, on the final token states: multi_vector_size M > 0 projects every token to M
                    (multi_vector_bias: bge-m3's colbert_linear has a bias, PyLate's Dense and colbert-ai's linear
                    do not); token_weights: relu(Linear(D, 1)) per token (bge-m3's sparse_linear)
+    vision         modality "vision": the input is pixel values (B, C, H, W), not token ids (model/vision.py). A patch
+                   embedding (a Conv2d of stride patch_size over num_channels channels) cuts the image into patches,
+                   a class token goes first, then register_tokens learned tokens (DINOv2 with registers); positions
+                   are position_embedding "grid": a learned table of the class token's row and one row per patch of
+                   the image_size // patch_size square grid (max_length rows in all), resampled bicubically to the
+                   input's grid (position_antialias: with an antialiasing filter when it shrinks, as DINOv2 with
+                   registers does); layer_scale multiplies each sub-block's output by a learned vector (DINOv2)
     adapters       LoRA adapters over the one base (model/lora.py): their names in index order (index i + 1 is
                    adapters[i], index 0 the bare base), the rank every adapter is padded to (adapter_rank) and
                    the modules that carry them (adapter_targets: the token embedding "embeddings.token" and block
@@ -119,6 +126,14 @@ class EncoderConfig:
     head_bias: bool = True
     head_transform: bool = False  # tokens head: the transform before the classifier (ModernBERT)
     tie_decoder: bool = True  # mlm head: the decoder shares the token embedding matrix
+    # vision (model/vision.py): modality "vision" reads pixel values through a patch embedding
+    modality: str = "text"
+    image_size: int = 0  # side of the square grid the position table was trained on, in pixels; 0 for text
+    patch_size: int = 0
+    num_channels: int = 3
+    register_tokens: int = 0
+    position_antialias: bool = False
+    layer_scale: bool = False
     # LoRA adapters (model/lora.py): names in index order (index 0 is the base), one padded rank, the targets
     adapters: tuple[str, ...] = field(default_factory=tuple)
     adapter_rank: int = 0
@@ -152,6 +167,15 @@ class EncoderConfig:
         """The longest input the positions reach: max_length, less the pad_token_id + 1 rows that fairseq
         positions skip (RoBERTa's 514-row table holds 512 tokens)."""
         return self.max_length - (self.pad_token_id + 1 if self.position_embedding == "fairseq" else 0)
+
+    @property
+    def vision(self) -> bool:
+        return self.modality == "vision"
+
+    @property
+    def grid_size(self) -> int:
+        """Patches along each side of the grid the position table covers (vision; 0 for text)."""
+        return self.image_size // self.patch_size if self.vision else 0
 
     @property
     def labels(self) -> list[str]:

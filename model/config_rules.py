@@ -1,6 +1,6 @@
 """What an `EncoderConfig` may hold: the choices of each axis, what LoRA adapters may adapt, and the checks a
 config passes when it is made (`check`, from EncoderConfig.__post_init__): sizes, choices, the mask, positions,
-labels and adapters, each refused with a ValueError that names the field."""
+the modality, labels and adapters, each refused with a ValueError that names the field."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ NORM_POSITIONS = ("post", "pre", "sandwich")
 LAYER_TYPES = ("full", "sliding")
 HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
 SEQUENCE_HEADS = ("linear", "pooler", "attention")
-POSITION_EMBEDDINGS = ("absolute", "fairseq", "none")
+POSITION_EMBEDDINGS = ("absolute", "fairseq", "none", "grid")
+MODALITIES = ("text", "vision")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "tanh", "identity")
 ROTARY_SCALINGS = ("default", "linear", "dynamic")
 HEAD_POOLINGS = ("cls", "mean")
@@ -24,12 +25,13 @@ HEAD_POOLINGS = ("cls", "mean")
 
 def check(c: EncoderConfig) -> None:
     """ValueError naming the first field of `c` that is out of its range or choices."""
-    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_labels, _check_adapters):
+    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_modality, _check_labels,
+                 _check_adapters):
         each(c)
 
 
 def _check_sizes(c: EncoderConfig) -> None:
-    positive = ("vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_length", "global_attn_every")
+    positive = ("d_model", "num_heads", "num_layers", "d_ff", "max_length", "global_attn_every")
     for name in positive:
         if getattr(c, name) <= 0:
             raise ValueError(f"{name} must be positive, got {getattr(c, name)}")
@@ -60,7 +62,7 @@ def _check_sizes(c: EncoderConfig) -> None:
 def _check_choices(c: EncoderConfig) -> None:
     for name, allowed in (
         ("pooling", POOLINGS), ("norm_position", NORM_POSITIONS), ("mask_kind", MASK_KINDS), ("head", HEADS),
-        ("norm_kind", NORM_KINDS),
+        ("norm_kind", NORM_KINDS), ("modality", MODALITIES),
         ("position_embedding", POSITION_EMBEDDINGS), ("activation", ACTIVATIONS), ("rotary_scaling", ROTARY_SCALINGS),
         ("projection_activation", ACTIVATIONS), ("head_activation", ACTIVATIONS), ("head_pooling", HEAD_POOLINGS),
     ):
@@ -106,6 +108,29 @@ def _check_rotary_scaling(c: EncoderConfig) -> None:
                          f"{c.rotary_scaling!r}")
 
 
+def _check_modality(c: EncoderConfig) -> None:
+    """Text reads token ids (a vocabulary, no image fields); vision reads pixels (model/vision.py): a patch grid, the
+    grid's positions (max_length rows: the class token's and one per patch), no vocabulary or token types."""
+    if not c.vision:
+        if c.vocab_size <= 0:
+            raise ValueError(f"vocab_size must be positive, got {c.vocab_size}")
+        if c.image_size or c.patch_size or c.register_tokens or c.position_embedding == "grid":
+            raise ValueError("image_size, patch_size, register_tokens and position_embedding 'grid' are the vision "
+                             "modality's; this config reads text")
+        return
+    if c.image_size <= 0 or c.patch_size <= 0 or c.num_channels <= 0 or c.register_tokens < 0:
+        raise ValueError(f"vision needs a positive image_size, patch_size and num_channels and register_tokens >= 0; "
+                         f"got {c.image_size}, {c.patch_size}, {c.num_channels}, {c.register_tokens}")
+    if c.image_size < c.patch_size:
+        raise ValueError(f"image_size ({c.image_size}) holds no patch of patch_size {c.patch_size}")
+    if c.position_embedding != "grid" or c.max_length != 1 + c.grid_size ** 2:
+        raise ValueError(f"vision positions are position_embedding 'grid' with max_length 1 + (image_size // "
+                         f"patch_size)^2 = {1 + c.grid_size ** 2} rows; got {c.position_embedding!r}, {c.max_length}")
+    if c.vocab_size or c.type_vocab_size or c.causal or c.rotary_theta or c.relative_attention_buckets:
+        raise ValueError("vision reads no token ids: vocab_size and type_vocab_size 0, and no causal mask, rotary "
+                         "or relative positions")
+
+
 def _check_labels(c: EncoderConfig) -> None:
     if c.head in ("none", "mlm"):
         if c.num_labels or c.label_names:
@@ -134,6 +159,8 @@ def _check_adapters(c: EncoderConfig) -> None:
         raise ValueError(f"adapter names must be distinct and non-empty; got {list(c.adapters)}")
     if c.adapter_rank <= 0 or not c.adapter_targets:
         raise ValueError("adapters need a positive adapter_rank and at least one adapter target")
+    if c.vision and EMBEDDING_TARGET in c.adapter_targets:
+        raise ValueError(f"{EMBEDDING_TARGET} is a token table; a vision encoder has none to adapt")
     unknown = sorted(set(c.adapter_targets) - set(ADAPTER_TARGETS))
     if unknown:
         raise ValueError(f"adapter_targets {unknown} are not the token embedding or projections of a block; "

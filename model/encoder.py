@@ -14,7 +14,9 @@ final token states, the same states the pooled vector comes from: ColBERT's per-
 per-token lexical weights, raw (not normalised, not masked: the torch-free inference/tasks/multi_vector_scores.py does
 that, as
 the references do after their forward). The defaults are BERT's layout (post-norm), so BERT-family checkpoints
-load weight for weight and configs saved before the axes existed build the same network.
+load weight for weight and configs saved before the axes existed build the same network. A vision config
+(modality "vision") reads pixel values instead of token ids: model/vision.py turns them into the token sequence,
+and everything after the embeddings is the same encoder.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from model.layers import FeedForward, norm
 from model.lora import embed, embedding, linear
 from model.pooling import Projection, mean_pool, pool
 from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
+from model.vision import PatchEmbeddings
 
 __all__ = ["Encoder", "EncoderBlock", "EncoderOutput", "mean_pool"]
 
@@ -107,6 +110,8 @@ class EncoderBlock(nn.Module):
         sandwich = c.norm_position == "sandwich"
         self.attn_post_norm = norm(c) if sandwich else nn.Identity()
         self.ffn_post_norm = norm(c) if sandwich else nn.Identity()
+        self.attn_scale = LayerScale(c.d_model) if c.layer_scale else nn.Identity()
+        self.ffn_scale = LayerScale(c.d_model) if c.layer_scale else nn.Identity()
         self.dropout = nn.Dropout(c.dropout)
 
     def forward(
@@ -116,18 +121,29 @@ class EncoderBlock(nn.Module):
         """-> (states (B, T, D), the attention's weights, or with `keep` its kept heads' queries and keys)."""
         if self.pre_norm:
             attended, weights = self.attention(self.attn_norm(x), mask, bias, rotary, window, adapter, stream, keep)
-            x = x + self.dropout(self.attn_post_norm(attended))
-            return x + self.dropout(self.ffn_post_norm(self.ffn(self.ffn_norm(x), adapter))), weights
+            x = x + self.dropout(self.attn_scale(self.attn_post_norm(attended)))
+            return x + self.dropout(self.ffn_scale(self.ffn_post_norm(self.ffn(self.ffn_norm(x), adapter)))), weights
         attended, weights = self.attention(x, mask, bias, rotary, window, adapter, stream, keep)
-        x = self.attn_norm(x + self.dropout(attended))
-        return self.ffn_norm(x + self.dropout(self.ffn(x, adapter))), weights
+        x = self.attn_norm(x + self.dropout(self.attn_scale(attended)))
+        return self.ffn_norm(x + self.dropout(self.ffn_scale(self.ffn(x, adapter)))), weights
+
+
+class LayerScale(nn.Module):
+    """x · w, a learned (D,) vector per sub-block output (DINOv2's layer scale)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.weight  # (B, T, D)
 
 
 class Encoder(nn.Module):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         c = self.config = config
-        self.embeddings = Embeddings(c)
+        self.embeddings: nn.Module = PatchEmbeddings(c) if c.vision else Embeddings(c)
         self.blocks = nn.ModuleList(EncoderBlock(c, c.is_local(i), i == 0) for i in range(c.num_layers))
         self.relative_bias = RelativePositionBias(
             c.relative_attention_buckets, c.relative_attention_max_distance, c.num_heads,
@@ -156,19 +172,18 @@ class Encoder(nn.Module):
             nn.init.zeros_(module.bias)
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None,
+        self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
         token_type_ids: Tensor | None = None, output_attentions: bool = False, adapter: Tensor | None = None,
-        layers: Tensor | None = None, heads: Tensor | None = None,
+        layers: Tensor | None = None, heads: Tensor | None = None, pixel_values: Tensor | None = None,
     ) -> EncoderOutput:
-        """adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base).
+        """input_ids (B, T) for text, pixel_values (B, C, H, W) for vision (model/vision.py; every token real).
+        adapter (B,) int64: each row's LoRA adapter, an index into config.adapters + 1 (0 or None: the base).
         output_attentions: the maps of the `layers` (l,) and `heads` (h,) chosen (indices; None: all), computed
         after the layers ran the fast way, from those heads' queries and keys (attention_maps): only they are held."""
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+        x, attention_mask = self.embed(input_ids, pixel_values, attention_mask, token_type_ids, adapter)  # (B, T, D)
         keep = None
         if output_attentions:
-            keep = heads if heads is not None else torch.arange(self.config.num_heads, device=input_ids.device)
-        x = self.embeddings(input_ids, attention_mask, token_type_ids, adapter)  # (B, T, D)
+            keep = heads if heads is not None else torch.arange(self.config.num_heads, device=x.device)
         inputs = self.layer_inputs(attention_mask, adapter=adapter)
         seen = []
         for block in self.blocks:
@@ -187,6 +202,21 @@ class Encoder(nn.Module):
             multi_vectors=self.multi_vector(x) if self.multi_vector is not None else None,  # (B, T, M)
             token_weights=torch.relu(self.token_weight(x)).squeeze(-1) if self.token_weight is not None else None,
         )
+
+    def embed(self, input_ids: Tensor | None, pixel_values: Tensor | None, attention_mask: Tensor | None,
+              token_type_ids: Tensor | None, adapter: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The first states (B, T, D) and the attention mask (B, T) for the config's modality: token ids (the mask
+        given, or all ones) or pixel values (all ones: every patch is real)."""
+        if self.config.vision:
+            if pixel_values is None or any(t is not None for t in (input_ids, attention_mask, token_type_ids)):
+                raise ValueError("a vision encoder reads pixel_values alone (every patch is real: no attention mask)")
+            x = self.embeddings(pixel_values)  # (B, T, D)
+            return x, torch.ones(x.shape[:2], dtype=torch.long, device=x.device)  # (B, T)
+        if input_ids is None or pixel_values is not None:
+            raise ValueError("a text encoder reads input_ids, not pixel_values")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        return self.embeddings(input_ids, attention_mask, token_type_ids, adapter), attention_mask  # (B, T, D), (B, T)
 
     def attention_maps(self, seen: Tensor, attention_mask: Tensor, layers: Tensor | None, heads: Tensor) -> Tensor:
         """The chosen layers' maps from every layer's kept queries and keys `seen` (L, 2, B, h, T, d_k), under each

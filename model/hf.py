@@ -5,7 +5,10 @@ Supported: the base model and the ...ForSequenceClassification, ...ForTokenClass
 DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings-v3), and the base model,
 ...ForSequenceClassification and ...ForCausalLM (its body: the embedders built on decoders ship as causal LMs) of
 the decoder families (Llama, Mistral, Qwen2, Qwen3,
-Gemma3); config.json's architectures says which, and anything else is refused with the list of what loads.
+Gemma3), and the vision families ViT (ViTModel, ViTForImageClassification) and DINOv2 (model/families/vision.py),
+which read pixels and have no tokenizer.json (how an image becomes pixel values is their preprocessor_config.json's,
+read by the torch-free inference/runtime/preprocessor.py); config.json's architectures says which, and anything
+else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
@@ -57,9 +60,9 @@ def _load(path: Path, sentence: bool, bge_m3: bool) -> LoadedModel:
     `bge_m3`: with FlagEmbedding's heads (when their files are there)."""
     hf = read_json(_require(path, "config.json"))
     family, kind = family_of(hf)
-    tokenizer = load_tokenizer(_require(path, "tokenizer.json"))
+    tokenizer = None if family.modality == "vision" else load_tokenizer(_require(path, "tokenizer.json"))
     modules = read_sentence_modules(path) if sentence else None
-    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 else None
+    m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 and tokenizer is not None else None
     if modules is not None or kind == "lm" or m3 is not None:
         kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
     state = rename(load_weights(path), family, kind, hf)
@@ -97,9 +100,11 @@ def _require(path: Path, name: str) -> Path:
 def encoder_config(hf: dict[str, Any], family: Family, kind: str, state: dict[str, Tensor],
                    sentence: SentenceModules | None) -> EncoderConfig:
     fields = {**family.config(hf), **family.head_config(hf, kind)}
-    if kind in ("sequence", "tokens"):
+    if kind in ("sequence", "tokens", "image"):
         labels = _labels(hf, state["head.classifier.weight"].shape[0])
         fields.update(num_labels=len(labels), label_names=labels)
+    if fields.get("projection_size") and "projection.linear.weight" not in state:
+        fields.update(projection_size=0, projection_activation="identity")  # a ViTModel saved without its pooler
     if sentence is None:
         return EncoderConfig(**{"pooling": "cls", **fields})
     config = EncoderConfig(**{**fields, "pooling": sentence.pooling, "normalize": sentence.normalize,

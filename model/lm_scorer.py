@@ -81,7 +81,7 @@ def as_reranker(loaded: LoadedModel, recipe: str, instruction: str = DEFAULT_INS
     encoder.load_state_dict({**loaded.encoder.state_dict(), "head.classifier.weight": (rows[yes] - rows[no])[None]})
     tokenizer = with_template(loaded.tokenizer, chosen.prefix, chosen.suffix)
     pair_format = chosen.pair_format.replace("{instruction}", instruction)
-    return replace(loaded, encoder=encoder.eval(), tokenizer=tokenizer, kind=f"{loaded.kind}-reranker",
+    return replace(loaded, encoder=encoder.eval(), text_tokenizer=tokenizer, kind=f"{loaded.kind}-reranker",
                    pair_format=pair_format)
 
 

@@ -44,7 +44,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
     model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
-    read (a position kind, a rope type), a recipe that does not fit."""
+    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2), which
+    loads in PyTorch but which the export does not read yet (it has no tokenizer; docs/vision.md)."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":
@@ -55,6 +56,9 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         config = read_json(path / "config.json")
         family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
         family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
+        if family.modality != "text":
+            raise ValueError(f"{path} is a {family.name} vision checkpoint: it loads in PyTorch, but no bundle is "
+                             "exported from one yet (docs/vision.md)")
 
 
 def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:

@@ -4,6 +4,7 @@ Encoders (model/families/encoders.py): BERT, RoBERTa, XLM-R, CamemBERT, DistilBE
 Rotary encoders (model/families/rotary.py): NomicBERT, GTE ("new" GTE, snowflake-arctic-embed-m-v2.0),
 jina-embeddings-v3.
 Decoders used as encoders (model/families/decoders.py): Llama, Mistral, Qwen2, Qwen3, Gemma3 (text).
+Vision transformers (model/families/vision.py): ViT, DINOv2 (with and without registers).
 The weight-table engine (model/families/tables.py) maps a checkpoint's names onto ours by a family's table.
 """
 
@@ -16,11 +17,12 @@ from model.families.decoders import DECODERS
 from model.families.encoders import ENCODERS
 from model.families.rotary import ROTARY
 from model.families.tables import expand, full_table, hf_layers, join_parts, place, rename
+from model.families.vision import VISION
 
 __all__ = ["FAMILIES", "HEAD_KINDS", "Family", "Table", "activation", "expand", "family_of", "full_table", "hf_layers",
            "join_parts", "place", "rename", "supported_classes"]
 
-FAMILIES: tuple[Family, ...] = (*ENCODERS, *ROTARY, *DECODERS)
+FAMILIES: tuple[Family, ...] = (*ENCODERS, *ROTARY, *DECODERS, *VISION)
 
 
 def supported_classes() -> list[str]:

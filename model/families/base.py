@@ -20,7 +20,7 @@ from model.config_rules import ROTARY_SCALINGS
 Table = dict[str, str | tuple[str, ...]]
 # class-name suffix -> head kind; "lm" (a causal LM) loads its body only: the language-model head is not served
 HEAD_KINDS = {"Model": "none", "ForSequenceClassification": "sequence", "ForTokenClassification": "tokens",
-              "ForMaskedLM": "mlm", "ForCausalLM": "lm"}
+              "ForMaskedLM": "mlm", "ForCausalLM": "lm", "ForImageClassification": "image"}
 # transformers' activation names -> ours (model.layers.activate); gelu_new and gelu_fast are the tanh formula
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
@@ -39,6 +39,7 @@ class Family:
     ignored: tuple[str, ...] = field(default=())  # checkpoint names we do not use (e.g. BERT's pooler)
     aliases: dict[str, str] = field(default_factory=dict)  # other class names -> head kind (Gemma3ForCausalLM)
     other_prefixes: tuple[str, ...] = field(default=())  # the body's prefix in older checkpoints (GTE's "new.")
+    modality: str = "text"  # "vision": reads pixel values, has no tokenizer (model/vision.py)
 
     def body_name(self, key: str) -> str:
         """A checkpoint tensor's name without the body's prefix (a head class's), whichever of the family's it is."""

@@ -1,0 +1,83 @@
+"""Random-weight transformers vision models (ViT, DINOv2, DINOv2 with registers) saved as Hugging Face directories
+(config.json, model.safetensors; no tokenizer), and the images they are compared on.
+
+    save_vision(directory, "dinov2-registers", "Model", "realistic") -> the reference model (eval, eager attention)
+
+Weights: transformers' seeded initialisation, then every 1-D parameter (biases, norm weights, DINOv2's layer scales)
+moved off its start, and the class token, registers, positions (which transformers starts at zero or small) and
+patch tokens drawn at unit scale, so that a swapped or missing one, or patches out of order, show. Shapes: "small"
+(hidden 32, 2 heads, 2 layers, 32-pixel images of 8-pixel patches) and "realistic" (hidden 768, 12 heads, 3 layers:
+ViT-B and DINOv2-B widths, 224-pixel images of 16- or 14-pixel patches). Each shape is compared at the config's
+image size and at a non-square size whose grid is wider and shorter than the table's, so the positions are resampled
+up along one axis and down along the other (DINOv2 with registers' antialiasing shows when shrinking).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from tests.helpers.families import randomise_vectors
+
+ARCHITECTURES = ("vit", "dinov2", "dinov2-swiglu", "dinov2-registers")
+CLASSES = {"vit": "ViT", "dinov2": "Dinov2", "dinov2-swiglu": "Dinov2", "dinov2-registers": "Dinov2WithRegisters"}
+SHAPES = {"small": dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, image_size=32),
+          "realistic": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=3, image_size=224)}
+PATCH = {"small": {"vit": 8, "dinov2": 8}, "realistic": {"vit": 16, "dinov2": 14}}
+LABELS = {0: "cat", 1: "dog", 2: "bird"}
+
+
+def vision_config(arch: str, shape: str, **extra: Any) -> transformers.PretrainedConfig:
+    family = "vit" if arch == "vit" else "dinov2"
+    common: dict[str, Any] = {**SHAPES[shape], "patch_size": PATCH[shape][family], "id2label": LABELS,
+                              "label2id": {v: k for k, v in LABELS.items()}, **extra}
+    if arch == "vit":
+        config = transformers.ViTConfig(**{"intermediate_size": 4 * common["hidden_size"] - 32, **common})
+    elif arch == "dinov2-registers":
+        config = transformers.Dinov2WithRegistersConfig(**{"num_register_tokens": 4, **common})
+    else:
+        config = transformers.Dinov2Config(**{"use_swiglu_ffn": arch == "dinov2-swiglu", **common})
+    config._attn_implementation = "eager"  # the maps: sdpa returns none
+    return config
+
+
+def model_class(arch: str, head: str) -> type:
+    return getattr(transformers, f"{CLASSES[arch]}{head}")
+
+
+def save_vision(directory: Path, arch: str, head: str = "Model", shape: str = "small", seed: int = 0,
+                **extra: Any) -> torch.nn.Module:
+    """A seeded random `arch` model with `head` saved at `directory`; returns it (eval, eager attention)."""
+    config = vision_config(arch, shape, **extra)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = model_class(arch, head)(config)
+        randomise_vectors(model)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(("cls_token", "register_tokens", "position_embeddings")):
+                    param.copy_(torch.randn_like(param))
+                if name.endswith("patch_embeddings.projection.weight"):  # each patch's token at unit scale too
+                    param.copy_(torch.randn_like(param) / param[0].numel() ** 0.5)
+    model.save_pretrained(directory)
+    return model.eval()
+
+
+def image_sizes(shape: str) -> list[tuple[int, int]]:
+    """(H, W): the config's square size, then a wider, shorter one (its grid grows along W, shrinks along H)."""
+    side = SHAPES[shape]["image_size"]
+    return [(side, side), (side * 3 // 4, side * 3 // 2)]
+
+
+def pixels(height: int, width: int, batch: int = 2, seed: int = 0) -> torch.Tensor:
+    """(B, 3, H, W) normalised-looking pixel values."""
+    return torch.randn(batch, 3, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+def reference_outputs(model: torch.nn.Module, pixel_values: torch.Tensor) -> Any:
+    """transformers' outputs with the maps; ViT resamples its positions only when told (interpolate_pos_encoding)."""
+    extra = {"interpolate_pos_encoding": True} if type(model).__name__.startswith("ViT") else {}
+    return model(pixel_values=pixel_values, output_attentions=True, **extra)
