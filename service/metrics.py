@@ -67,6 +67,10 @@ class Metrics(BatchObserver):
             "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome", "model", "caller"],
             registry=r,
         )
+        self.runs_at_once = Counter(
+            "attnserve_inputs_run_at_once", "Inputs of requests that found the batcher idle (nothing queued, a run "
+            "slot free) and ran at once, without passing through the batch queue", ["model", "caller"], registry=r,
+        )
         self.cache_hits = Counter(
             "attnserve_cache_hits", "Inputs answered without a run of their own: from the answer cache, as a repeat "
             "within their request, or by another request's run of the same input",
@@ -113,6 +117,9 @@ class Metrics(BatchObserver):
         histogram = self.queue_seconds.labels(self.model, caller)  # looked up once for a batch's inputs
         for one in seconds:
             histogram.observe(one)
+
+    def ran_at_once(self, caller: str, inputs: int) -> None:
+        self.runs_at_once.labels(self.model, caller).inc(inputs)
 
     def batch(self, graph: str, size: int, tokens: int, padded_tokens: int) -> None:
         self.batch_size.labels(self.model, "").observe(size)
