@@ -74,6 +74,7 @@ class Batcher:
         self._running: dict[asyncio.Task[None], Priority] = {}  # each run and the class of its batch
         self.last_ok = True
         self.stats = BatcherStats()
+        self.at_once = True  # the idle path (module docstring); False: every input queues (bench.lone's baseline)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -158,7 +159,7 @@ class Batcher:
         """Whether the worker, handed `items` now, would run them at once as one batch: no input waits (nor
         would wait out batch_wait_s), a run slot is free (or the lane, for an interactive request while every
         slot runs a bulk batch), and the items are not shared out among slots nor cut by the caps."""
-        if self.limits.batch_wait_s and not (self._draining or items[0].urgent):
+        if not self.at_once or self.limits.batch_wait_s and not (self._draining or items[0].urgent):
             return False
         free = self.limits.runs_in_flight - len(self._running)
         if (self.depth > 0) if free > 0 else not self._lane_idle(items[0].caller.priority):

@@ -160,3 +160,10 @@ async def test_the_lane_takes_an_interactive_request_at_once_and_a_bulk_one_queu
     assert await asyncio.gather(bulk, more_bulk, query) == [[("fast", 7)], [("fast", 6)], [("fast", 3)]]
     await batcher.stop()
     executor.shutdown()
+
+
+async def test_with_the_idle_path_off_every_input_queues(setup):
+    batcher, runner = setup
+    batcher.at_once = False  # bench.lone's baseline
+    assert await submit(batcher, [3]) == [("fast", 3)]
+    assert (batcher.stats.at_once, batcher.stats.queued) == (0, 1)
