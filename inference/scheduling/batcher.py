@@ -293,11 +293,12 @@ class Batcher:
 
     async def _run(self, batch: list[WorkItem], executor: Executor | None) -> None:
         """Answer `batch`, then free its slot at once, in the same turn of the event loop: a waiter it answered
-        that submits again finds the slot free (the task's done callbacks run a turn later)."""
+        that submits again finds the slot free (the task's done callbacks run a turn later). The worker is woken
+        only when inputs wait for the slot: after a lone request's run it would wake to find nothing to do."""
         try:
             await self._answer(batch, executor)
         finally:
-            if self._running.pop(asyncio.current_task(), None) is not None:  # type: ignore[arg-type]
+            if self._running.pop(asyncio.current_task(), None) is not None and self.depth:  # type: ignore[arg-type]
                 self._wake.set()
 
     async def _answer(self, batch: list[WorkItem], executor: Executor | None) -> None:
