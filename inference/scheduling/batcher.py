@@ -125,8 +125,9 @@ class Batcher:
         self, ticket: Ticket, kind: BatchKind, sequences: Sequence[TokenSequence], urgent: bool = False,
         adapter: int = 0,
     ) -> list[Any]:
-        """Queue one item per sequence (the ticket's caller's, run with `adapter`) and wait for all results, in
-        order. `urgent` items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
+        """Queue one item per sequence (the ticket's caller's, run with `adapter`), or on an idle batcher start
+        them at once (module docstring), and wait for all results, in order. `urgent` items do not wait for batch
+        partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
         items = [WorkItem(kind, sequence, loop.create_future(), ticket.caller, urgent=urgent, adapter=adapter)
@@ -159,7 +160,7 @@ class Batcher:
         """Whether the worker, handed `items` now, would run them at once as one batch: no input waits (nor
         would wait out batch_wait_s), a run slot is free (or the lane, for an interactive request while every
         slot runs a bulk batch), and the items are not shared out among slots nor cut by the caps."""
-        if not self.at_once or self.limits.batch_wait_s and not (self._draining or items[0].urgent):
+        if not self.at_once or (self.limits.batch_wait_s and not (self._draining or items[0].urgent)):
             return False
         free = self.limits.runs_in_flight - len(self._running)
         if (self.depth > 0) if free > 0 else not self._lane_idle(items[0].caller.priority):
