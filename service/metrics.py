@@ -9,6 +9,7 @@ inputs; the cache's size is the models')."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -25,6 +26,7 @@ class Metrics(BatchObserver):
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.model = ""  # the `model` label this view writes (see for_model)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}  # (series, label values) -> child; views share it
         r = self.registry
         self.requests = Counter(
             "attnserve_requests", "HTTP requests by route and status", ["route", "status", "model", "caller"],
@@ -67,6 +69,10 @@ class Metrics(BatchObserver):
             "attnserve_model_runs", "Graph runs by kind and outcome", ["kind", "outcome", "model", "caller"],
             registry=r,
         )
+        self.runs_at_once = Counter(
+            "attnserve_inputs_run_at_once", "Inputs of requests that found the batcher idle (nothing queued, a run "
+            "slot free) and ran at once, without passing through the batch queue", ["model", "caller"], registry=r,
+        )
         self.cache_hits = Counter(
             "attnserve_cache_hits", "Inputs answered without a run of their own: from the answer cache, as a repeat "
             "within their request, or by another request's run of the same input",
@@ -97,43 +103,55 @@ class Metrics(BatchObserver):
         return view
 
     def request(self, route: str, status: int, seconds: float, model: str = "", caller: str = "") -> None:
-        self.requests.labels(route, str(status), model, caller).inc()
-        self.request_seconds.labels(route, model, caller).observe(seconds)
+        self._at(self.requests, route, str(status), model, caller).inc()
+        self._at(self.request_seconds, route, model, caller).observe(seconds)
 
     def tokenized(self, caller: str, seconds: float) -> None:
-        self.tokenize_seconds.labels(self.model, caller).observe(seconds)
+        self._at(self.tokenize_seconds, self.model, caller).observe(seconds)
 
     def queue_depth(self, caller: str, depth: int) -> None:
-        self.depth.labels(self.model, caller).set(depth)
+        self._at(self.depth, self.model, caller).set(depth)
 
     def in_flight(self, caller: str, inputs: int) -> None:
-        self.inputs_in_flight.labels(self.model, caller).set(inputs)
+        self._at(self.inputs_in_flight, self.model, caller).set(inputs)
 
     def queue_waits(self, caller: str, seconds: list[float]) -> None:
-        histogram = self.queue_seconds.labels(self.model, caller)  # looked up once for a batch's inputs
+        histogram = self._at(self.queue_seconds, self.model, caller)  # looked up once for a batch's inputs
         for one in seconds:
             histogram.observe(one)
 
+    def ran_at_once(self, caller: str, inputs: int) -> None:
+        self._at(self.runs_at_once, self.model, caller).inc(inputs)
+
     def batch(self, graph: str, size: int, tokens: int, padded_tokens: int) -> None:
-        self.batch_size.labels(self.model, "").observe(size)
-        self.batch_tokens.labels(self.model, "").observe(tokens)
-        self.padded_tokens.labels(self.model, "").observe(padded_tokens)
+        self._at(self.batch_size, self.model, "").observe(size)
+        self._at(self.batch_tokens, self.model, "").observe(tokens)
+        self._at(self.padded_tokens, self.model, "").observe(padded_tokens)
 
     def inference(self, graph: str, seconds: float, ok: bool) -> None:
-        self.inference_seconds.labels(graph, self.model, "").observe(seconds)
-        self.model_runs.labels(graph, "ok" if ok else "error", self.model, "").inc()
+        self._at(self.inference_seconds, graph, self.model, "").observe(seconds)
+        self._at(self.model_runs, graph, "ok" if ok else "error", self.model, "").inc()
 
     def cache(self, caller: str, hits: int, misses: int) -> None:
-        self.cache_hits.labels(self.model, caller).inc(hits)
-        self.cache_misses.labels(self.model, caller).inc(misses)
+        self._at(self.cache_hits, self.model, caller).inc(hits)
+        self._at(self.cache_misses, self.model, caller).inc(misses)
 
     def cache_size(self, entries_bytes: int, evictions: int) -> None:
-        self.cache_bytes.labels("", "").set(entries_bytes)
-        self.cache_evictions.labels(self.model, "").inc(evictions)
+        self._at(self.cache_bytes, "", "").set(entries_bytes)
+        self._at(self.cache_evictions, self.model, "").inc(evictions)
 
     def keys_read(self, ok: bool, callers: int) -> None:
-        self.keys_reloads.labels("ok" if ok else "error", "", "").inc()
-        self.keys.labels("", "").set(callers)
+        self._at(self.keys_reloads, "ok" if ok else "error", "", "").inc()
+        self._at(self.keys, "", "").set(callers)
+
+    def _at(self, series: Any, *labels: str) -> Any:
+        """`series.labels(*labels)`, looked up once: prometheus_client validates the values and takes a lock on
+        every call, about 2 us, and a lone request makes a dozen (service/metrics.py's hooks)."""
+        key = (id(series), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = series.labels(*labels)
+        return child
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,7 @@ ratios, and the batch-invariance figure against a graph known to be invariant an
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,12 @@ def test_side_by_side_servers_are_trees_with_their_settings():
         parse_args([".,GRAPH_RUNS", "--bundle", "b"])
     with pytest.raises(SystemExit):
         parse_args([".", "--bundle", "b", "--scenarios", "e"])
+
+
+def test_lone_requests_alternate_between_the_idle_path_and_the_queue(tiny_bundle):
+    from bench import lone
+
+    figures = asyncio.run(lone.measure(tiny_bundle, 6, "fp32", 0.0))
+    assert {way: len(got["wall"]) for way, got in figures.items()} == {"queued": 3, "at once": 3}
+    assert all(t > 0 for got in figures.values() for t in got["wall"])
+    assert [line.split()[0] for line in lone.report(figures)] == ["queued", "at"]

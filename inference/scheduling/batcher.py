@@ -16,6 +16,12 @@ different LoRA adapters share batches: each item carries its adapter index, and 
 (`inference.runtime.graphs`). A failed batch fails every waiter in it; a request that waits past the queue timeout
 fails with `QueueTimeout` and is not run; a cancelled request (client gone) is dropped before it costs
 compute. On stop, admitted work is drained before the task ends.
+
+A request that finds the batcher idle (no input waits, a run slot free, or for an interactive request the lane
+while every slot runs a bulk batch) and whose inputs make one batch under the caps runs at once, without
+passing through the queue and the worker task: the batch the worker would form from it alone, started the
+way the worker starts it (the same run slots, threads, lane and accounting), a few event-loop turns sooner.
+With `batch_wait_s` set, a request waits for partners as before (the operator chose throughput).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 from inference.errors import InferenceFailed, NotReady, QueueTimeout
@@ -39,6 +46,14 @@ from inference.scheduling.work import BatchLimits, WorkItem
 log = logging.getLogger(__name__)
 
 RunFn = Callable[[BatchKind, list[TokenSequence], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
+
+
+@dataclass
+class BatcherStats:
+    """Inputs started at once on an idle batcher (`at_once`) and inputs queued for the worker (`queued`)."""
+
+    at_once: int = 0
+    queued: int = 0
 
 
 class Batcher:
@@ -58,6 +73,8 @@ class Batcher:
         self._task: asyncio.Task[None] | None = None
         self._running: dict[asyncio.Task[None], Priority] = {}  # each run and the class of its batch
         self.last_ok = True
+        self.stats = BatcherStats()
+        self.at_once = True  # the idle path (module docstring); False: every input queues (bench.lone's baseline)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -75,6 +92,8 @@ class Batcher:
         self._wake.set()
         if self._task is not None:
             await self._task
+        while self._running:  # runs started at once after the worker ended (admitted before stop)
+            await asyncio.wait(list(self._running))
 
     @property
     def depth(self) -> int:
@@ -106,24 +125,62 @@ class Batcher:
         self, ticket: Ticket, kind: BatchKind, sequences: Sequence[TokenSequence], urgent: bool = False,
         adapter: int = 0,
     ) -> list[Any]:
-        """Queue one item per sequence (the ticket's caller's, run with `adapter`) and wait for all results, in
-        order. `urgent` items do not wait for batch partners (batch_wait_s) when they are the oldest waiting."""
+        """Queue one item per sequence (the ticket's caller's, run with `adapter`), or on an idle batcher start
+        them at once (module docstring), and wait for all results, in order. `urgent` items do not wait for batch
+        partners (batch_wait_s) when they are the oldest waiting."""
         loop = asyncio.get_running_loop()
         ticket.take(len(sequences))
         items = [WorkItem(kind, sequence, loop.create_future(), ticket.caller, urgent=urgent, adapter=adapter)
                  for sequence in sequences]
-        self._queue.push(items)
-        self._observer.queue_depth(ticket.caller.name, self._queue.waiting(ticket.caller.name))
-        self._wake.set()
-        timer = loop.call_later(self.limits.queue_timeout_s, self._expire, items)
+        timer = None  # the queue timeout's: an input run at once never waits in the queue
+        if self._idle_for(items):
+            self._run_at_once(items)
+        else:
+            timer = self._enqueue(items)
         try:
-            results = list(await asyncio.gather(*(item.future for item in items)))
+            results = [await items[0].future] if len(items) == 1 else list(
+                await asyncio.gather(*(item.future for item in items)))
         finally:
-            timer.cancel()
+            if timer is not None:
+                timer.cancel()
             self._abandon(items)
         ticket.queue_s = max(item.ran_at - item.enqueued_at for item in items)
         ticket.inference_s = max(item.done_at for item in items) - min(item.ran_at for item in items)
         return results
+
+    def _enqueue(self, items: list[WorkItem]) -> asyncio.TimerHandle:
+        """Queue `items` for the worker; the timer that fails them once they waited past the queue timeout."""
+        self._queue.push(items)
+        self._observer.queue_depth(items[0].caller.name, self._queue.waiting(items[0].caller.name))
+        self._wake.set()
+        self.stats.queued += len(items)
+        return asyncio.get_running_loop().call_later(self.limits.queue_timeout_s, self._expire, items)
+
+    def _idle_for(self, items: list[WorkItem]) -> bool:
+        """Whether the worker, handed `items` now, would run them at once as one batch: no input waits (nor
+        would wait out batch_wait_s), a run slot is free (or the lane, for an interactive request while every
+        slot runs a bulk batch), and the items are not shared out among slots nor cut by the caps."""
+        if not self.at_once or (self.limits.batch_wait_s and not (self._draining or items[0].urgent)):
+            return False
+        free = self.limits.runs_in_flight - len(self._running)
+        if (self.depth > 0) if free > 0 else not self._lane_idle(items[0].caller.priority):
+            return False
+        n = len(items)
+        return n == 1 or (free <= 1 and n <= self.limits.max_batch_size
+                          and max(item.length for item in items) * n <= self.limits.max_batch_tokens)
+
+    def _lane_idle(self, priority: Priority) -> bool:
+        """Every run slot holds a bulk batch, the interactive lane is free, no interactive input waits for it,
+        and `priority` is interactive."""
+        return (priority == "interactive" and self.limits.interactive_lane
+                and len(self._running) == self.limits.runs_in_flight
+                and all(p == "bulk" for p in self._running.values()) and not self._queue.waiting_in("interactive"))
+
+    def _run_at_once(self, items: list[WorkItem]) -> None:
+        """Start `items` as one batch now, as the worker starts a batch it took (never queued: no timer)."""
+        self._start(items)
+        self.stats.at_once += len(items)
+        self._observer.ran_at_once(items[0].caller.name, len(items))
 
     def _expire(self, items: list[WorkItem]) -> None:
         for item in items:
@@ -162,11 +219,15 @@ class Batcher:
                 log.exception("batcher iteration failed")
                 continue
             for batch in batches:
-                run = asyncio.get_running_loop().create_task(self._run(batch, self._executor_for(batch)))
-                self._running[run] = batch[0].caller.priority
-                run.add_done_callback(self._ran)
+                self._start(batch)
         if self._running:
             await asyncio.wait(self._running)  # drained: every admitted input has its answer
+
+    def _start(self, batch: list[WorkItem]) -> None:
+        """Run `batch` in a task of its own, holding a run slot (the lane's when none is free) until it ends."""
+        run = asyncio.get_running_loop().create_task(self._run(batch, self._executor_for(batch)))
+        self._running[run] = batch[0].caller.priority
+        run.add_done_callback(self._ran)
 
     def _executor_for(self, batch: list[WorkItem]) -> Executor | None:
         if len(self._running) >= self.limits.runs_in_flight:  # every slot taken: the lane's (interactive) batch
@@ -174,8 +235,8 @@ class Batcher:
         return self._bulk if batch[0].caller.priority == "bulk" else self._executor
 
     def _ran(self, run: asyncio.Task[None]) -> None:
-        self._running.pop(run, None)
-        self._wake.set()  # a slot is free
+        if self._running.pop(run, None) is not None:  # cancelled before `_run` freed it
+            self._wake.set()  # a slot is free
         if not run.cancelled() and run.exception() is not None:
             log.error("batch run failed", exc_info=run.exception())
 
@@ -232,6 +293,16 @@ class Batcher:
         return batches
 
     async def _run(self, batch: list[WorkItem], executor: Executor | None) -> None:
+        """Answer `batch`, then free its slot at once, in the same turn of the event loop: a waiter it answered
+        that submits again finds the slot free (the task's done callbacks run a turn later). The worker is woken
+        only when inputs wait for the slot: after a lone request's run it would wake to find nothing to do."""
+        try:
+            await self._answer(batch, executor)
+        finally:
+            if self._running.pop(asyncio.current_task(), None) is not None and self.depth:  # type: ignore[arg-type]
+                self._wake.set()
+
+    async def _answer(self, batch: list[WorkItem], executor: Executor | None) -> None:
         live = [item for item in batch if not item.future.done()]  # clients gone: skip
         self._release_items([item for item in batch if item.future.done()])
         if not live:

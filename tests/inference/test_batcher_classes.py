@@ -76,16 +76,18 @@ async def test_the_interactive_lane_runs_an_interactive_batch_beside_a_bulk_one(
     bulk = asyncio.create_task(submit_as(batcher, BACKFILL, [7, 7]))
     await until(lambda: runner.waiting == 1)  # the one slot runs a bulk batch
     query = asyncio.create_task(submit_as(batcher, SEARCH, [3]))
-    more = asyncio.create_task(submit_as(batcher, SEARCH, [2]))
     if lane:
         await until(lambda: runner.waiting == 2 and batcher.depth == 0)  # started at once, beside it
-        assert not query.done()
-    else:
-        await until(lambda: batcher.depth == 2)
-        assert runner.waiting == 1  # it waits for the slot
+        assert not query.done() and batcher.stats.at_once == 3  # the bulk batch, then the query: never queued
+    more = asyncio.create_task(submit_as(batcher, SEARCH, [2]))
+    more_too = asyncio.create_task(submit_as(batcher, SEARCH, [2]))
+    await until(lambda: batcher.depth == (2 if lane else 3))  # the lane (when kept) and the slot are busy: they wait
+    assert runner.waiting == (2 if lane else 1)
     runner.gate.set()
-    assert await asyncio.gather(bulk, query, more) == [[("fast", 7)] * 2, [("fast", 3)], [("fast", 2)]]
-    assert sorted(map(sorted, runner.batches)) == [[2, 3], [7, 7]]  # the lane's batch took both interactive inputs
+    assert await asyncio.gather(bulk, query, more, more_too) == [
+        [("fast", 7)] * 2, [("fast", 3)], [("fast", 2)], [("fast", 2)]]
+    expected = [[2, 2], [3], [7, 7]] if lane else [[2, 2, 3], [7, 7]]  # without the lane, one batch took them all
+    assert sorted(map(sorted, runner.batches)) == expected
     await batcher.stop()
     executor.shutdown()
 
