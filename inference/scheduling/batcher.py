@@ -18,10 +18,9 @@ fails with `QueueTimeout` and is not run; a cancelled request (client gone) is d
 compute. On stop, admitted work is drained before the task ends.
 
 A request that finds the batcher idle (no input waits, a run slot free, or for an interactive request the lane
-while every slot runs a bulk batch) and whose inputs make one batch under the caps runs at once, without
-passing through the queue and the worker task: the batch the worker would form from it alone, started the
-way the worker starts it (the same run slots, threads, lane and accounting), a few event-loop turns sooner.
-With `batch_wait_s` set, a request waits for partners as before (the operator chose throughput).
+while every slot runs a bulk batch) and whose inputs make one batch under the caps runs at once, skipping the queue:
+the batch the worker would form from it alone, started as the worker starts it (run slots, threads, lane, accounting),
+a few event-loop turns sooner; with `batch_wait_s` set it waits for partners as before (the operator's choice).
 """
 
 from __future__ import annotations
@@ -31,30 +30,19 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
-from inference.errors import InferenceFailed, NotReady, QueueTimeout
+from inference.errors import NotReady, QueueTimeout
 from inference.runtime.graphs import BatchKind, TokenSequence
 from inference.scheduling.admission import Permits, Ticket
 from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
 from inference.scheduling.observer import BatchObserver
-from inference.scheduling.work import BatchLimits, WorkItem
+from inference.scheduling.runs import RunFn, execute, fail
+from inference.scheduling.work import BatcherStats, BatchLimits, WorkItem
 
 log = logging.getLogger(__name__)
-
-RunFn = Callable[[BatchKind, list[TokenSequence], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
-
-
-@dataclass
-class BatcherStats:
-    """Inputs started at once on an idle batcher (`at_once`) and inputs queued for the worker (`queued`)."""
-
-    at_once: int = 0
-    queued: int = 0
-
 
 class Batcher:
     def __init__(
@@ -163,18 +151,12 @@ class Batcher:
         if not self.at_once or (self.limits.batch_wait_s and not (self._draining or items[0].urgent)):
             return False
         free = self.limits.runs_in_flight - len(self._running)
-        if (self.depth > 0) if free > 0 else not self._lane_idle(items[0].caller.priority):
+        lane = items[0].caller.priority == "interactive" and not self._queue.waiting_in("interactive")
+        if (self.depth > 0) if free > 0 else not (lane and self._only_lane_free()):
             return False
         n = len(items)
         return n == 1 or (free <= 1 and n <= self.limits.max_batch_size
                           and max(item.length for item in items) * n <= self.limits.max_batch_tokens)
-
-    def _lane_idle(self, priority: Priority) -> bool:
-        """Every run slot holds a bulk batch, the interactive lane is free, no interactive input waits for it,
-        and `priority` is interactive."""
-        return (priority == "interactive" and self.limits.interactive_lane
-                and len(self._running) == self.limits.runs_in_flight
-                and all(p == "bulk" for p in self._running.values()) and not self._queue.waiting_in("interactive"))
 
     def _run_at_once(self, items: list[WorkItem]) -> None:
         """Start `items` as one batch now, as the worker starts a batch it took (never queued: no timer)."""
@@ -199,16 +181,13 @@ class Batcher:
     def _unqueue(self, item: WorkItem) -> bool:
         if not self._queue.remove(item):
             return False
-        self._release(item.caller, 1)
+        self._permits.give_back(1, item.caller)
         self._observer.queue_depth(item.caller.name, self._queue.waiting(item.caller.name))
         return True
 
-    def _release(self, caller: Caller, n: int) -> None:
-        self._permits.give_back(n, caller)
-
     def _release_items(self, items: list[WorkItem]) -> None:
         for caller, n in Counter(item.caller for item in items).items():
-            self._release(caller, n)
+            self._permits.give_back(n, caller)
 
     # -- the worker --------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -240,15 +219,16 @@ class Batcher:
         if not run.cancelled() and run.exception() is not None:
             log.error("batch run failed", exc_info=run.exception())
 
-    def _lane_free(self) -> bool:
-        """Every run slot holds a bulk batch, the interactive lane is free, and an interactive input waits."""
+    def _only_lane_free(self) -> bool:
+        """Every run slot holds a bulk batch and the interactive lane is free (for one interactive batch)."""
         return (self.limits.interactive_lane and len(self._running) == self.limits.runs_in_flight
-                and all(p == "bulk" for p in self._running.values()) and self._queue.waiting_in("interactive") > 0)
+                and all(p == "bulk" for p in self._running.values()))
 
     async def _wait_for_work(self) -> bool:
         """Until an input waits and a run slot (or the interactive lane, for an interactive input) is free;
         False once stopping with nothing left to take."""
-        while not self.depth or (len(self._running) >= self.limits.runs_in_flight and not self._lane_free()):
+        while not self.depth or (len(self._running) >= self.limits.runs_in_flight
+                                 and not (self._only_lane_free() and self._queue.waiting_in("interactive"))):
             if self._stopping and not self.depth:
                 return False
             self._wake.clear()
@@ -308,46 +288,14 @@ class Batcher:
         if not live:
             return
         try:
-            outputs = await self._execute(live, executor)
+            outputs = await execute(live, executor, self._run_fn, self._observer)
         except Exception as exc:
-            self._fail(live, exc)
+            self.last_ok = False
+            fail(live, exc)
         else:
+            self.last_ok = True
             for item, output in zip(live, outputs, strict=True):
                 if not item.future.done():
                     item.future.set_result(output)
         finally:
             self._release_items(live)
-
-    async def _execute(self, live: list[WorkItem], executor: Executor | None) -> Sequence[Any]:
-        now = time.monotonic()
-        waits: dict[str, list[float]] = {}
-        for item in live:
-            item.ran_at = now
-            waits.setdefault(item.caller.name, []).append(now - item.enqueued_at)
-        for name, seconds in waits.items():
-            self._observer.queue_waits(name, seconds)
-        lengths, kind = [item.length for item in live], live[0].kind
-        self._observer.batch(kind.graph, len(live), sum(lengths), max(lengths) * len(live))
-        loop = asyncio.get_running_loop()
-        try:
-            outputs = await loop.run_in_executor(executor, self._run_fn, kind, [i.sequence for i in live],
-                                                 [i.adapter for i in live])
-            if len(outputs) != len(live):
-                raise InferenceFailed(f"the graph returned {len(outputs)} results for {len(live)} inputs")
-        except Exception:
-            self._observer.inference(kind.graph, time.monotonic() - now, False)
-            raise
-        done = time.monotonic()
-        for item in live:
-            item.done_at = done
-        self._observer.inference(kind.graph, done - now, True)
-        self.last_ok = True
-        return outputs
-
-    def _fail(self, live: list[WorkItem], exc: Exception) -> None:
-        self.last_ok = False
-        log.error("batch of %d %s inputs failed", len(live), live[0].kind.graph, exc_info=exc)
-        for item in live:
-            if not item.future.done():
-                item.future.set_exception(InferenceFailed("inference failed for this batch"))
-

@@ -48,3 +48,11 @@ class BatchLimits:
         return cls(options.max_batch_tokens, options.max_batch_size, options.max_queue, options.queue_timeout_s,
                    options.batch_wait_ms / 1000, runs_in_flight, options.bulk_share, bulk_queue,
                    options.interactive_lane)
+
+
+@dataclass
+class BatcherStats:
+    """Inputs started at once on an idle batcher (`at_once`) and inputs queued for the worker (`queued`)."""
+
+    at_once: int = 0
+    queued: int = 0
