@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from attnserve.flags import ENV_PREFIX, add_flags, given, report
+from hub.cache import making
 from hub.errors import Refused, disk_refusal
 from hub.models import Source, prepare
 from hub.names import ModelName
@@ -91,7 +92,7 @@ def pull(text: str, options: HubOptions, out: Path | None) -> Path:
     if name.alias is not None:
         raise Refused(f"{text!r}: attnserve pull takes NAME[@REVISION]; a name to serve under is given to serve")
     options.check_rerankers([name.served_name])
-    return prepare(options.wanted(name, 1), options.cache(), export_step, out)
+    return prepare(options.wanted(name, 1), options.cache(), export_step if out is not None else cached_step, out)
 
 
 def export_step(source: Source, wanted: Wanted, target: Path) -> None:
@@ -99,6 +100,15 @@ def export_step(source: Source, wanted: Wanted, target: Path) -> None:
     from export.pull import export_source
 
     export_source(source, wanted, target)
+
+
+def cached_step(source: Source, wanted: Wanted, target: Path) -> None:
+    """The export into the cache, under its place's lock (hub.cache.making): a pull that waited for another process
+    making the same bundle (a server's first start, a pod beside it on one volume) finds it made and exports nothing.
+    Taken here, in the process that exports, never in a server whose export runs as this command."""
+    with making(target) as needed:
+        if needed:
+            export_step(source, wanted, target)
 
 
 def failures() -> tuple[type[BaseException], ...]:

@@ -12,13 +12,17 @@
 
 Every bundle is built beside its place (a `.{shape}.download` directory for the downloaded files, kept after a
 failure so a retry fetches only what is missing, and a staged directory for the bundle) and renamed into place only
-once complete and verified: a bundle in the cache is whole. The root: --cache-dir (ATTNSERVE_CACHE_DIR), else
-$XDG_CACHE_HOME/attnserve, else ~/.cache/attnserve.
+once complete and verified: a bundle in the cache is whole. Making one holds a lock beside its place
+(`.{shape}.lock`, flock): a second process making the same bundle at once (two pods' init steps on one shared volume,
+two servers started together) waits for the first, then finds the bundle made. The root: --cache-dir
+(ATTNSERVE_CACHE_DIR), else $XDG_CACHE_HOME/attnserve, else ~/.cache/attnserve.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -32,6 +36,7 @@ from bundle.manifest import MANIFEST_NAME, SCHEMA_VERSION
 from hub.errors import disk_refusal
 from hub.names import COMMIT
 
+log = logging.getLogger(__name__)
 BUNDLE_SHAPE = "bundle"  # a repository's own bundle: no export shaped it
 
 
@@ -117,3 +122,21 @@ def writing(where: Path) -> Iterator[None]:
         yield
     except OSError as err:
         raise disk_refusal(err, where) from None
+
+
+@contextmanager
+def making(target: Path) -> Iterator[bool]:
+    """Held while the cache's bundle at `target` is made (module docstring); yields whether it still has to be made:
+    False when another process made it while this one waited. Only for the cache's own places (pull --out replaces
+    what is there and leaves no lock file beside it). The lock file stays: removing it while a third process waits
+    on it would let that one lock a file nobody else sees."""
+    with writing(target.parent):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = (target.parent / f".{target.name}.lock").open("a")
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another process is making %s; waiting for it", target)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield not is_bundle(target)

@@ -15,6 +15,7 @@ files (names, sizes, modification times).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from bundle.manifest import MANIFEST_NAME
 from hub import remote
-from hub.cache import BUNDLE_SHAPE, BundleCache, is_bundle, writing
+from hub.cache import BUNDLE_SHAPE, BundleCache, is_bundle, making, writing
 from hub.errors import Refused, Reported, Unreachable
 from hub.fetch import fetch_bundle
 from hub.names import COMMIT, DEFAULT_REVISION
@@ -112,7 +113,9 @@ def _make(snapshot: remote.Snapshot, wanted: Wanted, exporter: Exporter, cache: 
         if wanted.reranker is not None:
             raise Refused(f"{snapshot} holds a bundle, served as it is: it takes no reranker recipe")
         target = out or cache.bundle_dir(snapshot.repo, snapshot.commit, BUNDLE_SHAPE)
-        fetch_bundle(snapshot, target)
+        with making(target) if out is None else contextlib.nullcontext(True) as needed:
+            if needed:
+                fetch_bundle(snapshot, target)
     else:
         target = out or cache.bundle_dir(snapshot.repo, snapshot.commit, wanted.shape)
         export(exporter, Source(snapshot=snapshot), wanted, target)
