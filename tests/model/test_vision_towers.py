@@ -8,6 +8,7 @@ Shape letters: B batch, T tokens, L layers, H heads, D hidden.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,6 @@ from tests.helpers.family_checks import TOLERANCE, real_rows
 from tests.helpers.vision import POSITIONS, VOCAB, image_sizes, pixels, save_pair, token_ids
 
 SHAPES = ("small", "realistic")
-SIZES = {"small": "small", "realistic": "realistic"}
 
 
 def _lengths(pair: str, shape: str) -> list[tuple[int, tuple[int, ...]]]:
@@ -172,3 +172,14 @@ def test_a_pair_is_loaded_one_tower_at_a_time(tmp_path: Path) -> None:
 def test_every_tower_family_has_a_case() -> None:
     towers = {family.name for family in FAMILIES if family.pair}
     assert towers == {f"{pair}-{tower}" for pair in ("clip", "siglip") for tower in ("vision", "text")}
+
+
+def test_siglip2_naflex_is_refused_by_name(tmp_path: Path) -> None:
+    """Siglip2Model (model_type siglip2: NaFlex, each image at its own aspect ratio) is not loaded; SigLIP 2's
+    fixed-resolution checkpoints are SiglipModel (model_type siglip) and load as SigLIP."""
+    save_pair(tmp_path, "siglip")
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "siglip2",
+                                                      "architectures": ["Siglip2Model"]}))
+    with pytest.raises(ValueError, match="model_type 'siglip2' is not supported"):
+        check_config(tmp_path)
