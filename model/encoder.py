@@ -16,7 +16,9 @@ that, as
 the references do after their forward). The defaults are BERT's layout (post-norm), so BERT-family checkpoints
 load weight for weight and configs saved before the axes existed build the same network. A vision config
 (modality "vision") reads pixel values instead of token ids: model/vision.py turns them into the token sequence,
-and everything after the embeddings is the same encoder.
+and everything after the embeddings is the same encoder. The towers of CLIP and SigLIP (model/towers.py) are
+this encoder too: the final norm on the pooled vector alone (pooled_norm), pooling at the end token by the ids or by
+SigLIP's attention probe (model/probe.py).
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
     model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
-    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2), which
-    loads in PyTorch but which the export does not read yet (it has no tokenizer; docs/vision.md)."""
+    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2) or a CLIP or
+    SigLIP tower or pair, which load in PyTorch but which the export does not read yet (docs/vision.md)."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":

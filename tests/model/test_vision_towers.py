@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 from model.families import FAMILIES
 from model.load import check_config, load_model
 from model.towers import pair_logits
+from tests.helpers.families import randomise_vectors
 from tests.helpers.family_checks import TOLERANCE, real_rows
-from tests.helpers.vision import POSITIONS, VOCAB, image_sizes, pixels, save_pair, token_ids
+from tests.helpers.vision import POSITIONS, VOCAB, image_sizes, pair_config, pixels, save_pair, token_ids
 
 SHAPES = ("small", "realistic")
 
@@ -183,3 +185,30 @@ def test_siglip2_naflex_is_refused_by_name(tmp_path: Path) -> None:
                                                       "architectures": ["Siglip2Model"]}))
     with pytest.raises(ValueError, match="model_type 'siglip2' is not supported"):
         check_config(tmp_path)
+
+
+@pytest.mark.parametrize("cls", ["CLIPVisionModel", "CLIPTextModel", "SiglipVisionModel"])
+def test_towers_without_a_projection_pool_as_transformers(tmp_path: Path, cls: str) -> None:
+    """CLIP's bare towers: their pooler_output (no projection); SigLIP's image tower without its head
+    (vision_use_head false): transformers gives no pooled output, ours is the patches' mean."""
+    pair = "clip" if cls.startswith("CLIP") else "siglip"
+    config = pair_config(pair, "small")
+    config = config.text_config if "Text" in cls else config.vision_config
+    if pair == "siglip":
+        config.vision_use_head = False
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        reference = getattr(transformers, cls)(config).eval()
+        randomise_vectors(reference)
+    reference.save_pretrained(tmp_path)
+    encoder = load_model(tmp_path).encoder
+    assert encoder.projection is None
+    with torch.no_grad():
+        if "Text" in cls:
+            ids, mask = token_ids(9, (9, 5), end=VOCAB - 1, pad=1)
+            ours, theirs = encoder(ids, mask), reference(input_ids=ids, attention_mask=mask)
+        else:
+            ours, theirs = encoder(pixel_values=pixels(32, 32)), reference(pixel_values=pixels(32, 32))
+    expected = theirs.pooler_output if pair == "clip" else theirs.last_hidden_state.mean(dim=1)
+    assert theirs.pooler_output is not None or pair == "siglip"
+    assert (ours.embedding - expected).abs().max() <= TOLERANCE
