@@ -27,8 +27,8 @@ TEXT_POOLINGS = ("end_token", "max_id")  # the text towers' poolings that read t
 
 def check(c: EncoderConfig) -> None:
     """ValueError naming the first field of `c` that is out of its range or choices."""
-    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_modality, _check_labels,
-                 _check_adapters):
+    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_modality, _check_pooling,
+                 _check_labels, _check_adapters):
         each(c)
 
 
@@ -135,6 +135,16 @@ def _check_modality(c: EncoderConfig) -> None:
     if c.vocab_size or c.type_vocab_size or c.causal or c.rotary_theta or c.relative_attention_buckets:
         raise ValueError("vision reads no token ids: vocab_size and type_vocab_size 0, and no causal mask, rotary "
                          "or relative positions")
+
+
+def _check_pooling(c: EncoderConfig) -> None:
+    """The towers' axes where they mean something: the attention probe reads every token (no mask: images), the
+    pooled vector's own norm is the final norm of a pre-norm stack."""
+    if c.pooling == "probe" and not c.vision:
+        raise ValueError("pooling 'probe' attends over every token with no mask: a vision encoder's pooling")
+    if c.pooled_norm and c.norm_position not in ("pre", "sandwich"):
+        raise ValueError("pooled_norm moves the final norm of a pre-norm encoder onto the pooled vector; "
+                         f"norm_position {c.norm_position!r} has none")
 
 
 def _check_labels(c: EncoderConfig) -> None:

@@ -15,6 +15,7 @@ import pytest
 import torch
 import transformers
 
+from model.config import EncoderConfig
 from model.families import FAMILIES
 from model.load import check_config, load_model
 from model.towers import pair_logits
@@ -212,3 +213,16 @@ def test_towers_without_a_projection_pool_as_transformers(tmp_path: Path, cls: s
     expected = theirs.pooler_output if pair == "clip" else theirs.last_hidden_state.mean(dim=1)
     assert theirs.pooler_output is not None or pair == "siglip"
     assert (ours.embedding - expected).abs().max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(pooling="probe"), "pooling 'probe' attends over every token with no mask"),
+    (dict(pooled_norm=True), "norm_position 'post' has none"),
+    (dict(modality="vision", vocab_size=0, type_vocab_size=0, image_size=32, patch_size=8, position_embedding="grid",
+          max_length=17, pooling="end_token"), "pooling 'end_token' reads token ids"),
+    (dict(modality="vision", vocab_size=0, type_vocab_size=0, image_size=32, patch_size=8, position_embedding="grid",
+          max_length=17, class_token=False), r"max_length \(image_size // patch_size\)\^2 = 16 rows"),
+])
+def test_tower_fields_are_checked(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EncoderConfig(**fields)  # type: ignore[arg-type]
