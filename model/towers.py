@@ -7,8 +7,9 @@ A CLIPModel or SiglipModel directory holds both towers' weights under one config
 any other, so the export can write an image graph and a text graph from the one directory; load_model(path) alone
 refuses such a directory by name. A single-tower checkpoint (CLIPVisionModelWithProjection, SiglipTextModel, ...)
 loads without `tower`, or with its own. `tower_config` turns the pair's config.json into its tower's, as transformers
-builds the tower: the tower's own config, its model_type and class (CLIP's ...WithProjection: the pair has both
-projections), and CLIPModel's projection_dim.
+builds the tower: the tower's own config over its config class's defaults (a pair's config.json keeps only what
+differs from them), its model_type and class (CLIP's ...WithProjection: the pair has both projections), and
+CLIPModel's projection_dim.
 
 The pair's logit scale (CLIP, SigLIP) and bias (SigLIP) are parameters of the pair, not of either tower: the loader
 reads them into both towers' configs (EncoderConfig.logit_scale, logit_bias), so whichever graph is served knows how
@@ -24,7 +25,7 @@ from typing import Any
 from torch import Tensor
 
 from model.config import EncoderConfig
-from model.families.towers import PAIRS
+from model.families.towers import DEFAULTS, PAIRS
 
 TOWER_NAMES = ("vision", "text")
 SCALARS = ("logit_scale", "logit_bias")  # the pair's parameters the towers' configs carry
@@ -45,7 +46,7 @@ def tower_config(hf: dict[str, Any], tower: str | None) -> dict[str, Any]:
             raise ValueError(f"tower {tower!r}: a {model_type!r} checkpoint holds no {tower} tower")
         return hf
     key, tower_type, tower_class = PAIRS[model_type][1][tower]
-    config = {**(hf.get(key) or {}), "model_type": tower_type, "architectures": [tower_class]}
+    config = {**DEFAULTS[tower_type], **(hf.get(key) or {}), "model_type": tower_type, "architectures": [tower_class]}
     if "projection_dim" in hf:
         config["projection_dim"] = hf["projection_dim"]  # CLIPModel's projections, whatever the tower's says
     return config

@@ -135,6 +135,18 @@ SIGLIP_TEXT = Family(
 )
 TOWERS = (CLIP_VISION, CLIP_TEXT, SIGLIP_VISION, SIGLIP_TEXT)
 
+# transformers' defaults for what the tower readers take: a pair's config.json written by transformers 4's diffing
+# save may keep in text_config and vision_config only the values that differ from their config class's
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "clip_text_model": dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                            num_attention_heads=8, max_position_embeddings=77, pad_token_id=1, eos_token_id=49407),
+    "clip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                              image_size=224, patch_size=32),
+    "siglip_text_model": dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                              num_attention_heads=12, max_position_embeddings=64, pad_token_id=1),
+    "siglip_vision_model": dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                num_attention_heads=12, image_size=224, patch_size=16),
+}
 # a two-tower model_type -> (its class, {tower: (config.json's key, the tower's model_type, the tower's class)})
 PAIRS: dict[str, tuple[str, dict[str, tuple[str, str, str]]]] = {
     "clip": ("CLIPModel", {"vision": ("vision_config", "clip_vision_model", "CLIPVisionModelWithProjection"),

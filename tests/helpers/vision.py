@@ -97,13 +97,14 @@ PAIR_CLASSES = {"clip": ("CLIPModel", "CLIPVisionModelWithProjection", "CLIPText
                 "siglip": ("SiglipModel", "SiglipVisionModel", "SiglipTextModel")}
 
 
-def pair_config(pair: str, shape: str, projection: int = 24, **text: Any) -> Any:
+def pair_config(pair: str, shape: str, projection: int = 24, vision: dict[str, Any] | None = None,
+                **text: Any) -> Any:
     """The pair's config (CLIPConfig, SiglipConfig); `text`: text_config fields (eos_token_id, ...). The end of text
     is the vocabulary's last id, as CLIP's <|endoftext|> is."""
     body = TOWER_SHAPES[shape]
     text_config = {**body, "vocab_size": VOCAB, "max_position_embeddings": POSITIONS[pair][shape], "bos_token_id": 0,
                    "pad_token_id": 1, "eos_token_id": VOCAB - 1, **text}
-    vision_config = {**body, **TOWER_IMAGES[shape]}
+    vision_config = {**body, **TOWER_IMAGES[shape], **(vision or {})}
     if pair == "clip":
         config = transformers.CLIPConfig(text_config=text_config, vision_config=vision_config,
                                          projection_dim=projection)
@@ -115,9 +116,10 @@ def pair_config(pair: str, shape: str, projection: int = 24, **text: Any) -> Any
 
 
 def save_pair(directory: Path, pair: str, tower: str = "", shape: str = "small", seed: int = 0,
-              **text: Any) -> torch.nn.Module:
-    """A seeded random pair (tower ""), or its "vision" or "text" tower alone, saved at `directory`; returns it."""
-    config = pair_config(pair, shape, **text)
+              vision: dict[str, Any] | None = None, **text: Any) -> torch.nn.Module:
+    """A seeded random pair (tower ""), or its "vision" or "text" tower alone, saved at `directory`; returns it.
+    `vision`, `text`: the towers' config fields over the shape's."""
+    config = pair_config(pair, shape, vision=vision, **text)
     classes = dict(zip(("", "vision", "text"), PAIR_CLASSES[pair], strict=True))
     if tower:
         config = config.vision_config if tower == "vision" else config.text_config

@@ -226,3 +226,23 @@ def test_towers_without_a_projection_pool_as_transformers(tmp_path: Path, cls: s
 def test_tower_fields_are_checked(fields: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EncoderConfig(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("pair", ["clip", "siglip"])
+def test_a_pair_config_without_its_default_values_loads_the_same(tmp_path: Path, pair: str) -> None:
+    """A pair's text_config and vision_config may lack the values equal to their class's defaults (transformers 4's
+    diffing save; here the image and patch sizes, the text tower's pad id): the towers read those defaults."""
+    patch = 32 if pair == "clip" else 16
+    reference = save_pair(tmp_path, pair, vision=dict(image_size=224, patch_size=patch), pad_token_id=1)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("image_size", "patch_size"):
+        del config["vision_config"][key]
+    del config["text_config"]["pad_token_id"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    image = load_model(tmp_path, tower="vision").encoder
+    assert (image.config.image_size, image.config.patch_size) == (224, patch)
+    assert load_model(tmp_path, tower="text").encoder.config.pad_token_id == 1
+    images = pixels(224, 224, batch=1)
+    with torch.no_grad():
+        expected = reference.get_image_features(pixel_values=images).pooler_output
+        assert (image(pixel_values=images).embedding - expected).abs().max() <= TOLERANCE
