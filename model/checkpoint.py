@@ -50,9 +50,12 @@ class LoadedModel:
     def tokenizer(self) -> Tokenizer:
         """The model's tokenizer; a ValueError for a vision model, which has none (its input is pixel values,
         prepared as its preprocessor_config.json says)."""
-        if self.text_tokenizer is None:
+        if self.text_tokenizer is None and self.encoder.config.vision:
             raise ValueError(f"{self.path} is a {self.encoder.config.modality} model: it reads pixel values and has "
                              "no tokenizer")
+        if self.text_tokenizer is None:
+            raise ValueError(f"{self.path} has no tokenizer.json (a two-tower checkpoint's SentencePiece model is "
+                             "converted by the export)")
         return self.text_tokenizer
 
 

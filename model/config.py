@@ -30,7 +30,9 @@ before an axis existed load as they did.
     layer pattern  layer_types ("full" / "sliding" per layer) or, when empty, global_attn_every n: layers
                    i % n != 0 are local. A local layer attends within window_size of each token (|i - j| <=
                    window_size, and j <= i too under a causal mask, as decoders' sliding windows do)
-    pooling        pooling mode, then an optional projection (sentence-transformers' Dense; projection_chain: the
+    pooling        pooling mode (the text towers' end_token / max_id by the token ids, last_position; the attention
+                   pool "probe", SigLIP's, model/probe.py), then pooled_norm (CLIP's post_layernorm), then an
+                   optional projection (sentence-transformers' Dense; projection_chain: the
                    Dense modules after the first, EmbeddingGemma has two), then normalize
     heads          none | linear | pooler | attention (sequence logits) | tokens (token logits) | mlm
     multi-vector   beside any head, on the final token states: multi_vector_size M > 0 projects every token to M
@@ -42,7 +44,10 @@ before an axis existed load as they did.
                    are position_embedding "grid": a learned table of the class token's row and one row per patch of
                    the image_size // patch_size square grid (max_length rows in all), resampled bicubically to the
                    input's grid (position_antialias: with an antialiasing filter when it shrinks, as DINOv2 with
-                   registers does); layer_scale multiplies each sub-block's output by a learned vector (DINOv2)
+                   registers does); layer_scale multiplies each sub-block's output by a learned vector (DINOv2);
+                   class_token False (SigLIP: the grid alone), patch_bias, embedding_norm (CLIP's pre_layrnorm)
+    two towers     CLIP's and SigLIP's image and text encoders are each this encoder (model/towers.py): the pair's
+                   logit_scale and logit_bias travel in both towers' configs; pad_to_max_length (SigLIP's text)
     adapters       LoRA adapters over the one base (model/lora.py): their names in index order (index i + 1 is
                    adapters[i], index 0 the bare base), the rank every adapter is padded to (adapter_rank) and
                    the modules that carry them (adapter_targets: the token embedding "embeddings.token" and block
@@ -134,6 +139,14 @@ class EncoderConfig:
     register_tokens: int = 0
     position_antialias: bool = False
     layer_scale: bool = False
+    class_token: bool = True  # a learned token before the patches (CLIP, ViT, DINOv2); SigLIP has none
+    patch_bias: bool = True  # the patch Conv2d's bias (CLIP's has none)
+    pooled_norm: bool = False  # the final norm normalises the pooled vector only (CLIP's post_layernorm)
+    # the text towers' pooling and the pair's scores (model/towers.py)
+    eos_token_id: int = 0  # pooling "end_token": the first position holding this id
+    pad_to_max_length: bool = False  # texts are padded to max_length and read with no attention mask (SigLIP)
+    logit_scale: float | None = None  # a two-tower checkpoint's log temperature: logits = exp(it) · cos + bias
+    logit_bias: float | None = None  # SigLIP's bias on the pair's logits (sigmoid); None: CLIP's softmax, no bias
     # LoRA adapters (model/lora.py): names in index order (index 0 is the base), one padded rank, the targets
     adapters: tuple[str, ...] = field(default_factory=tuple)
     adapter_rank: int = 0

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from model.config import EncoderConfig
 
-POOLINGS = ("mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len")
+POOLINGS = ("mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len", "end_token", "max_id", "last_position",
+            "probe")
 MASK_KINDS = ("full", "causal", "window")
 NORM_KINDS = ("layer", "rms", "rms_one_plus")
 NORM_POSITIONS = ("post", "pre", "sandwich")
@@ -18,15 +19,16 @@ HEADS = ("none", "linear", "pooler", "attention", "tokens", "mlm")
 SEQUENCE_HEADS = ("linear", "pooler", "attention")
 POSITION_EMBEDDINGS = ("absolute", "fairseq", "none", "grid")
 MODALITIES = ("text", "vision")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "tanh", "identity")
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "relu", "silu", "tanh", "identity")
 ROTARY_SCALINGS = ("default", "linear", "dynamic")
 HEAD_POOLINGS = ("cls", "mean")
+TEXT_POOLINGS = ("end_token", "max_id")  # the text towers' poolings that read the token ids (model/pooling.py)
 
 
 def check(c: EncoderConfig) -> None:
     """ValueError naming the first field of `c` that is out of its range or choices."""
-    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_modality, _check_labels,
-                 _check_adapters):
+    for each in (_check_sizes, _check_choices, _check_mask, _check_positions, _check_modality, _check_pooling,
+                 _check_labels, _check_adapters):
         each(c)
 
 
@@ -123,12 +125,26 @@ def _check_modality(c: EncoderConfig) -> None:
                          f"got {c.image_size}, {c.patch_size}, {c.num_channels}, {c.register_tokens}")
     if c.image_size < c.patch_size:
         raise ValueError(f"image_size ({c.image_size}) holds no patch of patch_size {c.patch_size}")
-    if c.position_embedding != "grid" or c.max_length != 1 + c.grid_size ** 2:
-        raise ValueError(f"vision positions are position_embedding 'grid' with max_length 1 + (image_size // "
-                         f"patch_size)^2 = {1 + c.grid_size ** 2} rows; got {c.position_embedding!r}, {c.max_length}")
+    rows = int(c.class_token) + c.grid_size ** 2
+    if c.position_embedding != "grid" or c.max_length != rows:
+        first = "1 + " if c.class_token else ""
+        raise ValueError(f"vision positions are position_embedding 'grid' with max_length {first}(image_size // "
+                         f"patch_size)^2 = {rows} rows; got {c.position_embedding!r}, {c.max_length}")
+    if c.pooling in TEXT_POOLINGS:
+        raise ValueError(f"pooling {c.pooling!r} reads token ids; a vision encoder reads pixels")
     if c.vocab_size or c.type_vocab_size or c.causal or c.rotary_theta or c.relative_attention_buckets:
         raise ValueError("vision reads no token ids: vocab_size and type_vocab_size 0, and no causal mask, rotary "
                          "or relative positions")
+
+
+def _check_pooling(c: EncoderConfig) -> None:
+    """The towers' axes where they mean something: the attention probe reads every token (no mask: images), the
+    pooled vector's own norm is the final norm of a pre-norm stack."""
+    if c.pooling == "probe" and not c.vision:
+        raise ValueError("pooling 'probe' attends over every token with no mask: a vision encoder's pooling")
+    if c.pooled_norm and c.norm_position not in ("pre", "sandwich"):
+        raise ValueError("pooled_norm moves the final norm of a pre-norm encoder onto the pooled vector; "
+                         f"norm_position {c.norm_position!r} has none")
 
 
 def _check_labels(c: EncoderConfig) -> None:

@@ -16,7 +16,9 @@ that, as
 the references do after their forward). The defaults are BERT's layout (post-norm), so BERT-family checkpoints
 load weight for weight and configs saved before the axes existed build the same network. A vision config
 (modality "vision") reads pixel values instead of token ids: model/vision.py turns them into the token sequence,
-and everything after the embeddings is the same encoder.
+and everything after the embeddings is the same encoder. The towers of CLIP and SigLIP (model/towers.py) are
+this encoder too: the final norm on the pooled vector alone (pooled_norm), pooling at the end token by the ids or by
+SigLIP's attention probe (model/probe.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from model.layers import FeedForward, norm
 from model.lora import embed, embedding, linear
 from model.pooling import Projection, mean_pool, pool
 from model.positions import AbsolutePositions, RelativePositionBias, RotaryAngles
+from model.probe import AttentionPool
 from model.vision import PatchEmbeddings
 
 __all__ = ["Encoder", "EncoderBlock", "EncoderOutput", "mean_pool"]
@@ -153,7 +156,8 @@ class Encoder(nn.Module):
             "full": RotaryAngles(c.head_dim, c.rotary_theta, *scaling),
             "local": RotaryAngles(c.head_dim, c.rotary_local_theta or c.rotary_theta, *scaling),
         }) if c.rotary_theta else None
-        self.final_norm = norm(c) if c.norm_position in ("pre", "sandwich") else nn.Identity()
+        self.final_norm = norm(c) if c.norm_position in ("pre", "sandwich") else nn.Identity()  # pooled_norm: pooled
+        self.attention_pool = AttentionPool(c) if c.pooling == "probe" else None
         self.projection = Projection(c.d_model, c.projection_size, c.projection_activation, c.projection_bias,
                                      c.projection_chain) if c.projection_size else None
         self.head = _head(c)
@@ -191,8 +195,8 @@ class Encoder(nn.Module):
             x, kept = block(x, kind.mask, kind.bias, kind.rotary, kind.window, kind.adapter, kind.stream, keep)
             if keep is not None:
                 seen.append(kept)  # (2, B, h, T, d_k) the kept heads' queries and keys
-        x = self.final_norm(x)
-        pooled = self.pooled(x, attention_mask)  # (B, E)
+        x = x if self.config.pooled_norm else self.final_norm(x)
+        pooled = self.pooled(x, attention_mask, input_ids)  # (B, E)
         return EncoderOutput(
             token_states=x,
             embedding=F.normalize(pooled, p=2, dim=-1) if self.config.normalize else pooled,
@@ -260,9 +264,17 @@ class Encoder(nn.Module):
                                   streams[kind] if stream and (kind == "full" or not window) else None)
                 for kind, mask in kinds.items()}
 
-    def pooled(self, token_states: Tensor, attention_mask: Tensor) -> Tensor:
-        """The embedding before L2 normalisation: pooled, then projected when there is a projection."""
-        pooled = pool(self.config.pooling, token_states, attention_mask)  # (B, D)
+    def pooled(self, token_states: Tensor, attention_mask: Tensor, input_ids: Tensor | None = None) -> Tensor:
+        """The embedding before L2 normalisation: pooled (by the attention probe, model/probe.py, or by
+        model/pooling.py's mode, which for a text tower's end token reads the ids), normalised where the final norm
+        is the pooled vector's (CLIP's vision tower), then projected when there is a projection."""
+        c = self.config
+        if self.attention_pool is not None:
+            pooled = self.attention_pool(token_states)  # (B, D)
+        else:
+            pooled = pool(c.pooling, token_states, attention_mask, input_ids, c.eos_token_id)  # (B, D)
+        if c.pooled_norm:
+            pooled = self.final_norm(pooled)  # (B, D)
         return self.projection(pooled) if self.projection is not None else pooled  # (B, E)
 
     def head_logits(self, token_states: Tensor, pooled: Tensor, attention_mask: Tensor) -> Tensor | None:

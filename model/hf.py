@@ -5,10 +5,11 @@ Supported: the base model and the ...ForSequenceClassification, ...ForTokenClass
 DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings-v3), and the base model,
 ...ForSequenceClassification and ...ForCausalLM (its body: the embedders built on decoders ship as causal LMs) of
 the decoder families (Llama, Mistral, Qwen2, Qwen3,
-Gemma3), and the vision families ViT (ViTModel, ViTForImageClassification) and DINOv2 (model/families/vision.py),
+Gemma3), the vision families ViT (ViTModel, ViTForImageClassification) and DINOv2 (model/families/vision.py),
 which read pixels and have no tokenizer.json (how an image becomes pixel values is their preprocessor_config.json's,
-read by the torch-free inference/runtime/preprocessor.py); config.json's architectures says which, and anything
-else is refused with the list of what loads.
+read by the torch-free inference/runtime/preprocessor.py), and the towers of CLIP and SigLIP
+(model/families/towers.py; a two-tower checkpoint one tower at a time, model/towers.py); config.json's architectures
+says which, and anything else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding
 pipeline (model/sentence.py): the bare encoder, its pooling, Dense projection and normalisation, its
 max_seq_length and prompts. A directory with FlagEmbedding's colbert_linear.pt and sparse_linear.pt beside the
@@ -25,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
 from torch import Tensor
 
 from model.bge_m3 import read_bge_m3
@@ -34,15 +36,17 @@ from model.encoder import Encoder
 from model.families import Family, family_of, rename
 from model.sentence import SentenceModules, load_weights, read_json, read_sentence_modules
 from model.tokenizer import load_tokenizer
+from model.towers import SCALARS, tower_config
 
 
 def is_hf_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and "model_type" in read_json(path / "config.json")
 
 
-def load_hf(path: Path) -> LoadedModel:
-    """A Hugging Face directory: the encoder with the head its config.json's architectures names."""
-    return _load(Path(path), sentence=False, bge_m3=False)
+def load_hf(path: Path, tower: str | None = None) -> LoadedModel:
+    """A Hugging Face directory: the encoder with the head its config.json's architectures names; `tower` ("vision",
+    "text"): that tower of a two-tower checkpoint (model/towers.py)."""
+    return _load(Path(path), sentence=False, bge_m3=False, tower=tower)
 
 
 def load_sentence_transformers(path: Path) -> LoadedModel:
@@ -55,18 +59,19 @@ def load_bge_m3(path: Path) -> LoadedModel:
     return _load(Path(path), sentence=True, bge_m3=True)
 
 
-def _load(path: Path, sentence: bool, bge_m3: bool) -> LoadedModel:
+def _load(path: Path, sentence: bool, bge_m3: bool, tower: str | None = None) -> LoadedModel:
     """The directory's encoder; `sentence`: with its sentence-transformers modules (when modules.json is there),
-    `bge_m3`: with FlagEmbedding's heads (when their files are there)."""
-    hf = read_json(_require(path, "config.json"))
+    `bge_m3`: with FlagEmbedding's heads (when their files are there); `tower`: a two-tower checkpoint's."""
+    hf = tower_config(read_json(_require(path, "config.json")), tower)
     family, kind = family_of(hf)
-    tokenizer = None if family.modality == "vision" else load_tokenizer(_require(path, "tokenizer.json"))
+    tokenizer = _tokenizer(path, family)
     modules = read_sentence_modules(path) if sentence else None
     m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 and tokenizer is not None else None
     if modules is not None or kind == "lm" or m3 is not None:
         kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
     state = rename(load_weights(path), family, kind, hf)
-    config = encoder_config(hf, family, kind, state, modules)
+    pair = {name: float(state.pop(name)) for name in SCALARS if name in state}  # the pair's, into the config
+    config = encoder_config(hf, family, kind, state, modules).replace(**pair)
     if m3 is not None:
         config, state = config.replace(**m3.fields), state | m3.weights
     encoder = Encoder(config)
@@ -79,6 +84,14 @@ def _load(path: Path, sentence: bool, bge_m3: bool) -> LoadedModel:
         default_prompt_name=modules.default_prompt_name if modules else None,
         multi_vector=m3.spec if m3 else None,
     )
+
+
+def _tokenizer(path: Path, family: Family) -> Tokenizer | None:
+    """tokenizer.json: required for a text encoder, none for a vision one; a text tower of a pair may lack it (SigLIP
+    ships a SentencePiece model, which the export converts): LoadedModel.tokenizer then says so."""
+    if family.modality == "vision" or (family.pair and not (path / "tokenizer.json").is_file()):
+        return None
+    return load_tokenizer(_require(path, "tokenizer.json"))
 
 
 def sequence_head(path: Path) -> dict[str, Any]:

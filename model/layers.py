@@ -2,7 +2,8 @@
 
 Shape letters: B batch, T sequence length, D d_model, F d_ff.
 
-    activation    gelu (exact, erf), gelu_tanh (tanh approximation), relu, silu, tanh, identity
+    activation    gelu (exact, erf), gelu_tanh (tanh approximation), quick_gelu (x · sigmoid(1.702 x): CLIP's), relu,
+                  silu, tanh, identity
     norm          the config's norm over the last axis: LayerNorm with or without its bias (ModernBERT's
                   norms have none), or RMSNorm, x / sqrt(mean(x²) + eps) · w (Llama, Qwen), or Gemma's
                   x / sqrt(mean(x²) + eps) · (1 + w), whose weights are stored as offsets from 1
@@ -26,6 +27,8 @@ def activate(x: Tensor, name: str) -> Tensor:
         return F.gelu(x)
     if name == "gelu_tanh":
         return F.gelu(x, approximate="tanh")
+    if name == "quick_gelu":
+        return x * torch.sigmoid(1.702 * x)
     if name == "relu":
         return F.relu(x)
     if name == "silu":

@@ -87,8 +87,12 @@ def layout_of(path: Path) -> Layout:
     return found
 
 
-def load_base(path: Path) -> LoadedModel:
-    """The model the directory holds, loaded as its layout loads it, with the files that identify it."""
+def load_base(path: Path, tower: str | None = None) -> LoadedModel:
+    """The model the directory holds, loaded as its layout loads it, with the files that identify it; `tower`: one
+    tower of a two-tower Hugging Face checkpoint (model/towers.py), which no other layout holds."""
     path = Path(path)
     layout = layout_of(path)
-    return replace(layout.load(path), source_files=tuple(layout.files(path)))
+    if tower is not None and layout.name != "hugging-face":
+        raise ValueError(f"tower {tower!r}: {path} is a {layout.name} directory, not a two-tower checkpoint")
+    loaded = layout.load(path) if tower is None else load_hf(path, tower)
+    return replace(loaded, source_files=tuple(layout.files(path)))

@@ -26,15 +26,15 @@ __all__ = ["check_config", "load_model"]
 
 
 def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = None,
-               reranker: str | None = None) -> LoadedModel:
+               reranker: str | None = None, tower: str | None = None) -> LoadedModel:
     """The model at `path`; with `reranker` (a key of model.lm_scorer.RECIPES) its causal LM as a one-label
     cross-encoder; with `adapters` (name -> PEFT directory trained on `path`) those adapters stacked as indices
-    1..N in this order."""
+    1..N in this order; with `tower` ("vision", "text") that tower of a CLIP or SigLIP checkpoint (model/towers.py)."""
     path = Path(path)
     if reranker is not None:
         check_recipe(path, reranker)
     read = read_adapters(path, adapters or {})
-    loaded = load_base(path)
+    loaded = load_base(path, tower)
     if reranker is not None:
         loaded = as_reranker(loaded, reranker)
     return with_adapters(loaded, read) if read else loaded
@@ -44,8 +44,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
     model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
-    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2), which
-    loads in PyTorch but which the export does not read yet (it has no tokenizer; docs/vision.md)."""
+    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2) or a CLIP or
+    SigLIP tower or pair, which load in PyTorch but which the export does not read yet (docs/vision.md)."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":
@@ -56,8 +56,9 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         config = read_json(path / "config.json")
         family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
         family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
-        if family.modality != "text":
-            raise ValueError(f"{path} is a {family.name} vision checkpoint: it loads in PyTorch, but no bundle is "
+        if family.modality != "text" or family.pair:
+            what = f"{family.name} vision" if family.modality != "text" else f"{family.name} tower"
+            raise ValueError(f"{path} is a {what} checkpoint: it loads in PyTorch, but no bundle is "
                              "exported from one yet (docs/vision.md)")
 
 

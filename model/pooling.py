@@ -9,6 +9,13 @@ Every mode reads only real tokens (attention_mask 1), so right- and left-padded 
     lasttoken     the last real token's state
     weightedmean  the average weighted by position, 1 for the first real token, 2 for the next, ...
     mean_sqrt_len the sum over real tokens divided by the square root of their count
+
+The text towers of CLIP and SigLIP pool as they were trained, whatever the mask says:
+    end_token     the first position holding eos_token_id (CLIP; its first position where no row holds it)
+    max_id        the first position holding the row's largest id (CLIP checkpoints whose config says eos_token_id
+                  2, as transformers keeps for them: their end-of-text token is the vocabulary's last)
+    last_position the last position, padding or not (SigLIP: texts padded to max_length, read with no mask)
+The vision towers' attention probe (SigLIP's "probe") is model/probe.py's, run by the encoder.
 """
 
 from __future__ import annotations
@@ -64,14 +71,35 @@ def mean_sqrt_len_pool(token_states: Tensor, attention_mask: Tensor) -> Tensor:
     return (token_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9).sqrt()  # (B, D)
 
 
+def last_position(token_states: Tensor, attention_mask: Tensor) -> Tensor:
+    return token_states[:, -1]  # (B, D)
+
+
+def end_token(token_states: Tensor, input_ids: Tensor, eos_token_id: int) -> Tensor:
+    """(B, T, D), (B, T) -> (B, D): each row's state at the first position holding eos_token_id (0 where none)."""
+    found = (input_ids == eos_token_id).to(torch.int32)  # (B, T)
+    return _gather(token_states, found.argmax(dim=1))  # argmax: the first maximum
+
+
+def max_id(token_states: Tensor, input_ids: Tensor) -> Tensor:
+    """(B, T, D), (B, T) -> (B, D): each row's state at the first position of its largest id."""
+    return _gather(token_states, input_ids.to(torch.int32).argmax(dim=1))  # int32: onnx's ArgMax
+
+
 POOLS = {
     "cls": first_real, "mean": mean_pool, "max": max_pool, "lasttoken": last_real,
-    "weightedmean": weighted_mean_pool, "mean_sqrt_len": mean_sqrt_len_pool,
+    "weightedmean": weighted_mean_pool, "mean_sqrt_len": mean_sqrt_len_pool, "last_position": last_position,
 }
 
 
-def pool(mode: str, token_states: Tensor, attention_mask: Tensor) -> Tensor:
-    """(B, T, D), (B, T) -> (B, D) by `mode` (module docstring)."""
+def pool(mode: str, token_states: Tensor, attention_mask: Tensor, input_ids: Tensor | None = None,
+         eos_token_id: int = 0) -> Tensor:
+    """(B, T, D), (B, T) -> (B, D) by `mode` (module docstring); end_token and max_id read the token ids (B, T)."""
+    if mode in ("end_token", "max_id"):
+        if input_ids is None:
+            raise ValueError(f"pooling {mode!r} reads the token ids; none were given")
+        return end_token(token_states, input_ids, eos_token_id) if mode == "end_token" else \
+            max_id(token_states, input_ids)
     return POOLS[mode](token_states, attention_mask)
 
 

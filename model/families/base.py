@@ -20,10 +20,11 @@ from model.config_rules import ROTARY_SCALINGS
 Table = dict[str, str | tuple[str, ...]]
 # class-name suffix -> head kind; "lm" (a causal LM) loads its body only: the language-model head is not served
 HEAD_KINDS = {"Model": "none", "ForSequenceClassification": "sequence", "ForTokenClassification": "tokens",
-              "ForMaskedLM": "mlm", "ForCausalLM": "lm", "ForImageClassification": "image"}
+              "ForMaskedLM": "mlm", "ForCausalLM": "lm", "ForImageClassification": "image",
+              "ModelWithProjection": "projection"}
 # transformers' activation names -> ours (model.layers.activate); gelu_new and gelu_fast are the tanh formula
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-               "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
+               "quick_gelu": "quick_gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ class Family:
     aliases: dict[str, str] = field(default_factory=dict)  # other class names -> head kind (Gemma3ForCausalLM)
     other_prefixes: tuple[str, ...] = field(default=())  # the body's prefix in older checkpoints (GTE's "new.")
     modality: str = "text"  # "vision": reads pixel values, has no tokenizer (model/vision.py)
+    # our tensors the checkpoint keeps without the leading (1, ...) axes (CLIP's (D,) class embedding, an Embedding's
+    # (N, D) position table): read as (1, -1, D)
+    flat: tuple[str, ...] = field(default=())
+    pair: str = ""  # a tower of a two-tower model (model/towers.py): that model's model_type ("clip", "siglip")
 
     def body_name(self, key: str) -> str:
         """A checkpoint tensor's name without the body's prefix (a head class's), whichever of the family's it is."""

@@ -30,15 +30,18 @@ def rename(weights: dict[str, Tensor], family: Family, kind: str, hf: dict[str, 
     for key, value in weights.items():
         name = family.body_name(key)
         module, _, param = name.rpartition(".")
-        if name in table:  # a lone parameter, e.g. BERT's cls.predictions.bias
-            out[str(table[name])] = value
+        if name in table:  # a lone parameter, e.g. BERT's cls.predictions.bias (or fused: nn.MultiheadAttention's)
+            target = table[name]
+            out.update({target: value} if isinstance(target, str) else dict(zip(target, value.chunk(len(target)),
+                                                                                 strict=True)))
         elif module in table:
             out.update(place(table[module], param, value))
         elif not (module in other_heads or name.startswith(family.ignored) or name.endswith("position_ids")):
             unknown.append(key)
     if unknown:
         raise ValueError(f"checkpoint tensors the {family.name} weight table does not map: {', '.join(unknown)}")
-    return join_parts(out)
+    out = join_parts(out)
+    return {name: value.reshape(1, -1, value.size(-1)) if name in family.flat else value for name, value in out.items()}
 
 
 def hf_layers(hf: dict[str, Any]) -> int:

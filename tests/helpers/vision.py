@@ -81,3 +81,74 @@ def reference_outputs(model: torch.nn.Module, pixel_values: torch.Tensor) -> Any
     """transformers' outputs with the maps; ViT resamples its positions only when told (interpolate_pos_encoding)."""
     extra = {"interpolate_pos_encoding": True} if type(model).__name__.startswith("ViT") else {}
     return model(pixel_values=pixel_values, output_attentions=True, **extra)
+
+
+# The two-tower models (CLIP, SigLIP): a pair or one tower, random weights as above, the pair's logit scale and bias
+# moved off their start. Shapes: "small" (hidden 32, 2 heads, 2 layers, 32-pixel images of 8-pixel patches, 16
+# positions) and "realistic" (hidden 768, 12 heads, 3 layers, MLP 3072: ViT-B/16's tower width, 224-pixel images,
+# CLIP's 77 and SigLIP's 64 positions; a vocabulary of 1,000).
+TOWER_SHAPES = {"small": dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=2, intermediate_size=64),
+                "realistic": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=3,
+                                  intermediate_size=3072)}
+TOWER_IMAGES = {"small": dict(image_size=32, patch_size=8), "realistic": dict(image_size=224, patch_size=16)}
+VOCAB = 1000
+POSITIONS = {"clip": {"small": 16, "realistic": 77}, "siglip": {"small": 16, "realistic": 64}}
+PAIR_CLASSES = {"clip": ("CLIPModel", "CLIPVisionModelWithProjection", "CLIPTextModelWithProjection"),
+                "siglip": ("SiglipModel", "SiglipVisionModel", "SiglipTextModel")}
+
+
+def pair_config(pair: str, shape: str, projection: int = 24, vision: dict[str, Any] | None = None,
+                **text: Any) -> Any:
+    """The pair's config (CLIPConfig, SiglipConfig); `text`: text_config fields (eos_token_id, ...). The end of text
+    is the vocabulary's last id, as CLIP's <|endoftext|> is."""
+    body = TOWER_SHAPES[shape]
+    text_config = {**body, "vocab_size": VOCAB, "max_position_embeddings": POSITIONS[pair][shape], "bos_token_id": 0,
+                   "pad_token_id": 1, "eos_token_id": VOCAB - 1, **text}
+    vision_config = {**body, **TOWER_IMAGES[shape], **(vision or {})}
+    if pair == "clip":
+        config = transformers.CLIPConfig(text_config=text_config, vision_config=vision_config,
+                                         projection_dim=projection)
+    else:
+        config = transformers.SiglipConfig(text_config=text_config, vision_config=vision_config)  # head: D -> D
+    for each in (config, config.text_config, config.vision_config):
+        each._attn_implementation = "eager"  # the maps: sdpa returns none
+    return config
+
+
+def save_pair(directory: Path, pair: str, tower: str = "", shape: str = "small", seed: int = 0,
+              vision: dict[str, Any] | None = None, **text: Any) -> torch.nn.Module:
+    """A seeded random pair (tower ""), or its "vision" or "text" tower alone, saved at `directory`; returns it.
+    `vision`, `text`: the towers' config fields over the shape's."""
+    config = pair_config(pair, shape, vision=vision, **text)
+    classes = dict(zip(("", "vision", "text"), PAIR_CLASSES[pair], strict=True))
+    if tower:
+        config = config.vision_config if tower == "vision" else config.text_config
+        if pair == "clip":
+            config.projection_dim = 24
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = getattr(transformers, classes[tower])(config)
+        randomise_vectors(model)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(("class_embedding", "position_embedding.weight", "probe")):
+                    param.copy_(torch.randn_like(param))
+                if name.endswith("logit_scale"):
+                    param.fill_(2.3)  # exp: about 10
+                if name.endswith("logit_bias"):
+                    param.fill_(-3.0)
+    model.save_pretrained(directory)
+    return model.eval()
+
+
+def token_ids(length: int, lengths: tuple[int, ...], end: int, pad: int,
+              seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), (B, length) each: rows of `lengths` random ids below `end`, each closed by `end`
+    (CLIP's end-of-text: also the vocabulary's largest id), then `pad` to `length`."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.full((len(lengths), length), pad)
+    for row, n in enumerate(lengths):
+        ids[row, :n - 1] = torch.randint(3, end, (n - 1,), generator=generator)
+        ids[row, n - 1] = end
+    mask = (torch.arange(length)[None] < torch.tensor(lengths)[:, None]).long()  # (B, length)
+    return ids, mask

@@ -39,9 +39,9 @@ MASKS = [pytest.param(case, masks, id=f"{case.name}-{masks.body.id}") for case i
 
 def test_every_registered_family_and_head_kind_has_a_row() -> None:
     """A family added to model/families without a row in tests/helpers/family_cases.py fails here, as does a head
-    kind it loads that no row compares, or a family no bundle is exported for. The vision families have their own
-    cases (tests/model/test_vision_families.py)."""
-    for family in (family for family in FAMILIES if family.modality == "text"):
+    kind it loads that no row compares, or a family no bundle is exported for. The vision families and the towers of
+    CLIP and SigLIP have their own cases (tests/model/test_vision_families.py, test_vision_towers.py)."""
+    for family in (family for family in FAMILIES if family.modality == "text" and not family.pair):
         rows = [case for case in CASES if case.family == family.name]
         assert rows, f"family {family.name!r} has no row in tests/helpers/family_cases.py CASES"
         kinds = {HEAD_KINDS[head] for case in rows for head, _ in case.heads}
@@ -122,7 +122,8 @@ def test_unknown_architecture_names_the_supported_ones(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'BertForQuestionAnswering' is not supported; supported: BertModel, ") as err:
         load_model(tmp_path)
     assert all(name in str(err.value) for name in ("ModernBertForMaskedLM", "XLMRobertaForSequenceClassification"))
-    assert len(supported_classes()) == 10 * 4 + 4 * 3 + 3 + 4  # encoders (rotary too); decoders; Gemma3; vision
+    # encoders (rotary too); decoders; Gemma3; vision; CLIP's and SigLIP's towers, and their two pairs
+    assert len(supported_classes()) == 10 * 4 + 4 * 3 + 3 + 4 + 6 + 2
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
     with pytest.raises(ValueError, match="model_type 'gpt2' is not supported; supported model types: bert, roberta"):
         load_model(tmp_path)
