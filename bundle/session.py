@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,22 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bo
 
 
 def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False,
-                 arena: bool = True, kind: str = "fast") -> Any:
+                 arena: bool = True, kind: str = "fast", initializers: Mapping[str, Any] | None = None) -> Any:
     """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks) for a
     graph of `kind` ("attention" keeps the memory reuse, module docstring). Opened by path, so onnxruntime finds a
-    large graph's external data files beside it."""
+    large graph's external data files beside it. `initializers`: name -> OrtValue the session uses instead of
+    reading that tensor itself (bundle.weights: one copy for every session that reads it)."""
     import onnxruntime as ort
 
     if provider == "cuda":
         preload_cuda_libraries()
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
-    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning, arena, kind),
-                                providers=providers)
+    options = session_options(intra_op_threads, spinning, arena, kind)
+    for name, value in (initializers or {}).items():
+        options.add_initializer(name, value)
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    session.attnserve_initializers = dict(initializers or {})  # onnxruntime reads their buffers, owns none of them
+    return session
 
 
 @functools.cache
