@@ -22,6 +22,7 @@ Sessions are opened with the service's options (bundle.session), so these are th
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -35,6 +36,8 @@ from bundle.feeds import INPUT_NAMES, pad
 from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
+
+log = logging.getLogger(__name__)
 
 # Client batches, small callers' batches of short texts, long inputs (cut to the model's max length).
 SPEED_SHAPES = ((32, 128), (32, 16), (8, 512))
@@ -60,10 +63,15 @@ def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[l
     for provider in providers:
         meant: set[str] = {e.variant for e in entries if e.kind == "fast" and ORT_PROVIDERS[provider] in e.providers}
         sessions = {v: open_session(path, provider) for v, path in fast.items() if v in meant}
+        started = time.perf_counter()
         speed = timed(sessions, provider, longest, pad_id, names) if len(sessions) > 1 else {}
+        log.info("%s: speed of %s timed in %.0f s", provider, "/".join(speed) or "none", time.perf_counter() - started)
         for variant, session in sessions.items():
+            started = time.perf_counter()
             invariance = batch_max_abs_diff(session, batches, pad_id)
             figures[variant][provider] = measured(invariance, speed.get(variant, {}), provider)
+            log.info("%s %s: batch invariance %.2g, measured in %.0f s", provider, variant, invariance,
+                     time.perf_counter() - started)
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
 
 
