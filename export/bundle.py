@@ -170,7 +170,8 @@ def _share_weights(entries: list[GraphEntry], tmp: Path) -> list[GraphEntry]:
     group = [e for e in entries if e.variant in SHARED_VARIANTS]
     if len(group) < 2:
         return entries
-    shared_weights.share([tmp / e.file for e in group])
+    exact = [tmp / e.file for e in group if e.variant == "fp32"]  # the shared file holds exactly their weights
+    shared_weights.share(exact, [tmp / e.file for e in group if e.variant != "fp32"])
     return [_rehashed(e, tmp / e.file) if e in group else e for e in entries]
 
 

@@ -3,7 +3,8 @@
 The fast and the attention graph are exported from one model, so their weights are the same tensors; written each
 into its graph (or its own data file) a bundle holds them twice on disk, and onnxruntime reads them twice into
 memory. `share` rewrites a group of graphs so that every initializer of at least MIN_BYTES lives in one data file,
-SHARED_DATA, each distinct tensor (by its bytes, element type and dims) once, at an offset aligned to ALIGN bytes;
+SHARED_DATA, each distinct tensor (by its bytes, element type and dims) once, at an offset aligned to ALIGN bytes
+(fp32-opt, derived, reads from it what it holds and keeps its fused tensors in a data file of its own);
 each graph names its tensors' places in it (onnx's external data: location, offset, length). Small tensors (shapes,
 scalars, the attention graph's layer and head indices) stay inline. The service then maps the file once and hands
 the same tensors to both sessions (bundle.weights).
@@ -31,33 +32,60 @@ ALIGN = 4096  # a page: a tensor's bytes can be mapped where they lie
 Stored = dict[tuple[bytes, int, tuple[int, ...]], tuple[int, int]]
 
 
-def share(paths: Sequence[Path], data_name: str = SHARED_DATA) -> int:
+def share(paths: Sequence[Path], derived: Sequence[Path] = (), data_name: str = SHARED_DATA) -> int:
     """Rewrite the graphs at `paths` (one directory) to read their tensors from `data_name` there, each distinct
-    tensor stored once; their own data files, if any, are removed. Returns the bytes of the shared file."""
+    tensor stored once; then the `derived` graphs to read from it the tensors it holds, and their others from a data
+    file of their own (onnxfiles.data_name), so the shared file holds exactly the `paths` graphs' weights, whatever
+    else a bundle has (a served graph's content, weights included, is the same in every bundle: its fingerprint).
+    Their old data files are removed. Returns the bytes of the shared file."""
     directory = Path(paths[0]).parent
     stored: Stored = {}
     with (directory / data_name).open("wb") as data:
         for path in paths:
-            _rewrite(Path(path), data, data_name, stored)
-        return data.tell()
+            _rewrite(Path(path), stored, (data, data_name))
+        size = data.tell()
+    for path in map(Path, derived):
+        _rewrite_derived(path, stored, data_name)
+    return size
 
 
-def _rewrite(path: Path, data: BinaryIO, data_name: str, stored: Stored) -> None:
-    """One graph: its weights loaded, written to `data` where not there yet, the graph saved pointing at them."""
+def _rewrite_derived(path: Path, shared: Stored, data_name: str) -> None:
+    own: Stored = {}
+    staged = path.with_name(f"{path.name}.staged")
+    with staged.open("wb") as data:
+        _rewrite(path, own, (data, onnxfiles.data_name(path)), shared, data_name)
+    if own:
+        staged.rename(path.parent / onnxfiles.data_name(path))
+    else:
+        staged.unlink()
+
+
+def _rewrite(path: Path, stored: Stored, target: tuple[BinaryIO, str], shared: Stored | None = None,
+             shared_name: str = "") -> None:
+    """One graph: its weights loaded, each read from `shared` (the file `shared_name`) when there, else written to
+    `target` (a data file and its name) where not there yet; the graph saved pointing at them."""
     model = onnx.load(str(path))  # with its external data, if any
+    data, data_name = target
     for tensor in model.graph.initializer:
         if len(tensor.raw_data) >= MIN_BYTES:
-            offset, length = _store(tensor, data, stored)
-            set_external_data(tensor, data_name, offset, length)
+            key = _key(tensor)
+            if shared is not None and key in shared:
+                set_external_data(tensor, shared_name, *shared[key])
+            else:
+                set_external_data(tensor, data_name, *_store(tensor, key, data, stored))
             tensor.data_location = onnx.TensorProto.EXTERNAL
             tensor.ClearField("raw_data")
     onnxfiles.clear(path)  # the graph and its own data file
     onnx.save(model, str(path))
 
 
-def _store(tensor: onnx.TensorProto, data: BinaryIO, stored: Stored) -> tuple[int, int]:
+def _key(tensor: onnx.TensorProto) -> tuple[bytes, int, tuple[int, ...]]:
+    return hashlib.sha256(tensor.raw_data).digest(), tensor.data_type, tuple(tensor.dims)
+
+
+def _store(tensor: onnx.TensorProto, key: tuple[bytes, int, tuple[int, ...]], data: BinaryIO,
+           stored: Stored) -> tuple[int, int]:
     raw = tensor.raw_data
-    key = (hashlib.sha256(raw).digest(), tensor.data_type, tuple(tensor.dims))
     if key not in stored:
         offset = -data.tell() % ALIGN + data.tell()
         data.write(b"\0" * (offset - data.tell()))
