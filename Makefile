@@ -155,10 +155,16 @@ HEAD_BUNDLES = $(if $(wildcard $(RERANK_BUNDLE)/manifest.json),--rerank-bundle $
 
 # BENCH_ARGS go to `python -m bench` (e.g. BENCH_ARGS="--variants fp32-opt --no-traffic"; `python -m bench --help`).
 # Then the bundle's fused graph beside onnxruntime's transformer optimiser on the same graph (bench.fusion).
+# Then the export phase (bench.large_export): a random-weight model of BENCH_EXPORT's shape exported with VARIANTS as
+# `attnserve export` does, its time and peak resident set, and the resident set serving its fast and attention graphs
+# (docs/export.md, "Large models"). The Qwen3-Embedding-0.6B shape needs about 10 GB under build/ while it runs and
+# about 10 GiB of memory; BENCH_EXPORT= (empty) skips it.
 BENCH_ARGS ?=
+BENCH_EXPORT ?= qwen3-embedding-0.6b
 bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/python -m bench --bundle $(BUNDLE) $(BENCH_ARGS)
 	$(BIN)/python -m bench.fusion $(BUNDLE)
+	$(if $(BENCH_EXPORT),$(BIN)/python -m bench.large_export --preset $(BENCH_EXPORT) --variants $(VARIANTS),@echo "BENCH_EXPORT is empty: the export phase skipped")
 	$(if $(strip $(HEAD_BUNDLES)),$(BIN)/python -m bench.heads $(HEAD_BUNDLES),@echo "no $(RERANK_BUNDLE) or $(SPARSE_BUNDLE): rerank and sparse scenarios skipped")
 
 $(RERANK_BUNDLE)/manifest.json: | $(STAMP)

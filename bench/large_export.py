@@ -12,9 +12,9 @@ Three fresh processes, so each one's memory is its own:
             RUSAGE_CHILDREN peak is the export's), and the resident set sampled as each log line comes (where
             the memory goes); the export is killed if its resident set passes --rss-limit-gb
     serve   the inference core on the bundle: verify_bundle alone (seconds, peak), then load_bundle (verify,
-            open the fast graph, one run) as the service starts, the resident set it leaves (anonymous and
-            file-backed, from /proc/self/status) against the weights' bytes, one embed call's time, and one
-            embed of a single input of min(the bundle's max length, LONG_TOKENS) tokens: its time and the
+            open the fast and attention graphs, one run each) as the service starts, the resident set it leaves
+            (anonymous and file-backed, from /proc/self/status) against the weights' bytes, one embed call's time,
+            and one embed of a single input of min(the bundle's max length, LONG_TOKENS) tokens: its time and the
             process's peak resident set while it ran
 
 Presets: bert-0.6b (the default) is a BERT with Qwen3-Embedding-0.6B's vocabulary, width, depth and heads and
@@ -132,10 +132,11 @@ def serve(bundle: Path) -> dict[str, Any]:
     verified, verify_peak = time.perf_counter() - started, process_memory()["VmHWM"]
     _reset_peak()
     started = time.perf_counter()
-    loaded = load_bundle(bundle, LoadOptions(variant="fp32"), kinds=("fast",))
+    loaded = load_bundle(bundle, LoadOptions(), kinds=("fast", "attention"))  # as the service serves it
     load_s, after = time.perf_counter() - started, process_memory()
     embeds = asyncio.run(_embed_seconds(loaded, min(loaded.manifest.max_length, LONG_TOKENS)))
     return {"verify_s": verified, "verify_peak_rss_kb": verify_peak, "load_s": load_s, **embeds,
+            "served": loaded.variants,
             "max_length": loaded.manifest.max_length,
             "rss_before_kb": base["VmRSS"], "load_peak_rss_kb": after["VmHWM"], "rss_after_load_kb": after["VmRSS"],
             "rss_anon_after_load_kb": after["RssAnon"], "rss_file_after_load_kb": after["RssFile"]}
@@ -149,7 +150,7 @@ async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
     from inference.registry import start_models
     from inference.tasks import embed
 
-    options = ServingOptions(variant="fp32", max_input_chars=1 << 20)  # the long input is ~40,000 characters
+    options = ServingOptions(max_input_chars=1 << 20)  # the long input is ~40,000 characters
     models, executors = start_models(["large"], [loaded], options)
     texts = [" ".join(WORDS[(i * 60 + j) % len(WORDS)] for j in range(60)) for i in range(TEXTS)]
     long_text = " ".join(WORDS[j % len(WORDS)] for j in range(long_tokens - 2))  # a word a token, + [CLS] [SEP]
@@ -265,10 +266,12 @@ def report(f: dict[str, Any]) -> str:
     weights = f["weight_bytes"] / GIB
     rows = [
         f"model          {f['config']['model_type']}, {f['parameters'] / 1e6:.0f}M parameters, {weights:.2f} GiB fp32",
-        f"export         {f['export_s']:.0f} s, peak resident {f['peak_rss_kb'] / gb:.2f} GiB",
+        f"export         {f['export_s']:.0f} s, peak resident {f['peak_rss_kb'] / gb:.2f} GiB "
+        f"({f['peak_rss_kb'] / gb / weights:.2f} x the weights)",
         f"bundle         {', '.join(f'{n} {b / GIB:.2f} GiB' for n, b in f['files'].items() if b > GIB / 100)}",
         f"verify         {f['verify_s']:.1f} s, peak resident {f['verify_peak_rss_kb'] / gb:.2f} GiB",
-        f"load (service) {f['load_s']:.1f} s, peak {f['load_peak_rss_kb'] / gb:.2f} GiB; resident after "
+        f"load (service) {' + '.join(f'{k} {v}' for k, v in f['served'].items())}: {f['load_s']:.1f} s, "
+        f"peak {f['load_peak_rss_kb'] / gb:.2f} GiB; resident after "
         f"{f['rss_after_load_kb'] / gb:.2f} GiB (anonymous {f['rss_anon_after_load_kb'] / gb:.2f}, file "
         f"{f['rss_file_after_load_kb'] / gb:.2f}; {f['rss_before_kb'] / gb:.2f} before) = "
         f"{(f['rss_after_load_kb'] - f['rss_before_kb']) / gb / weights:.2f} x the weights",

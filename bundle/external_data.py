@@ -10,13 +10,20 @@ itself, following only the fields that can lead to a TensorProto (onnx/onnx.prot
 and sparse initializers, node attributes' tensors and subgraphs, functions, training graphs). The file is
 memory-mapped and every other field is skipped by its length, so a 2 GB graph with inline weights costs
 a walk over its field headers, not a read of its weights.
+
+`external_initializers` reads more of the same walk: each top-level initializer stored outside the graph, with its
+name, element type, dims and place in its file, so the service can hand one in-memory copy of a tensor to every
+session whose graph reads it (bundle.weights).
 """
 
 from __future__ import annotations
 
+import math
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 # message -> {field number: message it holds}, for the fields on a path to a TensorProto's external_data
 _MODEL, _GRAPH, _NODE, _ATTRIBUTE, _FUNCTION, _TRAINING, _SPARSE, _TENSOR, _ENTRY = range(9)
@@ -31,23 +38,87 @@ _CHILDREN: dict[int, dict[int, int]] = {
     _TENSOR: {13: _ENTRY},  # external_data: StringStringEntryProto (key 1, value 2)
 }
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+T = TypeVar("T")
+
+
+# onnx TensorProto.DataType -> bytes per element, for the types a bundle's initializers have
+ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 16: 2}
 
 
 class GraphFileError(ValueError):
     """The file is not a protobuf message this reader can walk."""
 
 
+@dataclass(frozen=True)
+class ExternalTensor:
+    """A graph's initializer stored outside it: `length` bytes at `offset` of `location`."""
+
+    name: str
+    data_type: int  # onnx TensorProto.DataType (1: float32)
+    dims: tuple[int, ...]
+    location: str
+    offset: int
+    length: int
+
+
 def external_locations(path: Path) -> set[str]:
     """The `location` of every tensor of the graph at `path` stored outside it, as written (relative paths)."""
+    return set(_walk(path, lambda view: _locations(view, 0, len(view), _MODEL)))
+
+
+def external_initializers(path: Path) -> list[ExternalTensor]:
+    """The top-level initializers of the graph at `path` that are stored outside it, in the graph's order."""
+    return _walk(path, _initializers)
+
+
+def _walk(path: Path, read: Callable[[memoryview], list[T]]) -> list[T]:
     with Path(path).open("rb") as fh:
         if fh.seek(0, 2) == 0:
-            return set()
+            return []
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             view = memoryview(mapped)
             try:
-                return set(_locations(view, 0, len(view), _MODEL))
+                return read(view)
             finally:
                 view.release()
+
+
+def _initializers(buf: memoryview) -> list[ExternalTensor]:
+    found = []
+    for number, wire, start, end in _fields(buf, 0, len(buf)):
+        if number == 7 and wire == _LENGTH:  # ModelProto.graph
+            found += [t for n, w, s, e in _fields(buf, start, end)
+                      if n == 5 and w == _LENGTH and (t := _tensor(buf, s, e)) is not None]  # GraphProto.initializer
+    return found
+
+
+def _tensor(buf: memoryview, start: int, end: int) -> ExternalTensor | None:
+    """A TensorProto's dims (1), data_type (2), name (8) and external_data (13); None when stored inline."""
+    dims: list[int] = []
+    data_type, name, entries = 0, "", {}
+    for number, wire, value_start, value_end in _fields(buf, start, end):
+        if number == 1:
+            dims += _packed(buf, value_start, value_end) if wire == _LENGTH else [_varint(buf, value_start, end)[0]]
+        elif number == 2 and wire == _VARINT:
+            data_type = _varint(buf, value_start, end)[0]
+        elif number == 8 and wire == _LENGTH:
+            name = bytes(buf[value_start:value_end]).decode("utf-8", "replace")
+        elif number == 13 and wire == _LENGTH:
+            entry = {n: bytes(buf[s:e]).decode("utf-8", "replace")
+                     for n, _, s, e in _fields(buf, value_start, value_end)}
+            entries[entry.get(1, "")] = entry.get(2, "")
+    if "location" not in entries:
+        return None
+    length = int(entries["length"]) if "length" in entries else math.prod(dims) * ELEMENT_BYTES.get(data_type, 0)
+    return ExternalTensor(name, data_type, tuple(dims), entries["location"], int(entries.get("offset", 0)), length)
+
+
+def _packed(buf: memoryview, pos: int, end: int) -> list[int]:
+    values = []
+    while pos < end:
+        value, pos = _varint(buf, pos, end)
+        values.append(value)
+    return values
 
 
 def _locations(buf: memoryview, start: int, end: int, message: int) -> list[str]:

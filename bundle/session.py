@@ -17,6 +17,13 @@ to a later one, planned before the shapes are known; with a symbolic sequence le
 stay allocated, so a layer's intermediate tensors pile up, and short batches run no faster for it. The attention
 graph's (T, T) maps are the other way round: they reuse each other's buffers, so it keeps it. docs/performance.md
 ("How the service runs long inputs") measures both options, with the commands.
+
+Pre-packing (onnxruntime re-lays each MatMul's constant weight out for its GEMM, in memory of the session's own) is on
+for the fast graph and off for the attention graph. The two read one copy of the weights (bundle.weights); packed,
+each session would hold a copy of its own beside it. The fast graph serves every request and keeps its speed; the
+attention graph, an inspection path, reads the shared copy as it lies, about 10 to 20 % slower on CPU. With both
+open, a ModernBERT-base-shaped bundle holds 1.6 GB packed twice, and 0.8 GB with neither packed
+(docs/performance.md, "Weights held once", measures the three, with the command).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +57,8 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bo
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_mem_pattern = False  # see the module docstring
     options.enable_mem_reuse = kind == "attention"  # likewise
+    # pre-packing: the fast graph only (module docstring)
+    options.add_session_config_entry("session.disable_prepacking", "1" if kind == "attention" else "0")
     options.intra_op_num_threads = intra_op_threads or cpu_cores()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
@@ -56,17 +66,22 @@ def session_options(intra_op_threads: int = 0, spinning: bool = False, arena: bo
 
 
 def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, spinning: bool = False,
-                 arena: bool = True, kind: str = "fast") -> Any:
+                 arena: bool = True, kind: str = "fast", initializers: Mapping[str, Any] | None = None) -> Any:
     """An onnxruntime session on `provider` ("cpu" or "cuda"; CUDA keeps the CPU provider for ops it lacks) for a
     graph of `kind` ("attention" keeps the memory reuse, module docstring). Opened by path, so onnxruntime finds a
-    large graph's external data files beside it."""
+    large graph's external data files beside it. `initializers`: name -> OrtValue the session uses instead of
+    reading that tensor itself (bundle.weights: one copy for every session that reads it)."""
     import onnxruntime as ort
 
     if provider == "cuda":
         preload_cuda_libraries()
     providers = [ORT_PROVIDERS["cuda"], ORT_PROVIDERS["cpu"]] if provider == "cuda" else [ORT_PROVIDERS["cpu"]]
-    return ort.InferenceSession(str(path), sess_options=session_options(intra_op_threads, spinning, arena, kind),
-                                providers=providers)
+    options = session_options(intra_op_threads, spinning, arena, kind)
+    for name, value in (initializers or {}).items():
+        options.add_initializer(name, value)
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    session.attnserve_initializers = dict(initializers or {})  # onnxruntime reads their buffers, owns none of them
+    return session
 
 
 @functools.cache

@@ -3,7 +3,8 @@
 The service calls this at start-up, so it imports only the bundle package and onnxruntime. Checks:
 the manifest parses (its adapters, if any, are its model config's); every graph takes the `adapter` input exactly
 when the bundle has adapters; the tokenizer and every graph exist and match their sha256; each graph reads tensors
-from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256;
+from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256 (a file
+that several graphs read, as the fp32 graphs' shared weights, hashed once);
 every graph loads in onnxruntime and its input/output names, element types and shapes are the ones the
 manifest lists.
 Every failure raises BundleError naming the file (and field).
@@ -34,9 +35,10 @@ def verify_bundle(bundle_dir: Path) -> Manifest:
     manifest = _read_manifest(bundle_dir)
     _check_hash(_inside(bundle_dir, manifest.tokenizer), manifest.tokenizer_sha256)
     _check_unique(manifest)
+    hashed: dict[Path, str] = {}  # a data file several graphs read (bundle.weights) is hashed once
     for entry in manifest.graphs:
         _check_hash(_inside(bundle_dir, entry.file), entry.sha256)
-        _check_data_files(bundle_dir, entry)
+        _check_data_files(bundle_dir, entry, hashed)
         _check_graph(bundle_dir / entry.file, entry)
     return manifest
 
@@ -82,15 +84,18 @@ def _check_unique(manifest: Manifest) -> None:
                               f"{ADAPTER!r} input, but the bundle has {len(manifest.adapters)} adapters")
 
 
-def _check_hash(path: Path, expected: str) -> None:
+def _check_hash(path: Path, expected: str, hashed: dict[Path, str] | None = None) -> None:
     if not path.is_file():
         raise BundleError(f"{path.name}: listed in the manifest but missing from {path.parent}")
-    got = sha256_file(path)
+    hashed = {} if hashed is None else hashed
+    if path not in hashed:
+        hashed[path] = sha256_file(path)
+    got = hashed[path]
     if got != expected:
         raise BundleError(f"{path.name}: sha256 {got} does not match the manifest's {expected}")
 
 
-def _check_data_files(bundle_dir: Path, entry: GraphEntry) -> None:
+def _check_data_files(bundle_dir: Path, entry: GraphEntry, hashed: dict[Path, str]) -> None:
     """The graph reads tensors from exactly the data files its entry lists, and each matches its sha256."""
     try:
         read = external_locations(bundle_dir / entry.file)
@@ -102,7 +107,7 @@ def _check_data_files(bundle_dir: Path, entry: GraphEntry) -> None:
     if unread := sorted(set(entry.data_files) - read):
         raise BundleError(f"{entry.file}: the manifest lists data files {', '.join(unread)} the graph does not read")
     for name, sha256 in entry.data_files.items():
-        _check_hash(_inside(bundle_dir, name), sha256)
+        _check_hash(_inside(bundle_dir, name), sha256, hashed)
 
 
 def _check_graph(path: Path, entry: GraphEntry) -> None:

@@ -5,6 +5,7 @@ Layout of a bundle directory (see docs/export.md):
     tokenizer.json         the source's tokenizer, byte for byte
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
     {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
+    weights-fp32.data      the fp32 and fp32-opt graphs' weights, each tensor once (export.shared_weights)
 
 With LoRA adapters (`adapters`: name -> PEFT directory, read and stacked by model.load.load_model), the graphs hold
 the base once and every adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are
@@ -30,7 +31,7 @@ from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorS
 from bundle.variants import DEFAULT_VARIANTS, chosen_variants
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
-from export import onnxfiles
+from export import onnxfiles, shared_weights
 from export import variants as variants_mod
 from export.adapters import manifest_entry
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
@@ -47,6 +48,9 @@ from model.tokenizer import token_ids
 log = logging.getLogger(__name__)
 # a graph kind's sets of parity texts by name ("": the one set of a model without adapters), each with its Rounding
 Gated = dict[str, tuple[References, Rounding]]
+# The variants whose graphs read the same weights (fp32-opt's fused ones aside: export.folding), written once
+# (export.shared_weights)
+SHARED_VARIANTS = ("fp32", "fp32-opt")
 
 
 class ExportError(RuntimeError):
@@ -157,7 +161,23 @@ def _build_graphs(model: LoadedModel, tmp: Path, chosen: list[str], max_length: 
     for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
         gated = {name: (texts, exact[k, name]) for (k, name), texts in sets.items() if k == kind}
         graphs += _build_kind(model, tmp, kind, chosen, gated, int8 if kind == "fast" else None)
-    return graphs
+    return _share_weights(graphs, tmp)
+
+
+def _share_weights(entries: list[GraphEntry], tmp: Path) -> list[GraphEntry]:
+    """The fp32 and fp32-opt graphs of every kind (the same weights) rewritten to read one data file
+    (export.shared_weights), their entries' hashes and data files made anew."""
+    group = [e for e in entries if e.variant in SHARED_VARIANTS]
+    if len(group) < 2:
+        return entries
+    exact = [tmp / e.file for e in group if e.variant == "fp32"]  # the shared file holds exactly their weights
+    shared_weights.share(exact, [tmp / e.file for e in group if e.variant != "fp32"])
+    return [_rehashed(e, tmp / e.file) if e in group else e for e in entries]
+
+
+def _rehashed(entry: GraphEntry, path: Path) -> GraphEntry:
+    onnxfiles.make_readable(path)
+    return entry.model_copy(update={"sha256": sha256_file(path), "data_files": onnxfiles.data_files(path)})
 
 
 def _parity_sets(model: LoadedModel, parity: list[list[Any]], max_length: int, kind: str) -> dict[str, References]:

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 
 from bundle.feeds import ADAPTER, INPUT_NAMES, SELECTION, TOKEN_TYPE_IDS
 from export import onnxfiles
+from export.folding import fold_weight_transposes
 from model.config import EncoderConfig
 from model.config_rules import SEQUENCE_HEADS
 from model.encoder import Encoder
@@ -189,6 +190,7 @@ def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = Tr
         raise RuntimeError("torch.onnx.export returned no program")
     if kind == "attention":
         select_all_by_default(program, encoder.config)
+    fold_weight_transposes(program.model.graph)  # W^T stored as MatMul reads it (export.folding)
     large = onnxfiles.is_large(initializer_bytes(program))
     onnxfiles.clear(path)
     program.save(str(path), external_data=large)  # large: tensors in onnxfiles.data_name(path), as torch names it

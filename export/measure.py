@@ -5,15 +5,24 @@ Shape letters: B batch, T sequence.
 Batch invariance (bundle.invariance): every parity text is run alone, in its parity batch (mixed lengths)
 and in one batch of all of them (padded to the longest, the model's max length).
 
-Speed: median time per batch at SPEED_SHAPES (B x T, T cut to the model's max length), every graph of
-one provider run once per round in turn (interleaved), so all of them see the same background load. On
-CPU the clock is this process's CPU time, which other jobs on a shared machine disturb far less than
+Speed: timed only where it decides something, i.e. where a provider has two or more fast graphs for
+`variant=auto` (inference.runtime.variants) to choose from; a provider with one graph gets its invariance
+figure and no times. Median time per batch at SPEED_SHAPES (B x T, T cut to the model's max length), every
+graph of one provider run once per round in turn (interleaved), so all of them see the same background load.
+On CPU the clock is this process's CPU time, which other jobs on a shared machine disturb far less than
 wall time; on CUDA it is wall time.
+
+The timings are bounded in time whatever the model's size: a one-row probe of each graph first, and each
+shape's B is cut so that one run of the slowest graph is predicted (per token, from the probe) to take at
+most SPEED_SECONDS_PER_RUN (a key "6x16" says so); each shape then runs SPEED_ROUNDS rounds, more for short
+batches (SPEED_SECONDS_PER_SHAPE, at most SPEED_ROUNDS_MAX). A MiniLM keeps its 32 x 128 batches (~1.3 s);
+a 0.6B-parameter model is timed on rows of one to a few texts.
 Sessions are opened with the service's options (bundle.session), so these are the served sessions.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import statistics
 import time
@@ -28,12 +37,16 @@ from bundle.invariance import batch_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
 
+log = logging.getLogger(__name__)
+
 # Client batches, small callers' batches of short texts, long inputs (cut to the model's max length).
 SPEED_SHAPES = ((32, 128), (32, 16), (8, 512))
 SPEED_ROUNDS = 5
 # Short batches run more rounds, up to about this many seconds of one graph's runs per shape (at most
 # SPEED_ROUNDS_MAX): a 32 x 16 batch takes ~0.15 s, where one slow run in five moves a median by 10 %.
 SPEED_SECONDS_PER_SHAPE, SPEED_ROUNDS_MAX = 2.0, 25
+# The longest one timed run may be predicted to take: B is cut to fit (module docstring).
+SPEED_SECONDS_PER_RUN = 2.0
 
 
 def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[list[list[int]]],
@@ -49,40 +62,62 @@ def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[l
     figures: dict[str, dict[str, Measured]] = {variant: {} for variant in fast}
     for provider in providers:
         meant: set[str] = {e.variant for e in entries if e.kind == "fast" and ORT_PROVIDERS[provider] in e.providers}
-        paths: dict[str, Path] = {v: path for v, path in fast.items() if v in meant}
-        speed = ms_per_batch(paths, provider, speed_feeds(longest, pad_id, names)) if paths else {}
-        for variant, path in paths.items():
-            invariance = batch_max_abs_diff(open_session(path, provider), batches, pad_id)
-            figures[variant][provider] = measured(invariance, speed[variant], provider)
+        sessions = {v: open_session(path, provider) for v, path in fast.items() if v in meant}
+        started = time.perf_counter()
+        speed = timed(sessions, provider, longest, pad_id, names) if len(sessions) > 1 else {}
+        log.info("%s: speed of %s timed in %.0f s", provider, "/".join(speed) or "none", time.perf_counter() - started)
+        for variant, session in sessions.items():
+            started = time.perf_counter()
+            invariance = batch_max_abs_diff(session, batches, pad_id)
+            figures[variant][provider] = measured(invariance, speed.get(variant, {}), provider)
+            log.info("%s %s: batch invariance %.2g, measured in %.0f s", provider, variant, invariance,
+                     time.perf_counter() - started)
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
+
+
+def timed(sessions: dict[str, Any], provider: str, longest: Sequence[int], pad_id: int,
+          names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """variant -> shape -> median ms per batch, at SPEED_SHAPES with B cut to what a one-row probe allows
+    (module docstring)."""
+    length = SPEED_SHAPES[1][1]
+    probe = speed_feeds(longest, pad_id, names, shapes=((1, length),))
+    seconds = max(min(by_shape[s]) for by_shape in round_times(sessions, provider, probe, 1).values()
+                  for s in probe) / 1000
+    shapes = bounded_shapes(SPEED_SECONDS_PER_RUN * length / max(seconds, 1e-9))
+    times = round_times(sessions, provider, speed_feeds(longest, pad_id, names, shapes), SPEED_ROUNDS)
+    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
+
+
+def bounded_shapes(tokens_per_run: float) -> tuple[tuple[int, int], ...]:
+    """SPEED_SHAPES with each B cut (to 1 at least) so that B x T is at most `tokens_per_run`."""
+    return tuple((max(1, min(batch, int(tokens_per_run // length))), length) for batch, length in SPEED_SHAPES)
 
 
 def speed_feeds(
     ids: Sequence[int], pad_id: int, names: Sequence[str] = INPUT_NAMES,
+    shapes: Sequence[tuple[int, int]] = SPEED_SHAPES,
 ) -> dict[str, dict[str, np.ndarray]]:
     """{"32x128": feed, ...}: the token ids of one long text (first [CLS], last [SEP]) cut to each T; a T over
     the text's length (the model's max length) is cut to it, and the key says so."""
     feeds = {}
-    for batch, length in SPEED_SHAPES:
+    for batch, length in shapes:
         row = [*ids[: min(length, len(ids)) - 1], ids[-1]]  # (T,)
         feeds[f"{batch}x{len(row)}"] = pad([row] * batch, pad_id, names)  # (B, T) each
     return feeds
 
 
-def ms_per_batch(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
-                 rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, float]]:
-    """variant -> shape -> median milliseconds per batch, measured interleaved (see the module docstring)."""
-    times = ms_per_round(paths, provider, feeds, rounds)
-    return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
-
-
 def ms_per_round(paths: dict[str, Path], provider: str, feeds: dict[str, dict[str, np.ndarray]],
                  rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, list[float]]]:
+    """round_times of the graphs at `paths`, each opened with the served options."""
+    return round_times({name: open_session(path, provider) for name, path in paths.items()}, provider, feeds, rounds)
+
+
+def round_times(sessions: dict[str, Any], provider: str, feeds: dict[str, dict[str, np.ndarray]],
+                rounds: int = SPEED_ROUNDS) -> dict[str, dict[str, list[float]]]:
     """name -> shape -> milliseconds of each round's run: in every round each graph runs once, in turn (the
     order reversed every other round); at least `rounds` rounds, more for short batches (SPEED_SECONDS_PER_SHAPE).
     Each graph is asked for its first output (a bundle's: embeddings) and given the feeds it takes."""
     clock = time.process_time if provider == "cpu" else time.perf_counter
-    sessions = {name: open_session(path, provider) for name, path in paths.items()}
     times: dict[str, dict[str, list[float]]] = {name: {shape: [] for shape in feeds} for name in sessions}
     for shape, feed in feeds.items():
         runs = {name: _first_output(session, feed) for name, session in sessions.items()}

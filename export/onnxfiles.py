@@ -10,6 +10,9 @@ the data file with its sha256 (bundle.manifest GraphEntry.data_files).
 A graph derived from another (export.variants, export.int8, export.smoothing) is written large when its
 source is: fp16 and int8 shrink the weights, but a 0.6B model's are still over the threshold in every variant.
 
+Once every graph is built and gated, the fp32 and fp32-opt graphs, large or not, are rewritten to read one shared
+file instead (export.shared_weights), so only the int8 and fp16 graphs of a large model keep a data file of their own.
+
 Every writer here and in onnx / onnxruntime *appends* to an existing data file, so each write first removes
 the target's (`clear`): the int8 loops write the same path once per attempt.
 """

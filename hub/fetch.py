@@ -46,7 +46,8 @@ def fetch_bundle(snapshot: remote.Snapshot, target: Path) -> None:
         raise Refused(f"{snapshot}: its {MANIFEST_NAME} is not a manifest this attnserve reads "
                       f"({str(err).splitlines()[0]})") from None
     graphs = manifest.graphs
-    files = [manifest.tokenizer, *(g.file for g in graphs), *(name for g in graphs for name in g.data_files)]
+    files = list(dict.fromkeys([manifest.tokenizer, *(g.file for g in graphs),  # a shared data file once
+                                *(name for g in graphs for name in g.data_files)]))
     remote.download(snapshot, files, downloads)
     with writing(target.parent), staged_directory(target) as staging:
         for name in (MANIFEST_NAME, *files):

@@ -2,8 +2,10 @@
 its tokenizer and the sessions of the graph kinds the caller asks for opened, and each graph run once.
 
 Bundles loaded together share what has the same content: graphs and tokenizers with the same sha256 are
-opened once (`Opened`), so two bundles of one model hold one session. A graph that loads but cannot run,
-a tokenizer the library cannot read, or an invalid bundle stops the load with a `StartupError` naming it.
+opened once (`Opened`), so two bundles of one model hold one session, and the tensors graphs read from data files
+are held once for all of them (`bundle.weights`: a bundle's fast and attention fp32 graphs read one data file).
+A graph that loads but cannot run, a tokenizer the library cannot read, or an invalid bundle stops the load with a
+`StartupError` naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from bundle.manifest import GraphEntry, Manifest
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
+from bundle.weights import Weights
 from inference.errors import StartupError
 from inference.options import LoadOptions
 from inference.runtime.graphs import (
@@ -179,14 +182,16 @@ def _graph(bundle_dir: Path, manifest: Manifest, kind: str, variant: str, provid
     head = ["logits"] if manifest.task == "classify" else []  # the other heads' outputs have kinds of their own
     outputs = ["attentions"] if kind == "attention" else ["embeddings", *head]
     pad_id = manifest.pad_id
+    weights = _once(opened, ("weights",), Weights)
     session = _once(opened, ("session", entry.content_sha256, provider),  # weights in data files included
-                    lambda: _session(bundle_dir, entry, provider, options))
+                    lambda: _session(bundle_dir, entry, provider, options, weights))
     return Graph(session, outputs, pad_id)
 
 
-def _session(bundle_dir: Path, entry: GraphEntry, provider: str, options: LoadOptions) -> Any:
+def _session(bundle_dir: Path, entry: GraphEntry, provider: str, options: LoadOptions, weights: Weights) -> Any:
+    """The graph's session, its external tensors from `weights` (held once for every graph that reads them)."""
     try:
         return open_session(bundle_dir / entry.file, provider, options.session_threads(), options.intra_op_spinning,
-                            kind=entry.kind)
+                            kind=entry.kind, initializers=weights.initializers(bundle_dir, entry))
     except Exception as error:  # onnxruntime raises its own types; name the file, keep the reason
         raise StartupError(f"{entry.file}: onnxruntime cannot load it ({type(error).__name__})") from error

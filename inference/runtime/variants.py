@@ -81,7 +81,10 @@ def auto_variant(manifest: Manifest, provider: str, usable: Sequence[str], allow
                 if not m.batch_invariant}
     if not allow_approximate:
         left_out |= {v: "approximate; ATTNSERVE_ALLOW_APPROXIMATE=false" for v in figures if v not in EXACT}
-    candidates = {v: m for v, m in figures.items() if v not in left_out and m.ms_per_batch}
+    invariant = {v: m for v, m in figures.items() if v not in left_out}
+    if len(invariant) == 1 and len(usable) == 1:  # export times only graphs it has to choose between
+        return VariantChoice(usable[0], f"the one fast graph for {provider} in this bundle, batch-invariant")
+    candidates = {v: m for v, m in invariant.items() if m.ms_per_batch}
     if not candidates:
         if "fp32" not in usable:
             raise StartupError(f"manifest.json graphs has no 'fast' graph usable on provider {provider}")

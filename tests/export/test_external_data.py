@@ -1,4 +1,5 @@
-"""Large graphs: weights in an external data file, listed and hashed in the manifest, verified, served.
+"""Large graphs: weights in an external data file, listed and hashed in the manifest, verified, served; the fast
+and attention fp32 graphs' weights in one shared file (export.shared_weights), held once when served (bundle.weights).
 
 The threshold (export.onnxfiles.EXTERNAL_DATA_BYTES) is lowered to 0 so the tiny model is written as a 2 GB
 one would be; its graphs are compared with the ordinary export of the same checkpoint (tiny_bundle). The real
@@ -21,15 +22,19 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from tokenizers import Tokenizer
 
-from bundle.external_data import external_locations
+from bundle.external_data import external_initializers, external_locations
 from bundle.feeds import pad
 from bundle.files import sha256_file
+from bundle.manifest import Manifest
 from bundle.verify import BundleError, verify_bundle
+from export import bundle as export_module
 from export import onnxfiles, variants
 from export.bundle import export_bundle
-from inference.options import ServingOptions
+from export.shared_weights import SHARED_DATA
+from inference.options import LoadOptions, ServingOptions
 from inference.registry import ServedBundle, load_bundles, start_models
 from inference.runtime.graphs import FAST, TokenSequence
+from inference.runtime.loading import load_bundle
 from inference.tasks import embed
 from model.config import EncoderConfig
 from model.load import load_model
@@ -40,12 +45,31 @@ VARIANTS = ("fp32", "fp32-opt")
 
 @pytest.fixture(scope="module")
 def large_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tiny_checkpoint exported as a large model: every graph's weights in its own data file."""
+    """tiny_checkpoint exported as a large model: every graph's weights in the one shared file."""
     out = tmp_path_factory.mktemp("external") / "large"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(onnxfiles, "EXTERNAL_DATA_BYTES", 0)
         export_bundle(tiny_checkpoint, out, variants=VARIANTS)
     return out
+
+
+@pytest.fixture(scope="module")
+def unshared_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A large bundle as export wrote it before the shared file: every graph's weights in its own data file."""
+    out = tmp_path_factory.mktemp("external") / "unshared"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(onnxfiles, "EXTERNAL_DATA_BYTES", 0)
+        patch.setattr(export_module, "SHARED_VARIANTS", ())
+        export_bundle(tiny_checkpoint, out, variants=VARIANTS)
+    return out
+
+
+def _data_files(graph_file: str) -> set[str]:
+    """The data files a graph of the large bundle reads: the shared one for the fp32 graphs; it and one of its own
+    (its fused tensors) for fp32-opt."""
+    if graph_file.endswith("-fp32.onnx"):
+        return {SHARED_DATA}
+    return {SHARED_DATA, f"{graph_file}.data"} if graph_file.endswith("-fp32-opt.onnx") else {f"{graph_file}.data"}
 
 
 def _feeds(bundle: Path, names: list[str]) -> dict[str, np.ndarray]:
@@ -63,20 +87,61 @@ def test_every_graph_lists_its_data_file_with_its_hash(large_bundle: Path) -> No
     manifest = verify_bundle(large_bundle)
     assert {(g.kind, g.variant) for g in manifest.graphs} == {*(("fast", v) for v in VARIANTS), ("attention", "fp32")}
     for graph in manifest.graphs:
-        data = f"{graph.file}.data"
-        assert graph.data_files == {data: sha256_file(large_bundle / data)}, graph.file
-        assert external_locations(large_bundle / graph.file) == {data}
-        assert os.stat(large_bundle / data).st_mode & 0o777 == 0o644, data  # readable as every bundle file
-    files = {g.file for g in manifest.graphs} | {f"{g.file}.data" for g in manifest.graphs}
+        data = _data_files(graph.file)
+        assert graph.data_files == {name: sha256_file(large_bundle / name) for name in data}, graph.file
+        assert external_locations(large_bundle / graph.file) == data
+        for name in data:
+            assert os.stat(large_bundle / name).st_mode & 0o777 == 0o644, name  # readable as every bundle file
+    files = {g.file for g in manifest.graphs} | {name for g in manifest.graphs for name in _data_files(g.file)}
     assert set(os.listdir(large_bundle)) == files | {"manifest.json", "tokenizer.json"}  # no staged leftovers
 
 
 def test_manifests_without_data_files_read_as_before(tiny_bundle: Path, large_bundle: Path) -> None:
-    """An ordinary bundle's manifest has no data_files key, so readers that predate it still read it; one that
-    lists data files is refused by those readers (their schema forbids unknown fields)."""
-    assert "data_files" not in (tiny_bundle / "manifest.json").read_text()
-    graphs = json.loads((large_bundle / "manifest.json").read_text())["graphs"]
-    assert all(g["data_files"] for g in graphs)
+    """A graph in one file has no data_files key in the manifest, as before the key existed; a graph that reads data
+    files lists them (readers that predate the key refuse it: their schema forbids unknown fields)."""
+    entry = Manifest.read(tiny_bundle).graphs[0]
+    assert "data_files" not in entry.model_copy(update={"data_files": {}}).model_dump()
+    for bundle in (tiny_bundle, large_bundle):  # the fp32 and fp32-opt graphs read the shared file, whatever the size
+        assert all(g["data_files"] for g in json.loads((bundle / "manifest.json").read_text())["graphs"])
+
+
+def test_the_fp32_graphs_hold_their_weights_once(tiny_bundle: Path, large_bundle: Path, unshared_bundle: Path) -> None:
+    """The fast and the attention fp32 graph read one data file, each of its tensors once, at the same places, and
+    fp32-opt reads from it all but its fused tensors: the two files are well under the three graphs' own data
+    files. The attention graph's layer and head indices (small) stay in the graph."""
+    for bundle in (tiny_bundle, large_bundle):
+        fast, attention = (external_initializers(bundle / f"{k}-fp32.onnx") for k in ("fast", "attention"))
+        places = {(t.location, t.offset, t.length) for t in fast}
+        assert places and places == {(t.location, t.offset, t.length) for t in attention}, bundle
+    unshared = sum((unshared_bundle / f"{g}.onnx.data").stat().st_size
+                   for g in ("fast-fp32", "fast-fp32-opt", "attention-fp32"))
+    shared = sum((large_bundle / name).stat().st_size for name in (SHARED_DATA, "fast-fp32-opt.onnx.data"))
+    assert shared < unshared / 2, (shared, unshared)
+
+
+def test_the_fp32_graphs_store_weights_as_matmul_reads_them(tiny_bundle: Path) -> None:
+    """No Transpose of a weight is left for onnxruntime to fold into a session's own copy (export.folding)."""
+    for kind in ("fast", "attention"):
+        model = onnx.load(str(tiny_bundle / f"{kind}-fp32.onnx"), load_external_data=False)
+        weights = {t.name for t in model.graph.initializer}
+        assert not [n.name for n in model.graph.node if n.op_type == "Transpose" and n.input[0] in weights], kind
+
+
+def test_served_fast_and_attention_graphs_share_one_copy(large_bundle: Path, unshared_bundle: Path) -> None:
+    """Loaded together, the fast and attention fp32 sessions are given the same OrtValues, one per tensor of the
+    shared file; an older bundle (a data file per graph) loads as well, sharing only data files of equal bytes."""
+    loaded = load_bundle(large_bundle, LoadOptions(variant="fp32", intra_op_threads=1))
+    fast, attention = (loaded.graphs[k].session.attnserve_initializers for k in ("fast", "attention"))
+    assert fast and {id(v) for v in fast.values()} == {id(v) for v in attention.values()}
+    older = load_bundle(unshared_bundle, LoadOptions(variant="fp32", intra_op_threads=1))
+    assert set(older.graphs) == set(loaded.graphs) and older.graphs["attention"].session.attnserve_initializers
+
+
+@pytest.mark.parametrize("kind", ["fast", "attention"])
+def test_the_shared_and_unshared_graphs_give_the_same_numbers(large_bundle: Path, unshared_bundle: Path,
+                                                               kind: str) -> None:
+    got, want = _run(large_bundle / f"{kind}-fp32.onnx"), _run(unshared_bundle / f"{kind}-fp32.onnx")
+    assert all(np.array_equal(got[name], want[name]) for name in want), kind
 
 
 @pytest.mark.parametrize("kind,variant", [("fast", "fp32"), ("attention", "fp32"), ("fast", "fp32-opt")])
@@ -101,7 +166,7 @@ def test_quantised_variants_of_a_large_graph_write_their_own_data_file(
     monkeypatch.setattr(onnxfiles, "EXTERNAL_DATA_BYTES", 0)
     build, min_cosine = BUILDERS[variant]
     src, dst = tmp_path / "fast-fp32.onnx", tmp_path / f"fast-{variant}.onnx"
-    for name in ("fast-fp32.onnx", "fast-fp32.onnx.data", "tokenizer.json"):  # a directory of its own
+    for name in ("fast-fp32.onnx", SHARED_DATA, "tokenizer.json"):  # a directory of its own
         shutil.copyfile(large_bundle / name, tmp_path / name)
     config = load_model(tiny_checkpoint).encoder.config
     build(src, dst, config)
@@ -114,7 +179,7 @@ def test_quantised_variants_of_a_large_graph_write_their_own_data_file(
 
 
 def _flip_a_byte(bundle: Path) -> None:
-    path = bundle / "fast-fp32.onnx.data"
+    path = bundle / SHARED_DATA
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     path.write_bytes(bytes(data))
@@ -131,22 +196,21 @@ def _edit_manifest(change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], 
 
 def _outside(bundle: Path) -> None:
     outside = bundle.parent / "elsewhere.data"
-    shutil.copyfile(bundle / "fast-fp32.onnx.data", outside)
-    (bundle / "fast-fp32.onnx.data").unlink()
-    (bundle / "fast-fp32.onnx.data").symlink_to(outside)
+    shutil.copyfile(bundle / SHARED_DATA, outside)
+    (bundle / SHARED_DATA).unlink()
+    (bundle / SHARED_DATA).symlink_to(outside)
 
 
 TAMPERING = {
-    "altered": (_flip_a_byte, r"fast-fp32.onnx.data: sha256 \w+ does not match the manifest's"),
-    "missing": (lambda b: (b / "fast-fp32.onnx.data").unlink(),
-                "fast-fp32.onnx.data: listed in the manifest but missing"),
+    "altered": (_flip_a_byte, rf"{SHARED_DATA}: sha256 \w+ does not match the manifest's"),
+    "missing": (lambda b: (b / SHARED_DATA).unlink(), f"{SHARED_DATA}: listed in the manifest but missing"),
     "unlisted": (_edit_manifest(lambda g: g.pop("data_files")),
-                 "fast-fp32.onnx: reads tensors from fast-fp32.onnx.data, which the manifest does not list"),
+                 f"fast-fp32.onnx: reads tensors from {SHARED_DATA}, which the manifest does not list"),
     "listed, not read": (_edit_manifest(lambda g: g["data_files"].update({"tokenizer.json": "0" * 64})),
                          "fast-fp32.onnx: the manifest lists data files tokenizer.json the graph does not read"),
     "not a plain name": (_edit_manifest(lambda g: g.update(data_files={"../x.data": "0" * 64})),
                          r"field graphs.0.data_files: Value error, '../x.data' is not a plain file name"),
-    "outside the bundle": (_outside, "fast-fp32.onnx.data: resolves outside the bundle directory"),
+    "outside the bundle": (_outside, f"{SHARED_DATA}: resolves outside the bundle directory"),
 }
 
 
@@ -179,6 +243,10 @@ def test_locations_are_read_from_every_place_onnx_keeps_tensors(tmp_path: Path) 
               size_threshold=0, convert_attribute=True)
     assert external_locations(tmp_path / "m.onnx") == {"init", "const", "sub"}
     assert external_locations(tmp_path / "inline.onnx") == set()
+    top = [(t.name, t.data_type, t.dims, t.location, t.offset, t.length)
+           for t in external_initializers(tmp_path / "m.onnx")]
+    assert top == [("init", TensorProto.FLOAT, (32, 32), "init", 0, 32 * 32 * 4)]  # the graph's own initializers only
+    assert external_initializers(tmp_path / "inline.onnx") == []
     (tmp_path / "cut.onnx").write_bytes((tmp_path / "inline.onnx").read_bytes()[:-100])
     with pytest.raises(ValueError, match="runs past its message"):
         external_locations(tmp_path / "cut.onnx")
@@ -202,12 +270,16 @@ async def test_the_large_bundle_serves_through_the_core(large_bundle: Path, tiny
 
 
 def _other_weights(bundle: Path, into: Path) -> Path:
-    """A copy of `bundle` whose fast graph has the same .onnx but other weights in its data file (as two
+    """A copy of `bundle` whose fp32 graphs have the same .onnx but other weights in their data file (as two
     fine-tunes of one architecture can), listed with their new hash."""
     copy = Path(shutil.copytree(bundle, into))
-    data = copy / "fast-fp32.onnx.data"
+    data = copy / SHARED_DATA
     data.write_bytes((np.frombuffer(data.read_bytes(), np.float32) * np.float32(1.5)).tobytes())
-    _edit_manifest(lambda g: g["data_files"].update({data.name: sha256_file(data)}))(copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for graph in manifest["graphs"]:
+        if SHARED_DATA in graph.get("data_files", {}):
+            graph["data_files"][SHARED_DATA] = sha256_file(data)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from bundle.manifest import Manifest, Measured
 from inference.errors import StartupError
-from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
+from inference.runtime.variants import VariantChoice, choose_attention_variant, choose_provider, choose_variant
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
@@ -102,6 +102,17 @@ def test_a_bundle_exported_on_cpu_serves_fp32_on_cuda(tiny_bundle):
         assert choice.reason == ("no batch-invariant variant with export-time speed figures on cuda in this bundle; "
                                  "fp32 is the reference graph")
     assert choose_variant("fp16", "cuda", cpu_only).variant == "fp16"
+
+
+def test_a_bundle_with_one_fast_graph_serves_it_untimed(tiny_bundle):
+    """Export times only graphs it has to choose between (export.measure): one fast graph for the provider has its
+    invariance figure and no times, and auto serves it, saying why; a batch-dependent one is still left out."""
+    untimed = Measured(batch_max_abs_diff=0.0)
+    one = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU], {"cpu": untimed})])
+    choice = choose_variant("auto", "cpu", one)
+    assert choice == VariantChoice("fp32", "the one fast graph for cpu in this bundle, batch-invariant")
+    moving = manifest_with(tiny_bundle, [("fast", "fp32", [CUDA, CPU], {"cpu": Measured(batch_max_abs_diff=1e-3)})])
+    assert "no batch-invariant variant" in choose_variant("auto", "cpu", moving).reason
 
 
 def test_choose_variant_without_figures_and_missing_variants(tiny_bundle):
