@@ -103,7 +103,7 @@ $(MINILM_BUNDLE)/manifest.json: | $(STAMP)
 bundle-minilm: $(MINILM_BUNDLE)/manifest.json
 
 bench-minilm: $(MINILM_BUNDLE)/manifest.json
-	$(MAKE) bench BUNDLE=$(MINILM_BUNDLE)
+	$(MAKE) bench BUNDLE=$(MINILM_BUNDLE) BENCH_EXPORT=
 
 serve: $(STAMP) $(if $(MODEL),,$(BUNDLE)/manifest.json)
 	$(BIN)/attnserve serve $(if $(MODEL),--model $(MODEL),--bundle $(BUNDLE)) --host $(HOST) --port $(PORT)

@@ -55,3 +55,4 @@ def test_make_bench_minilm_benches_the_real_minilm_from_its_wheel(tmp_path: Path
     assert "--variants fp32,fp32-opt" in export
     assert "attnserve train" not in plan  # no trained head: the model as a user serves it
     assert f"-m bench --bundle {tmp_path / 'minilm'}" in plan  # make bench, run by the recursive make
+    assert "bench.large_export" not in plan  # the export phase is make bench's own, not the MiniLM run's

@@ -19,9 +19,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from export.parity import MEMORY_BUDGET_BYTES, MEMORY_BUDGET_WEIGHTS
 from tests.helpers.families import save_hf
 
+pytestmark = pytest.mark.heavy  # a limit check of a minute and a half: make reliability runs it
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = dict(num_hidden_layers=12, hidden_size=128, num_attention_heads=2, intermediate_size=256,
             max_position_embeddings=512, local_attention=16)
