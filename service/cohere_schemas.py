@@ -1,16 +1,16 @@
 """Cohere's embed API (POST /v2/embed, what the Cohere SDK's ClientV2.embed and the integrations built on it send):
-its request and its `embeddings_by_type` answer. Texts only: `images` and `inputs` (image parts) are refused by
-name until images are served."""
+its request and its `embeddings_by_type` answer. Texts only: `images`, `inputs` (image parts), `max_tokens`,
+`priority` and input_type image are refused by name (422); the schema says they take null only."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from service.schemas import DIMENSIONS, Positive, Text, Texts
 
-CohereInputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
+CohereInputType = Literal["search_document", "search_query", "classification", "clustering"]
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 QUANTISED = (
     "int8 and uint8: each dimension's range, the model's own over a fixed set of calibration texts (computed on "
@@ -20,27 +20,48 @@ QUANTISED = (
     "docs/embedding-types.md.")
 
 
+def _refused(what: str) -> BeforeValidator:
+    """A Cohere field this server does not serve: null (or absent) only; a value is refused by name (422)."""
+    def refuse(value: object) -> object:
+        if value is not None:
+            raise ValueError(f"{what} is not supported by this server; send `texts`")
+        return value
+    return BeforeValidator(refuse)
+
+
+NoImages = Annotated[None, _refused("images")]
+NoInputs = Annotated[None, _refused("inputs (image parts)")]
+NoMaxTokens = Annotated[None, _refused("max_tokens")]
+NoPriority = Annotated[None, _refused("priority (send the X-Priority header)")]
+
+
+def _no_images(value: object) -> object:
+    if value == "image":
+        raise ValueError("input_type image is not supported by this server (it embeds texts only)")
+    return value
+
+
 class CohereEmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a Cohere field not listed here is refused by name, not dropped
 
     model: Text | None = Field(None, description="The served model to use (GET /v1/models); default: the first.")
-    texts: Texts | None = Field(None, description="The texts to embed, each cut or refused by `truncate`.")
-    images: list[Text] | None = Field(None, description="Not served yet: a request with images is refused (422).")
-    inputs: list[dict[str, object]] | None = Field(None, description="Not served yet: mixed text and image inputs "
-                                                   "are refused (422); send `texts`.")
-    input_type: CohereInputType | None = Field(None, description=(
+    texts: Texts = Field(description="The texts to embed, each cut or refused by `truncate`.")
+    images: NoImages = Field(None, description="Not served: images are refused (422).")
+    inputs: NoInputs = Field(None, description="Not served: mixed text and image inputs "
+                                                          "are refused (422); send `texts`.")
+    input_type: Annotated[CohereInputType | None, BeforeValidator(_no_images)] = Field(None, description=(
         "search_query: the model's prompt named query; search_document: its prompt named document (else passage); "
         "classification, clustering: its prompt of that name (EmbeddingGemma's have one); a model without such a "
-        "prompt embeds the text as given. Default: the model's default prompt. image: refused (no images yet)."))
+        "prompt embeds the text as given. Default: the model's default prompt. image: refused (texts only)."))
     embedding_types: list[EmbeddingType] = Field(["float"], min_length=1, description=(
         "Which encodings of each embedding to answer, each under its own key of `embeddings`. " + QUANTISED))
     output_dimension: Positive | None = Field(None, description=DIMENSIONS)
     truncate: Literal["NONE", "START", "END"] = Field("END", description=(
         "A text over the model's max length: END cuts its end, START its start, NONE refuses the request (422)."))
-    max_tokens: Positive | None = Field(None, description="Not supported: texts are cut at the model's max length "
-                                        "(GET /info); a request that sets it is refused (422).")
-    priority: int | None = Field(None, description="Not supported here: send the X-Priority header; a request that "
-                                 "sets it is refused (422).")
+    max_tokens: NoMaxTokens = Field(None, description="Not supported: texts are cut at the model's "
+                                                  "max length (GET /info); a value is refused (422).")
+    priority: NoPriority = Field(
+        None, description="Not supported here: send the X-Priority header; a value is refused (422).")
 
 
 class CohereEmbeddings(BaseModel):

@@ -3,13 +3,13 @@ JSON error body.
 
 The core raises the domain errors of `inference.errors`; the edge adds its own below. `service.app` turns
 any of them into `{"error": {"message", "type", "code"}}` with the status of this table, and nothing else
-does. The one exception is the Open Inference Protocol's routes (/v2...), whose clients read that
-protocol's `{"error": message}` (same statuses, same message).
+does. The one exception is the Open Inference Protocol's routes (/v2..., but Cohere's /v2/rerank and /v2/embed),
+whose clients read that protocol's `{"error": message}` (same statuses, same message).
 
     status  type                     error (inference.errors unless marked edge)
     422     invalid_request_error    InvalidRequest and its kinds: InputTooLong, TooManyInputs,
                                      AttentionTooLarge, ResponseTooLarge, OutOfRange, Unsupported,
-                                     UnknownPrompt, UnknownAdapter, NoInstruction
+                                     UnknownPrompt, UnknownAdapter, NoInstruction, InvalidImage
     401     authentication_error     Unauthorized (edge): missing or wrong bearer key
     403     permission_error         Forbidden (edge): the caller's key may not use this model
     404     not_found_error          NotFound (edge, from routing), ModelNotFound

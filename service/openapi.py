@@ -88,7 +88,7 @@ LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionReques
          "TokenizeRequest": "inputs", "EmbedAllRequest": "inputs", "PredictRequest": "inputs",
          "OpenAIEmbeddingRequest": "input", "DecodeRequest": "ids", "SimilarityInput": "sentences",
          "RerankRequest": "texts", "CohereRerankRequest": "documents", "ScoreRequest": "text_2",
-         "EmbedSparseRequest": "inputs", "ClassifyTokensRequest": "inputs"}
+         "EmbedSparseRequest": "inputs", "ClassifyTokensRequest": "inputs", "CohereEmbedRequest": "texts"}
 
 
 def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> dict[str, Any]:
@@ -99,8 +99,10 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name, field in LISTS.items():
         if name in schemas:  # similarity: the source sentence is an input too
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
-    for name in ("EmbedRequest", "OpenAIEmbeddingRequest"):
-        _cap(schemas[name]["properties"]["dimensions"], served.embedding)
+    for name, field in (("EmbedRequest", "dimensions"), ("OpenAIEmbeddingRequest", "dimensions"),
+                        ("CohereEmbedRequest", "output_dimension")):
+        if name in schemas:
+            _cap(schemas[name]["properties"][field], served.embedding)
     for name in ("EmbedRequest", "OpenAIEmbeddingRequest", "ClassifyRequest", "ClassifyTokensRequest"):
         if name in schemas:
             _overlap(schemas[name]["properties"]["chunk_overlap"], served.window, served.overlap)

@@ -162,7 +162,9 @@ class Batcher:
         """Start `items` as one batch now, as the worker starts a batch it took (never queued: no timer)."""
         self._start(items)
         self.stats.at_once += len(items)
-        self._observer.ran_at_once(items[0].caller.name, len(items))
+        name = items[0].caller.name
+        self._observer.ran_at_once(name, len(items))
+        self._observer.queue_depth(name, self._queue.waiting(name))  # unchanged; the caller's series exists from now
 
     def _expire(self, items: list[WorkItem]) -> None:
         for item in items:

@@ -8,7 +8,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference.errors import InvalidRequest
 from inference.prompts import InputType
 from inference.served import ServedModel
 from inference.tasks import embed
@@ -22,8 +21,6 @@ router = APIRouter(tags=["cohere"], dependencies=[Depends(require_json)])
 INPUT_TYPES: dict[str, InputType] = {"search_query": "query", "search_document": "document",
                                      "classification": "classification", "clustering": "clustering"}
 TRUNCATE = {"END": (True, "right"), "START": (True, "left"), "NONE": (False, "right")}  # (truncate, direction)
-NOT_YET = {"images": "images", "inputs": "inputs (image parts)", "max_tokens": "max_tokens",
-           "priority": "priority (send the X-Priority header)"}
 
 
 @router.post("/v2/embed", response_model=CohereEmbedResponse, responses=errors(*INFERENCE_ERRORS),
@@ -31,14 +28,6 @@ NOT_YET = {"images": "images", "inputs": "inputs (image parts)", "max_tokens": "
 async def cohere_embed(body: CohereEmbedRequest, pick: PickDep, job: JobDep) -> Response:
     """One embedding per text in each of `embedding_types`, under `embeddings` by type; `meta.billed_units`
     counts the tokens run. Refused by name (422): images, inputs, max_tokens, priority, input_type image."""
-    refused = [what for field, what in NOT_YET.items() if getattr(body, field) is not None]
-    if body.input_type == "image":
-        refused.append("input_type image")
-    if refused:
-        raise InvalidRequest(f"not supported by this server: {', '.join(refused)}; send `texts`",
-                             code="unsupported_field")
-    if body.texts is None:
-        raise InvalidRequest("texts is required: the texts to embed", code="validation_error")
     served = pick(body.model)
     embeddings, tokens = await job(_embeddings(served, body))
     return json_response({
@@ -51,7 +40,7 @@ async def _embeddings(served: ServedModel, body: CohereEmbedRequest) -> tuple[di
     truncate, direction = TRUNCATE[body.truncate]
     normalize = served.bundle.manifest.normalize
     result = await embed.embed(
-        served, list(body.texts or ()), truncate=truncate, direction=direction,  # type: ignore[arg-type]
+        served, body.texts, truncate=truncate, direction=direction,  # type: ignore[arg-type]
         normalize=normalize, dimensions=body.output_dimension,
         input_type=INPUT_TYPES[body.input_type] if body.input_type else None)
     answers: dict[str, Any] = {}

@@ -49,6 +49,12 @@ def rehash(bundle: Path, file: str) -> None:
     edit_manifest(bundle, change)
 
 
+def inlined(bundle: Path, file: str) -> None:
+    """The manifest lists no data file for `file`: onnx.save wrote the graph with every weight inside it (a bundle's
+    fp32 graphs read their weights from the shared weights file, export.shared_weights)."""
+    edit_manifest(bundle, lambda m: [g.__setitem__("data_files", {}) for g in m["graphs"] if g["file"] == file])
+
+
 def truncate(bundle: Path, file: str) -> None:
     data = (bundle / file).read_bytes()
     (bundle / file).write_bytes(data[: len(data) // 2])
@@ -97,13 +103,14 @@ CASES: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     "tokenizer_corrupt": (lambda b: (random_bytes(b, TOKENIZER), rehash(b, TOKENIZER)), [TOKENIZER]),
     "tokenizer_not_a_tokenizer": (lambda b: ((b / TOKENIZER).write_text('{"model": 1}'), rehash(b, TOKENIZER)),
                                   [TOKENIZER]),
-    "output_renamed": (lambda b: (rename_output(b), rehash(b, FAST)), [FAST, "outputs", "pooled_output:"]),
+    "output_renamed": (lambda b: (rename_output(b), rehash(b, FAST), inlined(b, FAST)),
+                       [FAST, "outputs", "pooled_output:"]),
     "manifest_hash_mismatch": (set_graph("sha256", "0" * 64, 1), [ATTENTION, "sha256"]),
     "graph_path_parent": (set_graph("file", "../" + FAST), ["graphs.0.file", "not a plain file name"]),
     "graph_path_absolute": (set_graph("file", "/etc/passwd"), ["graphs.0.file", "not a plain file name"]),
     "tokenizer_path_parent": (lambda b: edit_manifest(b, lambda m: m.__setitem__("tokenizer", "../" + TOKENIZER)),
                               ["field tokenizer", "not a plain file name"]),
-    "nan_weights": (lambda b: (nan_weights(b), rehash(b, FAST)), ["NaN or Inf"]),
+    "nan_weights": (lambda b: (nan_weights(b), rehash(b, FAST), inlined(b, FAST)), ["NaN or Inf"]),
 }
 
 
