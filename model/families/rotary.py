@@ -26,7 +26,8 @@ Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes 
 types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
 Wqkv, fc11 / fc12 and norm1 / norm2; GTE's qkv_proj and up_gate_proj, up before gate; jina's mixer.Wqkv), which
 transformers renames on load and writes back when it saves. NomicBERT's config.json is read in nomic's custom-code
-names too (n_embd, n_head, n_layer, n_inner, rotary_emb_base: nomic-embed-text-v1.5's) where transformers' are absent.
+names too (n_embd, n_head, n_layer, n_inner, rotary_emb_base: nomic-embed-text-v1.5's) where transformers' are absent,
+and GTE's in Alibaba's (model_type new, rope_theta with static NTK rope_scaling: new_names).
 The masked-LM heads are BERT's transform (dense, activation, LayerNorm) and a decoder tied to the token embeddings:
 NomicBERT's activation is its hidden_act, GTE's and jina's LM heads call exact GELU.
 """
@@ -86,7 +87,34 @@ def _nomic_body(hf: dict[str, Any]) -> dict[str, Any]:
             "ffn_bias": False}
 
 
+# Alibaba's "new" config.json (custom code, Alibaba-NLP/new-impl: gte-multilingual-base, gte-*-v1.5): switches its
+# code has that transformers' Gte (and ours) keep at one value, each with the value the released checkpoints set
+_NEW_FIXED = {"position_embedding_type": "rope", "layer_norm_type": "layer_norm", "pack_qkv": True,
+              "logn_attention_scale": False, "logn_attention_clip1": False}
+
+
+def new_names(hf: dict[str, Any]) -> dict[str, Any]:
+    """An Alibaba "new" config.json as transformers' Gte reads its converted checkpoints. new-impl's static NTK
+    scaling ({"type": "ntk", "factor": f}, no mixed_b) computes every inverse frequency from the base theta * f, then
+    divides it by f ** (2 / head_dim): transformers' linear rope type with theta * f and that factor (which is how
+    the native gte conversions write it). Mixed NTK (mixed_b) and the switches above at other values are refused."""
+    if hf.get("model_type") != "new":
+        return hf
+    for key, value in _NEW_FIXED.items():
+        if key in hf and hf[key] != value:
+            raise ValueError(f"new {key} {hf[key]!r} is not supported (only {value!r}, as the GTE checkpoints set it)")
+    theta, scaling = float(hf.get("rope_theta", 10_000.0)), hf.get("rope_scaling") or {}
+    if not scaling:
+        return {**hf, "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+    if scaling.get("type") != "ntk" or scaling.get("mixed_b") is not None:
+        raise ValueError(f"new rope_scaling {scaling!r} is not supported (static NTK only: type ntk, no mixed_b)")
+    factor, head_size = float(scaling["factor"]), hf["hidden_size"] // hf["num_attention_heads"]
+    rope = {"rope_type": "linear", "rope_theta": theta * factor, "factor": factor ** (2 / head_size)}
+    return {**{k: v for k, v in hf.items() if k != "rope_scaling"}, "rope_parameters": rope}
+
+
 def _gte_body(hf: dict[str, Any]) -> dict[str, Any]:
+    hf = new_names(hf)
     return {**_body(hf, "gte", 160_000.0, 1), "gated_ffn": True, "ffn_bias": False, "ffn_down_bias": True}
 
 
@@ -140,7 +168,7 @@ NOMIC_BERT = Family(
     head_config=_head(None), ignored=("pooler.",),
 )
 GTE = Family(
-    "gte", ("gte",), ("Gte",), "gte.", _gte_body,
+    "gte", ("gte", "new"), ("Gte", "New"), "gte.", _gte_body,
     {**_NATIVE_EMBEDDINGS, **layers("layers.{i}.", {**_NATIVE, **_NATIVE_GATED}), **_GTE},
     heads={"sequence": _BERT_SEQUENCE, "tokens": _TOKENS, "mlm": _LM_HEAD}, head_config=_head("gelu"),
     ignored=("pooler.",), other_prefixes=("new.",),  # Alibaba's NewFor... classes keep the body under new.

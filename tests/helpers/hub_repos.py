@@ -200,21 +200,25 @@ def nomic_released(native: dict[str, Any]) -> dict[str, Any]:
 
 def gte_multilingual(directory: Path) -> Expected:
     """Alibaba's "new" model (custom code, auto_map to Alibaba-NLP/new-impl): model_type new, NewModel, packed qkv,
-    static NTK rope scaling; CLS pooling and Normalize."""
-    from tests.helpers.rotary import save_rotary
+    static NTK rope scaling (theta 20,000, factor 8); CLS pooling and Normalize. The reference is transformers' Gte
+    with that scaling as its native conversions write it: linear, theta 160,000, factor 8 ** (2 / head size)."""
+    from tests.helpers.rotary import SHAPES, save_rotary
     from tests.helpers.sentence import wrap_sentence_transformer
 
     source = directory.parent / f"{directory.name}-hf"
-    save_rotary(source, "gte", "Model", "tiny", seed=6)
+    head_size = SHAPES["tiny"]["hidden_size"] // SHAPES["tiny"]["num_attention_heads"]
+    save_rotary(source, "gte", "Model", "tiny", seed=6,
+                rope_parameters={"rope_type": "linear", "rope_theta": 160_000.0, "factor": 8.0 ** (2 / head_size)})
     write_json(source / "tokenizer_config.json", XLMR_TOKENS)
     wrap_sentence_transformer(directory, source, "cls", max_seq_length=MAX_SEQ, prompts={})
+    expected = Expected(embeddings=sentence_embeddings(directory))
     edit_config(directory, drop=("rope_parameters",), model_type="new", architectures=["NewModel"],
                 auto_map={"AutoConfig": "Alibaba-NLP/new-impl--configuration.NewConfig",
                           "AutoModel": "Alibaba-NLP/new-impl--modeling.NewModel"},
                 position_embedding_type="rope", rope_theta=20000, rope_scaling={"type": "ntk", "factor": 8.0},
                 pack_qkv=True, layer_norm_type="layer_norm", unpad_inputs=False,
                 use_memory_efficient_attention=False, logn_attention_scale=False)
-    return Expected()
+    return expected
 
 
 def jina_v3(directory: Path) -> Expected:
@@ -302,8 +306,7 @@ ROWS: tuple[Row, ...] = (
     Row("nomic-ai/nomic-embed-text-v1.5", "embedding", nomic_embed),
     Row("sentence-transformers/all-MiniLM-L6-v2", "embedding", all_minilm),
     Row("intfloat/multilingual-e5-small", "embedding", multilingual_e5),
-    Row("Alibaba-NLP/gte-multilingual-base", "embedding", gte_multilingual,
-        refused="model_type 'new' is not supported"),
+    Row("Alibaba-NLP/gte-multilingual-base", "embedding", gte_multilingual),
     Row("jinaai/jina-embeddings-v3", "embedding", jina_v3,
         refused="position_embedding_type 'rotary' is not supported"),
     Row("Qwen/Qwen3-Reranker-0.6B", "rerank", qwen3_reranker, reranker="qwen3"),

@@ -47,8 +47,9 @@ def rotary_config(arch: str, shape: str, vocab_size: int, names: dict[int, str] 
                   **extra: Any) -> transformers.PretrainedConfig:
     names = extra.pop("id2label", names)
     positions = (DYNAMIC_POSITIONS if arch == "gte-dynamic" else POSITIONS)[shape]
-    return CONFIGS[arch](vocab_size=vocab_size, max_position_embeddings=positions, rope_parameters=dict(ROPE[arch]),
-                         id2label=names, label2id={v: k for k, v in names.items()}, **SHAPES[shape], **extra)
+    extra = {"rope_parameters": dict(ROPE[arch]), **extra}  # a test may give its own
+    return CONFIGS[arch](vocab_size=vocab_size, max_position_embeddings=positions, id2label=names,
+                         label2id={v: k for k, v in names.items()}, **SHAPES[shape], **extra)
 
 
 def model_class(arch: str, head: str) -> type:

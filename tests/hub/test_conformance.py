@@ -94,6 +94,7 @@ def rows(kind: str) -> list[Row]:
 
 @pytest.mark.parametrize("row", rows("embedding"), ids=lambda row: row.name)
 def test_embeddings_equal_sentence_transformers_under_each_prompt(server, hub, row):
+    assert hub[1][row.name].embeddings, f"{row.name} is served with nothing to compare it with"
     for prompt, want in hub[1][row.name].embeddings.items():
         body = {"input": TEXTS, "model": row.alias}
         data = post(server, "/v1/embeddings", body | ({"prompt_name": prompt} if prompt else {}))["data"]
