@@ -33,12 +33,14 @@ def supported_classes() -> list[str]:
 
 
 def family_of(hf: dict[str, Any]) -> tuple[Family, str]:
-    """(family, head kind) of a config.json, from its model_type and architectures; a clear error otherwise."""
+    """(family, head kind) of a config.json, from its model_type and architectures (a family's released custom-code
+    config first, whatever its model_type: jina-embeddings-v3's); a clear error otherwise."""
     model_type = hf.get("model_type")
     if model_type in PAIRS:
         raise ValueError(f"a {PAIRS[model_type][0]} checkpoint holds two towers, an image and a text encoder: load "
                          "one of them (load_model(path, tower='vision' or 'text'); docs/vision.md)")
-    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    family = next((f for f in FAMILIES if f.released is not None and f.released(hf)), None) or next(
+        (f for f in FAMILIES if model_type in f.model_types), None)
     if family is None:
         known = ", ".join(t for f in FAMILIES for t in f.model_types)
         raise ValueError(f"model_type {model_type!r} is not supported; supported model types: {known}")
