@@ -2,7 +2,8 @@
 model/jina_lora.py describes the layout), built from a random-weight transformers JinaEmbeddingsV3Model with random
 task LoRAs, and the reference: that native model with task t's LoRA merged into a copy of its weights.
 
-    released = save_released(directory, "tiny", seed=7)     config.json, model.safetensors (bfloat16), tokenizer
+    released = save_released(directory, "tiny", seed=7)     config.json, model.safetensors (bfloat16), tokenizer,
+                                                            sentence-transformers' files (mean, Normalize, prompts)
     with merged(model, released.lora, task): ...            a native model (or a SentenceTransformer's) as task t
 
 Every tensor is rounded to bfloat16 first (the released dtype), so the float32 reference holds exactly what the
@@ -14,6 +15,7 @@ custom code adapts: the word and token-type embeddings, Wqkv, out_proj, fc1, fc2
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,12 +44,14 @@ class Released:
     directory: Path
     native: torch.nn.Module  # transformers' JinaEmbeddingsV3Model with the base weights (eval, eager attention)
     lora: dict[str, tuple[Tensor, Tensor]]  # released module (no roberta.) -> (lora_A, lora_B), stacked over tasks
+    sentence: Path | None  # the same sentence-transformers directory over the native model (the reference's)
 
 
 def save_released(directory: Path, shape: str = "tiny", seed: int = 7, tasks: dict[str, str] = JINA_TASKS,
                   sentence: bool = True) -> Released:
     """The released layout at `directory`: with `sentence`, its sentence-transformers files (mean pooling,
-    Normalize, the task instructions as prompts) around it, as the repository holds them."""
+    Normalize, the task instructions as prompts) around it, as the repository holds them (modules.json naming the
+    custom Transformer module, custom_st.Transformer)."""
     source = directory.parent / f"{directory.name}-native"
     native = save_rotary(source, "jina_v3", "Model", shape, seed)
     with torch.no_grad():
@@ -55,19 +59,23 @@ def save_released(directory: Path, shape: str = "tiny", seed: int = 7, tasks: di
             parameter.copy_(parameter.to(torch.bfloat16).float())
     native.save_pretrained(source)
     write_json(source / "tokenizer_config.json", XLMR_TOKENS)
-    if sentence:
+    reference = directory.parent / f"{directory.name}-sentence" if sentence else None
+    if reference is not None:
         from tests.helpers.hub_repos import MAX_SEQ
         from tests.helpers.sentence import wrap_sentence_transformer
 
-        wrap_sentence_transformer(directory, source, "mean", max_seq_length=MAX_SEQ, prompts=tasks)
+        wrap_sentence_transformer(reference, source, "mean", max_seq_length=MAX_SEQ, prompts=tasks)
+        shutil.copytree(reference, directory)
+        modules = json.loads((directory / "modules.json").read_text())
+        write_json(directory / "modules.json", [{**modules[0], "type": "custom_st.Transformer"}, *modules[1:]])
     else:
         directory.mkdir(parents=True)
         for name in ("tokenizer.json", "tokenizer_config.json"):
-            (directory / name).write_bytes((source / name).read_bytes())
+            shutil.copyfile(source / name, directory / name)
     lora = random_lora(native, len(tasks), seed)
     save_file(released_state(native, lora), str(directory / "model.safetensors"), metadata={"format": "pt"})
     write_json(directory / "config.json", released_config(json.loads((source / "config.json").read_text()), tasks))
-    return Released(directory, native, lora)
+    return Released(directory, native, lora, reference)
 
 
 def released_config(native: dict, tasks: dict[str, str]) -> dict:

@@ -2,8 +2,9 @@
 repository is laid out, at a tiny shape with random weights; `attnserve pull` of each into the bundle cache (variant
 fp32; Qwen3-Reranker with `--reranker qwen3`), then one `attnserve serve --model ALIAS=NAME ...` of them all, without
 torch, compared (max abs 1e-5) with what the pipeline a user would otherwise call returns: sentence-transformers with
-each prompt, CrossEncoder, FlagEmbedding, colbert-ai, Qwen3-Reranker's scoring, SparseEncoder. A row not served yet
-is refused by `attnserve pull` with its one line, before any weight is fetched.
+each prompt (jina-embeddings-v3 with each task's LoRA merged into its weights too, asked for by a request's `task`),
+CrossEncoder, FlagEmbedding, colbert-ai, Qwen3-Reranker's scoring, SparseEncoder. A row not served yet is refused by
+`attnserve pull` with its one line, before any weight is fetched.
 """
 
 from __future__ import annotations
@@ -94,9 +95,11 @@ def rows(kind: str) -> list[Row]:
 
 @pytest.mark.parametrize("row", rows("embedding"), ids=lambda row: row.name)
 def test_embeddings_equal_sentence_transformers_under_each_prompt(server, hub, row):
-    for prompt, want in hub[1][row.name].embeddings.items():
-        body = {"input": TEXTS, "model": row.alias}
-        data = post(server, "/v1/embeddings", body | ({"prompt_name": prompt} if prompt else {}))["data"]
+    expected = hub[1][row.name]
+    asked = [({"prompt_name": prompt} if prompt else {}, want) for prompt, want in expected.embeddings.items()]
+    asked += [({"task": task}, want) for task, want in expected.tasks.items()]  # the task's adapter and prompt
+    for fields, want in asked:
+        data = post(server, "/v1/embeddings", {"input": TEXTS, "model": row.alias} | fields)["data"]
         assert_near(np.array([item["embedding"] for item in data]), want)
 
 
