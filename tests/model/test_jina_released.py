@@ -151,3 +151,16 @@ def test_peft_adapters_over_the_released_layout_are_refused(tmp_path: Path) -> N
               str(peft / "adapter_model.safetensors"))
     with pytest.raises(AdapterError, match="carries its own adapters"):
         load_model(released.directory, adapters={"extra": peft})
+
+
+def test_int8_is_refused_for_the_tasks_the_checkpoint_carries(tmp_path: Path) -> None:
+    """As with --adapter directories, the int8 variants (calibrated and gated on the base) are not built over the
+    checkpoint's own tasks: refused once they are read, before any graph."""
+    from export.bundle import ExportError, export_bundle
+
+    released = save_released(tmp_path / "jina", sentence=False)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(f"text number {i}" for i in range(400)))
+    with pytest.raises(ExportError, match="int8 are not built with adapters"):
+        export_bundle(released.directory, tmp_path / "bundle", ["fp32", "int8"], calibration_data=texts)
+    assert not (tmp_path / "bundle").exists()
