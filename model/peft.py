@@ -20,6 +20,9 @@ adds its prefix, bert.encoder...), so it goes through the same table as the chec
                        `lora_embedding_B` (D, r)) onto embeddings.token, A as is, B · s: the same pair, with x the
                        one-hot of each id (model.lora.LoRAEmbedding)
 
+The mapping onto our modules (our_pairs) serves model/jina_lora.py too, whose checkpoint (jina-embeddings-v3 as
+released) holds its task LoRAs inside its weights rather than in PEFT directories.
+
 Refused, naming the target and what is accepted: targets other than the token embedding and the blocks' attention
 and MLP projections (the position and token-type embeddings, norms, heads), modules_to_save, DoRA, bias other than
 "none", and the LoRA variants that change the forward (lora_bias, aLoRA, target_parameters, trainable tokens, layer
