@@ -29,7 +29,8 @@ FAMILIES: tuple[Family, ...] = (*ENCODERS, *ROTARY, *DECODERS, *VISION, *TOWERS)
 
 
 def supported_classes() -> list[str]:
-    return [name for f in FAMILIES for name in f.class_names()] + [name for name, _ in PAIRS.values()]
+    """Each class name once (XLMRobertaModel is XLM-R's and, in jina-v3's released config, jina's)."""
+    return list(dict.fromkeys([name for f in FAMILIES for name in f.class_names()] + [n for n, _ in PAIRS.values()]))
 
 
 def family_of(hf: dict[str, Any]) -> tuple[Family, str]:
