@@ -73,9 +73,10 @@ def export_bundle(
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
     _check_target(out_dir)
-    _check_adapters(adapters or {}, chosen, reranker)
+    _check_adapters(list(adapters or {}), chosen, reranker)
     texts = _int8_texts(source, chosen, calibration_data)
     model = load_model(source, adapters=adapters, reranker=reranker)
+    _check_adapters(list(model.encoder.config.adapters), chosen, reranker)  # a checkpoint's own (jina-v3's tasks)
     with staged_directory(out_dir) as tmp:
         manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
@@ -106,9 +107,9 @@ def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) 
     return texts
 
 
-def _check_adapters(adapters: Mapping[str, Path], chosen: list[str], reranker: str | None) -> None:
-    """What the export does not build with adapters, refused before any work: a reranker, and the variants whose
-    gates could not cover them (model.load.load_model reads the adapters themselves)."""
+def _check_adapters(adapters: list[str], chosen: list[str], reranker: str | None) -> None:
+    """What the export does not build with adapters (by name), refused before any graph is built: a reranker, and
+    the variants whose gates could not cover them (model.load.load_model reads the adapters themselves)."""
     if not adapters:
         return
     if reranker is not None:

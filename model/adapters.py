@@ -7,14 +7,25 @@ from PEFT directories read onto our module names (model/peft.py) or from any cal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import torch
 from torch import nn
 
+from model.checkpoint import LoadedModel
 from model.config_rules import EMBEDDING_TARGET
 from model.encoder import Encoder
 from model.lora import LoRAEmbedding, LoRALinear, LoRAPair
+from model.peft import Adapter
 
-__all__ = ["adapted_encoder"]
+__all__ = ["adapted_encoder", "with_adapters"]
+
+
+def with_adapters(loaded: LoadedModel, adapters: Sequence[Adapter]) -> LoadedModel:
+    """`loaded` with `adapters` stacked into its encoder as indices 1..N in this order, and listed on it."""
+    encoder = adapted_encoder(loaded.encoder, {adapter.name: adapter.pairs for adapter in adapters})
+    return replace(loaded, encoder=encoder.eval(), adapters=tuple(adapters))
 
 
 def adapted_encoder(base: Encoder, adapters: dict[str, dict[str, LoRAPair]]) -> Encoder:

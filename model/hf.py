@@ -49,9 +49,10 @@ def load_hf(path: Path, tower: str | None = None) -> LoadedModel:
     return _load(Path(path), sentence=False, bge_m3=False, tower=tower)
 
 
-def load_sentence_transformers(path: Path) -> LoadedModel:
-    """A sentence-transformers directory: the bare encoder and the pipeline modules.json lists (model/sentence.py)."""
-    return _load(Path(path), sentence=True, bge_m3=False)
+def load_sentence_transformers(path: Path, weights: dict[str, Tensor] | None = None) -> LoadedModel:
+    """A sentence-transformers directory: the bare encoder and the pipeline modules.json lists (model/sentence.py);
+    `weights`: the checkpoint's tensors as another layout has read them (model/jina_lora.py), else its files'."""
+    return _load(Path(path), sentence=True, bge_m3=False, weights=weights)
 
 
 def load_bge_m3(path: Path) -> LoadedModel:
@@ -59,9 +60,11 @@ def load_bge_m3(path: Path) -> LoadedModel:
     return _load(Path(path), sentence=True, bge_m3=True)
 
 
-def _load(path: Path, sentence: bool, bge_m3: bool, tower: str | None = None) -> LoadedModel:
+def _load(path: Path, sentence: bool, bge_m3: bool, tower: str | None = None,
+          weights: dict[str, Tensor] | None = None) -> LoadedModel:
     """The directory's encoder; `sentence`: with its sentence-transformers modules (when modules.json is there),
-    `bge_m3`: with FlagEmbedding's heads (when their files are there); `tower`: a two-tower checkpoint's."""
+    `bge_m3`: with FlagEmbedding's heads (when their files are there); `tower`: a two-tower checkpoint's; `weights`:
+    its tensors already read (else load_weights reads them)."""
     hf = tower_config(read_json(_require(path, "config.json")), tower)
     family, kind = family_of(hf)
     tokenizer = _tokenizer(path, family)
@@ -69,7 +72,7 @@ def _load(path: Path, sentence: bool, bge_m3: bool, tower: str | None = None) ->
     m3 = read_bge_m3(path, tokenizer, family.config(hf)["d_model"]) if bge_m3 and tokenizer is not None else None
     if modules is not None or kind == "lm" or m3 is not None:
         kind = "none"  # sentence-transformers and bge-m3 embed with the bare encoder, whatever head it was saved with
-    state = rename(load_weights(path), family, kind, hf)
+    state = rename(load_weights(path) if weights is None else weights, family, kind, hf)
     pair = {name: float(state.pop(name)) for name in SCALARS if name in state}  # the pair's, into the config
     config = encoder_config(hf, family, kind, state, modules).replace(**pair)
     if m3 is not None:

@@ -8,6 +8,7 @@ sentence-transformers, bge-m3 before a plain Hugging Face directory):
     attnserve              our checkpoint (model/checkpoint.py): config.json with our "format"
     pylate, colbert-ai     ColBERT checkpoints (model/colbert.py)
     bge-m3                 an XLM-R directory with FlagEmbedding's head files (model/bge_m3.py)
+    jina-lora              jina-embeddings-v3 as released: its task LoRAs inside the weights (model/jina_lora.py)
     sentence-transformers  a Hugging Face directory with modules.json (model/sentence.py)
     hugging-face           config.json with a model_type of a family in model/families/ (model/hf.py)
     peft                   a LoRA adapter directory (model/peft.py): served over a base, never alone
@@ -27,6 +28,7 @@ from model.bge_m3 import COLBERT_FILE, SPARSE_FILE, has_bge_m3_heads
 from model.checkpoint import LoadedModel, is_checkpoint, load_checkpoint
 from model.colbert import colbert_layout, load_colbert_ai, load_pylate
 from model.hf import is_hf_dir, load_bge_m3, load_hf, load_sentence_transformers
+from model.jina_lora import is_jina_lora_dir, load_jina_lora
 from model.peft import CONFIG_NAME, WEIGHTS_NAME
 from model.weights import weight_files
 
@@ -66,6 +68,7 @@ LAYOUTS: tuple[Layout, ...] = (
     Layout("pylate", lambda path: colbert_layout(path) == "pylate", model_files, load_pylate),
     Layout("colbert-ai", lambda path: colbert_layout(path) == "colbert-ai", model_files, load_colbert_ai),
     Layout("bge-m3", lambda path: is_hf_dir(path) and has_bge_m3_heads(path), bge_m3_files, load_bge_m3),
+    Layout("jina-lora", is_jina_lora_dir, model_files, load_jina_lora),
     Layout("sentence-transformers", lambda path: is_hf_dir(path) and (path / "modules.json").is_file(),
            model_files, load_sentence_transformers),
     Layout("hugging-face", is_hf_dir, model_files, load_hf),

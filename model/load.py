@@ -11,15 +11,14 @@ download (attnserve pull) stops before it fetches the weights.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
-from model.adapters import adapted_encoder
+from model.adapters import with_adapters
 from model.checkpoint import LoadedModel
 from model.families import family_of
 from model.layouts import layout_of, load_base
 from model.lm_scorer import as_reranker, check_recipe
-from model.peft import Adapter, check_names, read_adapter
+from model.peft import Adapter, AdapterError, check_names, read_adapter
 from model.sentence import read_json
 
 __all__ = ["check_config", "load_model"]
@@ -37,6 +36,9 @@ def load_model(path: Path | str, adapters: Mapping[str, Path | str] | None = Non
     loaded = load_base(path, tower)
     if reranker is not None:
         loaded = as_reranker(loaded, reranker)
+    if read and loaded.adapters:
+        raise AdapterError(f"{path} carries its own adapters ({', '.join(a.name for a in loaded.adapters)}, "
+                           f"{loaded.kind}); PEFT adapters are stacked over a bare base only")
     return with_adapters(loaded, read) if read else loaded
 
 
@@ -66,8 +68,3 @@ def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapte
     """Each PEFT directory read onto the modules of the base at `path`, its name checked first."""
     check_names(list(adapters))
     return [read_adapter(name, Path(directory), path) for name, directory in adapters.items()]
-
-
-def with_adapters(loaded: LoadedModel, read: list[Adapter]) -> LoadedModel:
-    encoder = adapted_encoder(loaded.encoder, {adapter.name: adapter.pairs for adapter in read})
-    return replace(loaded, encoder=encoder.eval(), adapters=tuple(read))

@@ -20,6 +20,9 @@ adds its prefix, bert.encoder...), so it goes through the same table as the chec
                        `lora_embedding_B` (D, r)) onto embeddings.token, A as is, B · s: the same pair, with x the
                        one-hot of each id (model.lora.LoRAEmbedding)
 
+The mapping onto our modules (our_pairs) serves model/jina_lora.py too, whose checkpoint (jina-embeddings-v3 as
+released) holds its task LoRAs inside its weights rather than in PEFT directories.
+
 Refused, naming the target and what is accepted: targets other than the token embedding and the blocks' attention
 and MLP projections (the position and token-type embeddings, norms, heads), modules_to_save, DoRA, bias other than
 "none", and the LoRA variants that change the forward (lora_bias, aLoRA, target_parameters, trainable tokens, layer
@@ -107,12 +110,24 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
                            f"{source} is not a Hugging Face or sentence-transformers directory")
     family, kind = family_of(hf)
     table = full_table(family, kind, hf)
-    by_module = _by_module(name, path, source, family, table)
+    by_module = {module: (down, up * _scaling(peft, module, down.shape[0]))  # (r, I), (O, r) with PEFT's scaling
+                 for module, (down, up) in _by_module(name, path, source, family, table).items()}
+    rank = int(peft.get("r", 8))
+    alpha = float(peft.get("lora_alpha", 8))
+    rslora = bool(peft.get("use_rslora", False))
+    return adapter_of(name, our_pairs(name, by_module, family, table), alpha,
+                      alpha / (math.sqrt(rank) if rslora else rank), rslora, peft.get("base_model_name_or_path"))
+
+
+def our_pairs(name: str, by_module: dict[str, tuple[Tensor, Tensor]], family: Family,
+              table: dict[str, Any]) -> dict[str, LoRAPair]:
+    """A checkpoint's LoRA, by module name (A (r, I), B (O, r) with the scaling folded in), onto our modules by the
+    family's table: each target checked (_target), a fused q/k/v's B cut into its parts over the shared A, parts of
+    one of ours joined block-diagonally (block_diagonal)."""
     parts: dict[str, dict[int, LoRAPair]] = {}
     pairs: dict[str, LoRAPair] = {}
     for module, (down, up) in by_module.items():
         target = _target(name, module, family, table)
-        up = up * _scaling(peft, module, down.shape[0])  # (O, r), PEFT's scaling folded in
         split = target if isinstance(target, tuple) else (target,)  # a fused q/k/v: one A, B cut into its parts
         for ours, b in zip(split, up.chunk(len(split)), strict=True):
             if "#" in ours:  # part of one of ours (gate_proj, up_proj; GTE's up_gate_proj holds both)
@@ -120,14 +135,15 @@ def read_adapter(name: str, path: Path, source: Path) -> Adapter:
                 parts.setdefault(module_name, {})[int(index)] = LoRAPair(down, b)
             else:
                 pairs[ours] = LoRAPair(down, b)
-    pairs |= {ours: block_diagonal(by_part, _part_count(table, ours)) for ours, by_part in parts.items()}
-    rank = int(peft.get("r", 8))
-    alpha = float(peft.get("lora_alpha", 8))
-    rslora = bool(peft.get("use_rslora", False))
+    return pairs | {ours: block_diagonal(by_part, _part_count(table, ours)) for ours, by_part in parts.items()}
+
+
+def adapter_of(name: str, pairs: dict[str, LoRAPair], alpha: float, scaling: float, use_rslora: bool,
+               source: str | None) -> Adapter:
+    """The Adapter record of `pairs` (our module -> pair): its rank, targets and bytes counted from them."""
     return Adapter(
-        name=name, pairs=pairs, rank=max(p.rank for p in pairs.values()), alpha=alpha,
-        scaling=alpha / (math.sqrt(rank) if rslora else rank), use_rslora=rslora,
-        targets=tuple(sorted({_block_target(m) for m in pairs})), source=peft.get("base_model_name_or_path"),
+        name=name, pairs=pairs, rank=max(p.rank for p in pairs.values()), alpha=alpha, scaling=scaling,
+        use_rslora=use_rslora, targets=tuple(sorted({_block_target(m) for m in pairs})), source=source,
         bytes=sum(4 * (p.down.numel() + p.up.numel()) for p in pairs.values()),
     )
 

@@ -29,16 +29,19 @@ FAMILIES: tuple[Family, ...] = (*ENCODERS, *ROTARY, *DECODERS, *VISION, *TOWERS)
 
 
 def supported_classes() -> list[str]:
-    return [name for f in FAMILIES for name in f.class_names()] + [name for name, _ in PAIRS.values()]
+    """Each class name once (XLMRobertaModel is XLM-R's and, in jina-v3's released config, jina's)."""
+    return list(dict.fromkeys([name for f in FAMILIES for name in f.class_names()] + [n for n, _ in PAIRS.values()]))
 
 
 def family_of(hf: dict[str, Any]) -> tuple[Family, str]:
-    """(family, head kind) of a config.json, from its model_type and architectures; a clear error otherwise."""
+    """(family, head kind) of a config.json, from its model_type and architectures (a family's released custom-code
+    config first, whatever its model_type: jina-embeddings-v3's); a clear error otherwise."""
     model_type = hf.get("model_type")
     if model_type in PAIRS:
         raise ValueError(f"a {PAIRS[model_type][0]} checkpoint holds two towers, an image and a text encoder: load "
                          "one of them (load_model(path, tower='vision' or 'text'); docs/vision.md)")
-    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    family = next((f for f in FAMILIES if f.released is not None and f.released(hf)), None) or next(
+        (f for f in FAMILIES if model_type in f.model_types), None)
     if family is None:
         known = ", ".join(t for f in FAMILIES for t in f.model_types)
         raise ValueError(f"model_type {model_type!r} is not supported; supported model types: {known}")

@@ -45,6 +45,9 @@ class Family:
     # (N, D) position table): read as (1, -1, D)
     flat: tuple[str, ...] = field(default=())
     pair: str = ""  # a tower of a two-tower model (model/towers.py): that model's model_type ("clip", "siglip")
+    # a released custom-code config.json the family reads though its model_type is another family's (jina-v3's
+    # xlm-roberta with rotary positions and task LoRAs): family_of asks it before the model_type
+    released: Callable[[dict[str, Any]], bool] | None = None
 
     def body_name(self, key: str) -> str:
         """A checkpoint tensor's name without the body's prefix (a head class's), whichever of the family's it is."""

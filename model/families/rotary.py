@@ -21,6 +21,10 @@ They differ on the encoder's axes:
                "linear" rope type in transformers (theta already scaled, every frequency / factor)
     jina-v3    XLM-R with rotary: a GELU MLP (fc1, fc2), biases everywhere, theta 20000, pad id 1; XLM-R's
                classification head (dense, tanh, out_proj on <s>). Its task LoRA adapters are no part of the body.
+               Its released repository (jinaai/jina-embeddings-v3, custom code) says model_type xlm-roberta with
+               position_embedding_type rotary, rotary_emb_base and lora_adaptations: `jina_released` claims that
+               config.json for this family (rotary_emb_base read as rope_theta), and model/jina_lora.py reads its
+               weights, whose task LoRAs are inside them, into adapters named after the tasks.
 
 Rotary scaling (rope_type default, linear or dynamic: model/positions.py) comes from base.rope_scaling; other rope
 types are refused. Each table maps both transformers' module names and the released checkpoints' own (nomic's
@@ -118,7 +122,24 @@ def _gte_body(hf: dict[str, Any]) -> dict[str, Any]:
     return {**_body(hf, "gte", 160_000.0, 1), "gated_ffn": True, "ffn_bias": False, "ffn_down_bias": True}
 
 
+def jina_released(hf: dict[str, Any]) -> bool:
+    """Whether config.json is jina-embeddings-v3's released custom-code one (jinaai/xlm-roberta-flash-implementation
+    with its task LoRAs): model_type xlm-roberta, rotary positions, lora_adaptations. An xlm-roberta config with
+    rotary positions and no tasks is another model of that code, left to XLM-R's reader (which refuses it)."""
+    return (hf.get("model_type") == "xlm-roberta" and hf.get("position_embedding_type") == "rotary"
+            and "lora_adaptations" in hf)
+
+
+def jina_names(hf: dict[str, Any]) -> dict[str, Any]:
+    """A jina config.json with the custom code's rotary_emb_base read as rope_theta where transformers' rope fields
+    are absent (the released config's only body field under another name)."""
+    if "rotary_emb_base" in hf and "rope_theta" not in hf and "rope_parameters" not in hf:
+        return {**hf, "rope_theta": hf["rotary_emb_base"]}
+    return hf
+
+
 def _jina_body(hf: dict[str, Any]) -> dict[str, Any]:
+    hf = jina_names(hf)
     return {**_body(hf, "jina", 20_000.0, 1), "layer_norm_eps": hf.get("layer_norm_eps", 1e-5)}
 
 
@@ -179,5 +200,6 @@ JINA_V3 = Family(
     heads={"sequence": {"classifier.dense": "head.pooler", "classifier.out_proj": "head.classifier"},
            "tokens": _TOKENS, "mlm": _LM_HEAD},
     head_config=_head("gelu"), ignored=("pooler.",),
+    aliases={"XLMRobertaModel": "none"}, released=jina_released,  # the released config's class: the bare body
 )
 ROTARY = (NOMIC_BERT, GTE, JINA_V3)

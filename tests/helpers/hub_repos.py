@@ -8,7 +8,7 @@ sentence-transformers' SparseEncoder).
     build(row, directory) -> Expected    the repository's files at `directory`, and the reference's answers
 
 Each builder reuses the family helpers (tests/helpers/sentence.py, decoders.py, rotary.py, bge_m3.py, colbert.py,
-families.py); a row `refused` is a real layout `--model` does not serve yet, and says the line it is refused with.
+families.py). Every row is served: a layout `--model` refuses is tested by tests/hub/test_refusals.py.
 """
 
 from __future__ import annotations
@@ -51,14 +51,15 @@ JINA_TASKS = {"retrieval.query": "Represent the query for retrieving evidence do
 
 @dataclass
 class Expected:
-    """The reference's answers: embeddings by prompt name (None: the model's default), scores of QUERY against
-    DOCUMENTS, sparse vectors (N, V) of TEXTS, and token vectors of documents and of queries."""
+    """The reference's answers: embeddings by prompt name (None: the model's default) and by task, scores of QUERY
+    against DOCUMENTS, sparse vectors (N, V) of TEXTS, and token vectors of documents and of queries."""
 
     embeddings: dict[str | None, np.ndarray] = field(default_factory=dict)
     scores: np.ndarray | None = None
     sparse: np.ndarray | None = None
     documents: list[np.ndarray] | None = None
     queries: list[np.ndarray] | None = None
+    tasks: dict[str, np.ndarray] = field(default_factory=dict)  # embeddings by task (adapter), its prompt applied
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,6 @@ class Row:
     serves: str  # embedding, rerank, sparse, multi-vector
     build: Callable[[Path], Expected]
     reranker: str | None = None  # the --reranker recipe it needs
-    refused: str | None = None  # not served: the line `--model` refuses it with
 
     @property
     def alias(self) -> str:
@@ -222,23 +222,22 @@ def gte_multilingual(directory: Path) -> Expected:
 
 
 def jina_v3(directory: Path) -> Expected:
-    """jina-embeddings-v3 as released: model_type xlm-roberta with rotary positions (rotary_emb_base), its task
-    LoRAs named in config.json, auto_map to jinaai/xlm-roberta-flash-implementation, its body under roberta.,
-    mean pooling and Normalize with the task instructions as prompts."""
-    from tests.helpers.rotary import save_rotary
-    from tests.helpers.sentence import wrap_sentence_transformer
+    """jina-embeddings-v3 as released (tests/helpers/jina.py): model_type xlm-roberta with rotary positions
+    (rotary_emb_base), auto_map to jinaai/xlm-roberta-flash-implementation, its body under roberta. in bfloat16 with
+    its task LoRAs inside as torch parametrizations, stacked over lora_adaptations; mean pooling and Normalize with
+    the task instructions as prompts. The reference: sentence-transformers over transformers' JinaEmbeddingsV3Model
+    with the base weights, and with each task's LoRA merged into them, under that task's prompt."""
+    from tests.helpers.jina import merged, save_released
+    from tests.helpers.sentence import load_reference
 
-    source = directory.parent / f"{directory.name}-hf"
-    save_rotary(source, "jina_v3", "Model", "tiny", seed=7)
-    write_json(source / "tokenizer_config.json", XLMR_TOKENS)
-    wrap_sentence_transformer(directory, source, "mean", max_seq_length=MAX_SEQ, prompts=JINA_TASKS)
-    edit_config(directory, drop=("rope_parameters",), model_type="xlm-roberta", architectures=["XLMRobertaModel"],
-                auto_map={"AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta."
-                                        "XLMRobertaFlashConfig",
-                          "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_lora.XLMRobertaLoRA"},
-                position_embedding_type="rotary", rotary_emb_base=20000.0, lora_adaptations=list(JINA_TASKS),
-                task_instructions=JINA_TASKS, lora_rank=4, lora_alpha=1, use_flash_attn=True)
-    return Expected()
+    released = save_released(directory, "tiny", seed=7)
+    model: Any = load_reference(released.sentence)  # type: ignore[arg-type]
+    tasks = list(JINA_TASKS)
+    expected = Expected(embeddings={None: model.encode(TEXTS, convert_to_numpy=True)})
+    for name in ("retrieval.query", "retrieval.passage", "text-matching"):
+        with merged(model[0].auto_model, released.lora, tasks.index(name)):
+            expected.tasks[name] = model.encode(TEXTS, prompt_name=name, convert_to_numpy=True)
+    return expected
 
 
 def bge_reranker(directory: Path) -> Expected:
@@ -307,8 +306,7 @@ ROWS: tuple[Row, ...] = (
     Row("sentence-transformers/all-MiniLM-L6-v2", "embedding", all_minilm),
     Row("intfloat/multilingual-e5-small", "embedding", multilingual_e5),
     Row("Alibaba-NLP/gte-multilingual-base", "embedding", gte_multilingual),
-    Row("jinaai/jina-embeddings-v3", "embedding", jina_v3,
-        refused="position_embedding_type 'rotary' is not supported"),
+    Row("jinaai/jina-embeddings-v3", "embedding", jina_v3),
     Row("Qwen/Qwen3-Reranker-0.6B", "rerank", qwen3_reranker, reranker="qwen3"),
     Row("BAAI/bge-reranker-v2-m3", "rerank", bge_reranker),
     Row("answerdotai/answerai-colbert-small-v1", "multi-vector", answerai_colbert),

@@ -2,8 +2,8 @@
 repository is laid out, at a tiny shape with random weights; `attnserve pull` of each into the bundle cache (variant
 fp32; Qwen3-Reranker with `--reranker qwen3`), then one `attnserve serve --model ALIAS=NAME ...` of them all, without
 torch, compared (max abs 1e-5) with what the pipeline a user would otherwise call returns: sentence-transformers with
-each prompt, CrossEncoder, FlagEmbedding, colbert-ai, Qwen3-Reranker's scoring, SparseEncoder. A row not served yet
-is refused by `attnserve pull` with its one line, before any weight is fetched.
+each prompt (jina-embeddings-v3 with each task's LoRA merged into its weights too, asked for by a request's `task`),
+CrossEncoder, FlagEmbedding, colbert-ai, Qwen3-Reranker's scoring, SparseEncoder.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from tests.helpers.hub_repos import DOCUMENTS, QUERY, ROWS, TEXTS, Expected, Row
 
 pytestmark = pytest.mark.slow
 TOLERANCE = 1e-5
-SERVED = [row for row in ROWS if row.refused is None]
-REFUSED = [row for row in ROWS if row.refused is not None]
+SERVED = ROWS
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +93,12 @@ def rows(kind: str) -> list[Row]:
 
 @pytest.mark.parametrize("row", rows("embedding"), ids=lambda row: row.name)
 def test_embeddings_equal_sentence_transformers_under_each_prompt(server, hub, row):
-    assert hub[1][row.name].embeddings, f"{row.name} is served with nothing to compare it with"
-    for prompt, want in hub[1][row.name].embeddings.items():
-        body = {"input": TEXTS, "model": row.alias}
-        data = post(server, "/v1/embeddings", body | ({"prompt_name": prompt} if prompt else {}))["data"]
+    expected = hub[1][row.name]
+    asked = [({"prompt_name": prompt} if prompt else {}, want) for prompt, want in expected.embeddings.items()]
+    asked += [({"task": task}, want) for task, want in expected.tasks.items()]  # the task's adapter and prompt
+    assert asked, f"{row.name} is served with nothing to compare it with"
+    for fields, want in asked:
+        data = post(server, "/v1/embeddings", {"input": TEXTS, "model": row.alias} | fields)["data"]
         assert_near(np.array([item["embedding"] for item in data]), want)
 
 
@@ -137,15 +138,3 @@ def test_sparse_vectors_equal_the_reference(server, hub, row):
             got[i, value["index"]] = value["value"]
     assert (got != 0).sum() == (want != 0).sum()
     assert_near(got, want)
-
-
-@pytest.mark.parametrize("row", REFUSED, ids=lambda row: row.name)
-def test_a_layout_not_served_yet_is_refused_before_its_weights(hub, work, row):
-    asked = len(hub[0].asked)
-    argv = [sys.executable, "-m", "attnserve", "pull", row.name, "--variants", "fp32", "--cache-dir",
-            str(work / "cache")]
-    result = subprocess.run(argv, env=hub_env(hub[0], work), capture_output=True, text=True, timeout=300, check=False)
-    lines = [line for line in result.stderr.splitlines() if row.refused in line]
-    assert result.returncode == 2 and "Traceback" not in result.stderr and len(lines) == 1, result.stderr
-    fetched = [path for path in hub[0].paths(asked) if path.startswith(f"/{row.name}/resolve/")]
-    assert fetched and not [path for path in fetched if path.endswith(".safetensors")], fetched

@@ -19,6 +19,7 @@ from tests.helpers.adapters import save_adapter
 from tests.helpers.bge_m3 import save_bge_m3
 from tests.helpers.colbert import save_colbert_ai, save_pylate
 from tests.helpers.families import save_hf
+from tests.helpers.jina import save_released
 from tests.helpers.sentence import save_sentence_transformer
 from tests.helpers.tiny import make_tiny_checkpoint, make_tiny_hf_bert
 from tests.model.test_lora import bert_loader
@@ -42,6 +43,7 @@ BUILDERS: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "pylate": (lambda root: save_pylate(root, "tiny")[0], MODEL),
     "colbert-ai": (lambda root: save_colbert_ai(root, "tiny"), MODEL),
     "bge-m3": (_bge_m3, [*MODEL, "colbert_linear.pt", "sparse_linear.pt"]),
+    "jina-lora": (lambda root: save_released(root / "jina").directory, MODEL),
     "sentence-transformers": (lambda root: save_sentence_transformer(root / "st", "bert", "mean"), MODEL),
     "hugging-face": (lambda root: make_tiny_hf_bert(root / "hf"), MODEL),
     "peft": (_peft, ["adapter_config.json", "adapter_model.safetensors"]),

@@ -225,12 +225,22 @@ def test_nomics_released_config_reads_as_transformers_names(tmp_path: Path) -> N
         check_config(tmp_path)
 
 
-def test_jinas_released_config_is_refused_before_its_weights(tmp_path: Path) -> None:
-    """jina-embeddings-v3 as released says model_type xlm-roberta with rotary positions: check_config (what attnserve
-    pull asks before fetching weights) refuses it, rather than the weight table after the download."""
+def test_jinas_released_config_is_read_as_jinas_before_its_weights(tmp_path: Path) -> None:
+    """jina-embeddings-v3 as released says model_type xlm-roberta with rotary positions and its tasks
+    (lora_adaptations): check_config (what attnserve pull asks before fetching weights) reads it as the jina family,
+    rotary_emb_base as its theta; an xlm-roberta config with rotary positions and no tasks is another model of that
+    custom code, still refused from config.json alone, rather than by the weight table after the download."""
+    from model.families import family_of
+
     save_rotary(tmp_path, "jina_v3")
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "xlm-roberta", "architectures": [
-        "XLMRobertaModel"], "position_embedding_type": "rotary", "rotary_emb_base": 20000.0}))
+    released = {**{k: v for k, v in config.items() if k != "rope_parameters"}, "model_type": "xlm-roberta",
+                "architectures": ["XLMRobertaModel"], "position_embedding_type": "rotary", "rotary_emb_base": 900.0}
+    (tmp_path / "config.json").write_text(json.dumps({**released, "lora_adaptations": ["text-matching"]}))
+    check_config(tmp_path)
+    read = json.loads((tmp_path / "config.json").read_text())
+    family, kind = family_of(read)
+    assert (family.name, kind, family.config(read)["rotary_theta"]) == ("jina", "none", 900.0)
+    (tmp_path / "config.json").write_text(json.dumps(released))
     with pytest.raises(ValueError, match="position_embedding_type 'rotary' is not supported"):
         check_config(tmp_path)
