@@ -212,12 +212,22 @@ def _build_kind(
             assert int8 is not None  # int8 variants exist for the fast kind, which gets the int8 inputs
             parity = _build_int8(variant, fp32, path, model.encoder.config, int8)
         else:
-            if variant != "fp32":
-                variants_mod.build(variant, fp32, path, model.encoder.config)
+            if variant != "fp32" and not _built(variant, fp32, path, model.encoder.config):
+                continue
             parity = _check(path, variant, gated)
         log.info("%s parity %s", path.name, parity)
         entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
     return entries
+
+
+def _built(variant: str, fp32: Path, path: Path, config: EncoderConfig) -> bool:
+    """export.variants.build; False (logged, not an error) where the optimiser would add nothing to fp32."""
+    try:
+        variants_mod.build(variant, fp32, path, config)
+    except variants_mod.NothingFused as reason:
+        log.warning("%s", reason)
+        return False
+    return True
 
 
 def _build_int8(variant: str, fp32: Path, path: Path, config: EncoderConfig, int8: Int8Inputs) -> dict[str, float]:

@@ -39,8 +39,16 @@ class VariantError(RuntimeError):
     """A derived graph could not be built or lost an output on the way."""
 
 
-def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> None:
-    """Fuse the embeddings, attention, layer norms, GELU and bias adds for the CPU provider.
+class NothingFused(VariantError):
+    """onnxruntime's optimiser fused nothing: fp32-opt would be the fp32 graph again, so it is not built. Nothing to
+    serve that fp32 does not, while its gate, its speed timings (two fast graphs to choose from) and its invariance
+    run cost minutes for a large model: the Qwen3-Embedding-0.6B shape, whose graph the optimiser's symbolic shape
+    inference gives up on, so no pattern matches (docs/export.md)."""
+
+
+def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> dict[str, int]:
+    """Fuse the embeddings, attention, layer norms, GELU and bias adds for the CPU provider; returns the optimiser's
+    count of each fused operator.
 
     The position ids are first put in the form the optimiser's embedding fusion knows (export.fusion).
     The fused Attention gets the raw (B, T) attention mask, not BERT's default "mask index" (the
@@ -59,10 +67,12 @@ def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool =
         )
     finally:
         onnxfiles.clear(staged)
-    log.info("fp32-opt fusions: %s", model.get_fused_operator_statistics())
+    fused: dict[str, int] = model.get_fused_operator_statistics()
+    log.info("fp32-opt fusions: %s", fused)
     onnxfiles.clear(dst)
     model.save_model_to_file(str(dst), use_external_data_format=large)
     _check_outputs(src, dst)
+    return fused
 
 
 def _with_expanded_positions(src: Path, dst: Path, large: bool) -> None:
@@ -158,7 +168,10 @@ def to_fp16(src: Path, dst: Path) -> None:
 
 def build(variant: str, src: Path, dst: Path, config: EncoderConfig) -> None:
     if variant == "fp32-opt":
-        optimize(src, dst, config)
+        if not any(optimize(src, dst, config).values()):
+            onnxfiles.clear(dst)
+            raise NothingFused(f"{dst.name}: onnxruntime's optimiser fused nothing in this graph; fp32-opt would be "
+                               "the fp32 graph again, so it is not built (the bundle serves fp32)")
     elif variant == "int8-dynamic":
         quantize(src, dst, config)
     elif variant == "fp16":
