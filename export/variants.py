@@ -42,8 +42,7 @@ class VariantError(RuntimeError):
 class NothingFused(VariantError):
     """onnxruntime's optimiser fused nothing: fp32-opt would be the fp32 graph again, so it is not built. Nothing to
     serve that fp32 does not, while its gate, its speed timings (two fast graphs to choose from) and its invariance
-    run cost minutes for a large model: the Qwen3-Embedding-0.6B shape, whose graph the optimiser's symbolic shape
-    inference gives up on, so no pattern matches (docs/export.md)."""
+    run cost minutes for a large model."""
 
 
 def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> dict[str, int]:

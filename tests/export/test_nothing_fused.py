@@ -1,8 +1,7 @@
 """fp32-opt is not built where onnxruntime's optimiser fuses nothing (export.variants.NothingFused): the bundle holds
-fp32 alone for the fast kind, the warning says why, and the one fast graph gets its invariance and no timings. What
-the optimiser reports for the Qwen3-Embedding-0.6B shape (every count zero: its symbolic shape inference gives up on
-the large graph) is given here to a small BERT, whose own fusions are real (tests/export/test_fusion.py), so the
-export around it is the same code at a test's size; the graphs are the real ones, only the report is zeroed.
+fp32 alone for the fast kind, the warning says why, and the one fast graph gets its invariance and no timings. No
+family here makes such a graph (each fuses its norms at least), so a small BERT's real optimisation is run with the
+optimiser's report zeroed: the graphs are the real ones, only the count that decides is not.
 """
 
 from __future__ import annotations
