@@ -5,8 +5,8 @@ the export tests (tests/export/test_families.py: the graphs against transformers
     family_export("xlm-roberta-scorer") -> Exported(arch, head, source, bundle, reference)
 
 Each case is a random-weight checkpoint (tests/helpers/families.py, decoders.py, rotary.py) or sentence-transformers
-directory (tests/helpers/sentence.py) exported fp32 (a decoder or a rotary encoder also fp32-opt) with
-export.bundle.export_bundle, as `attnserve export` does. CamemBERT
+directory (tests/helpers/sentence.py) exported fp32 (a decoder or a rotary encoder also fp32-opt, where its attention
+fuses) with export.bundle.export_bundle, as `attnserve export` does. CamemBERT
 loads through the same family code and table as XLM-RoBERTa (model/families/) and ships the same kind of
 tokenizer (Unigram), so XLM-RoBERTa stands for it here; tests/model/test_families.py checks every registered family
 in PyTorch, one row each (tests/helpers/family_cases.py).
@@ -98,8 +98,9 @@ def export_case(name: str, root: Path) -> Exported:
         extra = {"id2label": SCORER_LABELS} if name.endswith("-scorer") else {}
         save = save_decoder if arch in DECODERS else save_rotary if arch in ROTARY else save_hf
         reference = save(source, arch, head, shape, **extra)
-    # the decoders' and rotary encoders' graphs also through the fused fp32-opt variant and its gate (RMS norms,
-    # grouped heads, rotary q/k)
+    # the decoders' and rotary encoders' graphs also through the fused fp32-opt variant and its gate (rotary q/k,
+    # grouped heads), asked for as `attnserve export` asks: built where their attention fuses (the rotary encoders,
+    # EmbeddingGemma's shape), left out where only their norms do (export.variants.NothingFused)
     variants = ("fp32", "fp32-opt") if arch in DECODERS or arch in ROTARY else ("fp32",)
     export_bundle(source, root / "bundle", variants=variants, name=name)
     return Exported(arch, head, source, root / "bundle", reference)
