@@ -115,12 +115,13 @@ class References:
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
         rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
         held: list[Batch] | None = [] if self.kind != "attention" else None
+        size = 0
         for batch, adapters in zip(self.texts, rows, strict=True):
             for computed in self._batches(module, batch, adapters):
                 if held is not None:
                     held.append(computed)
-                    if sum(v.nbytes for b in held for v in b.expected.values()) > HELD_BYTES:
-                        held = None
+                    size += sum(v.nbytes for v in computed.expected.values())
+                    held = held if size <= HELD_BYTES else None
                 yield computed
         self._held = held
 
