@@ -72,12 +72,17 @@ _NOMIC_FIXED = {"activation_function": "swiglu", "rotary_emb_fraction": 1.0, "ro
                 "mlp_fc1_bias": False, "mlp_fc2_bias": False}
 
 
+def _refuse_other_values(hf: dict[str, Any], fixed: dict[str, Any], model_type: str, who: str) -> None:
+    """A custom-code switch set to anything but what its released checkpoints (`who`) set, refused by name."""
+    for key, value in fixed.items():
+        if key in hf and hf[key] != value:
+            raise ValueError(f"{model_type} {key} {hf[key]!r} is not supported (only {value!r}, as {who} sets it)")
+
+
 def nomic_names(hf: dict[str, Any]) -> dict[str, Any]:
     """A NomicBERT config.json in transformers' names: the custom code's names read where transformers' are absent
     (n_inner null: 4 * n_embd, as its code); a switch set to what its code alone implements is refused."""
-    for key, value in _NOMIC_FIXED.items():
-        if key in hf and hf[key] != value:
-            raise ValueError(f"nomic_bert {key} {hf[key]!r} is not supported (only {value!r}, as nomic-embed sets it)")
+    _refuse_other_values(hf, _NOMIC_FIXED, "nomic_bert", "nomic-embed")
     renamed = {ours: hf[theirs] for theirs, ours in _NOMIC_NAMES.items() if theirs in hf and ours not in hf}
     if "n_embd" in hf and renamed.get("intermediate_size", 0) is None:
         renamed["intermediate_size"] = 4 * hf["n_embd"]
@@ -104,9 +109,7 @@ def new_names(hf: dict[str, Any]) -> dict[str, Any]:
     the native gte conversions write it). Mixed NTK (mixed_b) and the switches above at other values are refused."""
     if hf.get("model_type") != "new":
         return hf
-    for key, value in _NEW_FIXED.items():
-        if key in hf and hf[key] != value:
-            raise ValueError(f"new {key} {hf[key]!r} is not supported (only {value!r}, as the GTE checkpoints set it)")
+    _refuse_other_values(hf, _NEW_FIXED, "new", "gte-multilingual-base")
     theta, scaling = float(hf.get("rope_theta", 10_000.0)), hf.get("rope_scaling") or {}
     if not scaling:
         return {**hf, "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
