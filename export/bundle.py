@@ -35,7 +35,7 @@ from export import onnxfiles, shared_weights
 from export import variants as variants_mod
 from export.adapters import manifest_entry
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
-from export.graphs import KINDS, export_graph, input_shapes, output_shapes, task
+from export.graphs import KINDS, export_graph, fast_from_attention, input_shapes, output_shapes, task
 from export.measure import measure_entries
 from export.parity import ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
@@ -158,6 +158,8 @@ def _build_graphs(model: LoadedModel, tmp: Path, chosen: list[str], max_length: 
     sets = {(kind, name): texts for kind in KINDS
             for name, texts in _parity_sets(model, parity, max_length, kind).items()}
     exact = float64_references(sets)
+    export_graph(model.encoder, "attention", tmp / "attention-fp32.onnx")  # the fast graph is the same, less its maps
+    fast_from_attention(tmp / "attention-fp32.onnx", tmp / "fast-fp32.onnx")
     graphs = []
     for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
         gated = {name: (texts, exact[k, name]) for (k, name), texts in sets.items() if k == kind}
@@ -202,8 +204,7 @@ def _build_kind(
     model: LoadedModel, tmp: Path, kind: str, chosen: list[str], gated: Gated, int8: Int8Inputs | None,
 ) -> list[GraphEntry]:
     """Every chosen variant of `kind`, gated on `gated`: its sets of texts and their float64 references."""
-    fp32 = tmp / f"{kind}-fp32.onnx"
-    export_graph(model.encoder, kind, fp32)
+    fp32 = tmp / f"{kind}-fp32.onnx"  # exported (or, fast, derived) by _build_graphs
     entries = []
     for variant in (v for v in chosen if v in variants_mod.KIND_VARIANTS[kind]):
         path = tmp / f"{kind}-{variant}.onnx"

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import torch
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 from torch import Tensor, nn
 
 from bundle.feeds import ADAPTER, INPUT_NAMES, SELECTION, TOKEN_TYPE_IDS
@@ -195,6 +196,27 @@ def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = Tr
     onnxfiles.clear(path)
     program.save(str(path), external_data=large)  # large: tensors in onnxfiles.data_name(path), as torch names it
     log.info("exported %s graph to %s%s", kind, path, " (weights in an external data file)" if large else "")
+
+
+def fast_from_attention(attention: Path, fast: Path) -> None:
+    """The fast graph, written at `fast`, from the attention graph at `attention`: the same graph without its maps.
+
+    The attention graph's layers run the fast way and only keep, beside, the chosen heads' queries and keys for the
+    maps (model.encoder.Encoder.forward), so dropping the `attentions` output and the `layers` and `heads` inputs
+    leaves, once the ops nothing reads are removed, the op for op graph a fast export gives (tests/export/
+    test_fast_from_attention.py): one dynamo export per model instead of two, the slowest step of an export. A large
+    graph's fast copy names the attention graph's data file for its weights (onnx's external data, by location) until
+    export.shared_weights rewrites both to read one file."""
+    model = ir.load(attention)  # its external data, if any, is read only when a tensor's bytes are asked for
+    graph = model.graph
+    for output in [value for value in graph.outputs if value.name == "attentions"]:
+        graph.outputs.remove(output)
+    for selection in [value for value in graph.inputs if value.name in SELECTION]:
+        graph.inputs.remove(selection)  # and, unread now, their initializers go with the ops below
+    RemoveUnusedNodesPass()(model)
+    onnxfiles.clear(fast)
+    ir.save(model, fast)
+    log.info("derived the fast graph %s from %s", fast, attention)
 
 
 def select_all_by_default(program: torch.onnx.ONNXProgram, config: EncoderConfig) -> None:

@@ -57,9 +57,16 @@ def large_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
 def unshared_bundle(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A large bundle as export wrote it before the shared file: every graph's weights in its own data file."""
     out = tmp_path_factory.mktemp("external") / "unshared"
+    derive = export_module.fast_from_attention
+
+    def own_copy(attention: Path, fast: Path) -> None:  # the derived fast graph's weights copied into its own file
+        derive(attention, fast)
+        onnxfiles.save(onnx.load(str(fast)), fast, large=True)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(onnxfiles, "EXTERNAL_DATA_BYTES", 0)
         patch.setattr(export_module, "SHARED_VARIANTS", ())
+        patch.setattr(export_module, "fast_from_attention", own_copy)
         export_bundle(tiny_checkpoint, out, variants=VARIANTS)
     return out
 
