@@ -37,6 +37,12 @@ PROVIDERS = {
 
 # Fused operators that alone do not make fp32-opt worth building (NothingFused): a decoder's RMSNorms
 NORM_OPS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
+# The ops the optimiser's other fusions start from: its attention, skip and embedding norm fusions search from a
+# LayerNormalization, its GELU fusions from Gelu, Erf or Tanh. A graph without any (a decoder's: RMSNorm, SiLU,
+# rotary attention) can only have its norms fused, so it is not optimised at all (NothingFused, before the
+# optimiser's minutes and memory at 0.6B parameters); tests/export/test_families.py checks on every family's graph
+# that the optimiser fuses nothing else where this says so.
+FUSION_ANCHORS = ("LayerNormalization", "Gelu", "Erf", "Tanh")
 
 
 class VariantError(RuntimeError):
@@ -49,7 +55,8 @@ class NothingFused(VariantError):
     fast by fp32: the Qwen3-Embedding-0.6B shape's `auto` chose fp32 on a quiet machine and fp32-opt on a loaded one
     (docs/export.md), while its gate, the speed timings of two fast graphs and a second invariance run cost 270 of the
     export's 817 s. Where the attention, GELU or the residual adds fuse too (the BERT family, the rotary encoders,
-    Gemma's GELU, a LoRA model's norms and GELU), fp32-opt is built and measured as before."""
+    Gemma's GELU, a LoRA model's norms and GELU), fp32-opt is built and measured as before. A graph without any of
+    FUSION_ANCHORS is refused before the optimiser runs (fuses_only_norms)."""
 
 
 def optimize(src: Path, dst: Path, config: EncoderConfig, fuse_attention: bool = True) -> dict[str, int]:
@@ -172,8 +179,18 @@ def to_fp16(src: Path, dst: Path) -> None:
     _check_outputs(src, dst)
 
 
+def fuses_only_norms(src: Path) -> bool:
+    """Whether the graph at `src` has none of FUSION_ANCHORS, so the optimiser could fuse nothing but its norms."""
+    graph = onnx.load(str(src), load_external_data=False).graph
+    return not any(node.op_type in FUSION_ANCHORS for node in graph.node)
+
+
 def build(variant: str, src: Path, dst: Path, config: EncoderConfig) -> None:
     if variant == "fp32-opt":
+        if fuses_only_norms(src):
+            raise NothingFused(f"{dst.name}: this graph has no {', '.join(FUSION_ANCHORS)}, where onnxruntime's "
+                               "optimiser starts every fusion but a norm's; fp32-opt would serve no faster than fp32, "
+                               "so it is not built (the bundle serves fp32)")
         fused = {op: n for op, n in optimize(src, dst, config).items() if n}
         if set(fused) <= set(NORM_OPS):
             onnxfiles.clear(dst)

@@ -101,6 +101,10 @@ def export_case(name: str, root: Path) -> Exported:
     # the decoders' and rotary encoders' graphs also through the fused fp32-opt variant and its gate (rotary q/k,
     # grouped heads), asked for as `attnserve export` asks: built where their attention fuses (the rotary encoders,
     # EmbeddingGemma's shape), left out where only their norms do (export.variants.NothingFused)
-    variants = ("fp32", "fp32-opt") if arch in DECODERS or arch in ROTARY else ("fp32",)
-    export_bundle(source, root / "bundle", variants=variants, name=name)
+    export_bundle(source, root / "bundle", variants=asked_variants(arch), name=name)
     return Exported(arch, head, source, root / "bundle", reference)
+
+
+def asked_variants(arch: str) -> tuple[str, ...]:
+    """The variants a shared case's bundle is exported with (fp32-opt for the decoders and rotary encoders)."""
+    return ("fp32", "fp32-opt") if arch in DECODERS or arch in ROTARY else ("fp32",)
