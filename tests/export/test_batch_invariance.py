@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bundle.feeds import KNOWN_INPUTS, input_names, pad
-from bundle.invariance import batch_max_abs_diff
+from bundle.invariance import batch_max_abs_diff, together
 from bundle.manifest import BATCH_INVARIANCE_TOLERANCE, Measured
 from bundle.session import open_session
 from export.graphs import export_graph
@@ -103,3 +103,11 @@ def test_export_measurement_tells_them_apart(graphs: dict[str, Path]) -> None:
     for variant, path in graphs.items():
         figure = batch_max_abs_diff(open_session(path, "cpu", intra_op_threads=2), batches)
         assert Measured(batch_max_abs_diff=figure).batch_invariant == (variant != "int8-dynamic"), (variant, figure)
+
+
+def test_the_texts_run_together_are_the_shortest_that_fit_the_budget() -> None:
+    texts = [[1] * n for n in (600, 3, 14, 1, 144, 14, 90)]
+    assert together(texts, None) == list(range(7))  # no budget: all of them
+    assert together(texts, 4096) == [1, 2, 3, 4, 5, 6]  # 6 x 144 fits; 7 x 600 does not
+    assert together(texts, 500) == [1, 2, 3, 5, 6]  # 5 x 90 fits; 6 x 144 does not
+    assert together(texts, 1) == [1, 3]  # two at least, the shortest
