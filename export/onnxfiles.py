@@ -19,6 +19,7 @@ the target's (`clear`): the int8 loops write the same path once per attempt.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -80,6 +81,18 @@ def make_readable(path: Path) -> None:
 
 
 def data_files(path: Path) -> dict[str, str]:
-    """The manifest's `data_files` of the graph at `path`: each data file it reads -> its sha256."""
+    """The manifest's `data_files` of the graph at `path`: each data file it reads -> its sha256. A file that several
+    graphs read (the shared weights, gigabytes for a large model) is hashed once while it stays unchanged."""
     path = Path(path)
-    return {name: sha256_file(path.parent / name) for name in sorted(external_locations(path))}
+    hashed = {}
+    for name in sorted(external_locations(path)):
+        file = (path.parent / name).resolve()
+        status = file.stat()
+        hashed[name] = _sha256(file, status.st_size, status.st_mtime_ns, status.st_ino)
+    return hashed
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path: Path, size: int, mtime_ns: int, inode: int) -> str:
+    """sha256_file, remembered by the file's size, modification time and inode (a rewritten file is hashed again)."""
+    return sha256_file(path)
