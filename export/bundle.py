@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,7 +158,9 @@ def _build_graphs(model: LoadedModel, tmp: Path, chosen: list[str], max_length: 
     parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
     sets = {(kind, name): texts for kind in KINDS
             for name, texts in _parity_sets(model, parity, max_length, kind).items()}
+    started = time.perf_counter()
     exact = float64_references(sets)
+    log.info("float64 references of %d sets of texts in %.0f s", len(sets), time.perf_counter() - started)
     export_graph(model.encoder, "attention", tmp / "attention-fp32.onnx")  # the fast graph is the same, less its maps
     fast_from_attention(tmp / "attention-fp32.onnx", tmp / "fast-fp32.onnx")
     graphs = []

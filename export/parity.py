@@ -21,7 +21,8 @@ same indices, each reported under its set's name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,8 +35,9 @@ import torch
 from bundle.feeds import pad
 from bundle.session import ORT_PROVIDERS, open_session
 from export.gates import EXACT_VARIANTS, gate_failures, merge_worst, reported
-from export.graphs import GraphModule
+from export.graphs import GraphModule, output_shapes
 from model.checkpoint import LoadedModel
+from model.config import EncoderConfig
 from model.tokenizer import pair_ids, token_ids
 
 if TYPE_CHECKING:
@@ -109,8 +111,23 @@ class References:
     _held: list[Batch] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Batch]:
+        return self.admitted()
+
+    def admitted(self, admit: Callable[[int], bool] | None = None) -> Iterator[Batch]:
+        """The batches, in order; with `admit`, only those it admits, asked with the bytes of a batch's outputs
+        (export.rounding's float64 texts). The attention kind, whose batches are never held, asks before each eager
+        run, so a batch not admitted is never run; the others run (and hold) every batch and ask after."""
+        if admit is not None and self.kind != "attention":
+            yield from (b for b in self.admitted() if admit(_output_bytes(b.expected)))
+            return
         if self._held is not None:
             yield from self._held
+            return
+        if admit is not None:
+            module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
+            rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
+            for batch, adapters in zip(self.texts, rows, strict=True):
+                yield from self._batches(module, batch, adapters, admit)
             return
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
         rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
@@ -120,13 +137,13 @@ class References:
             for computed in self._batches(module, batch, adapters):
                 if held is not None:
                     held.append(computed)
-                    size += sum(v.nbytes for v in computed.expected.values())
+                    size += _output_bytes(computed.expected)
                     held = held if size <= HELD_BYTES else None
                 yield computed
         self._held = held
 
     def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]],
-                 adapters: Sequence[int]) -> Iterator[Batch]:
+                 adapters: Sequence[int], admit: Callable[[int], bool] | None = None) -> Iterator[Batch]:
         tokenizer, config = self.model.tokenizer, self.model.encoder.config
         if isinstance(batch[0], tuple):
             ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
@@ -136,13 +153,26 @@ class References:
         maps = 4 * config.num_layers * config.num_heads * len(ids) * longest * longest  # (B, L, H, T, T) float32
         if self.kind == "attention" and maps > MAP_BATCH_BYTES and len(batch) > 1:
             half = len(batch) // 2
-            yield from self._batches(module, batch[:half], adapters[:half])
-            yield from self._batches(module, batch[half:], adapters[half:])
+            yield from self._batches(module, batch[:half], adapters[:half], admit)
+            yield from self._batches(module, batch[half:], adapters[half:], admit)
+            return
+        if admit is not None and not admit(output_bytes(config, module.names, len(ids), longest)):
             return
         feeds = pad(ids, config.pad_token_id, module.input_names, type_ids=types, adapters=adapters)
         with torch.no_grad():
             values = module(**{name: torch.from_numpy(feeds[name]) for name in module.input_names})
         yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
+
+
+def _output_bytes(expected: dict[str, np.ndarray]) -> int:
+    return sum(v.nbytes for v in expected.values())
+
+
+def output_bytes(config: EncoderConfig, names: Sequence[str], batch: int, length: int) -> int:
+    """The float32 bytes of the outputs `names` of a (batch, length) run (export.graphs.output_shapes)."""
+    sizes = {"batch": batch, "sequence": length, "layers": config.num_layers, "heads": config.num_heads}
+    shapes = output_shapes(config, "attention" if "attentions" in names else "fast")
+    return sum(4 * math.prod(sizes[d] if isinstance(d, str) else d for d in shapes[name]) for name in names)
 
 
 def available_providers(wanted: Sequence[str]) -> list[str]:

@@ -92,10 +92,12 @@ def _rounding(references: References, encoder: Encoder, budget: int) -> Rounding
     held: list[Batch] = []
     eager: dict[str, float] = {}
     used = 0
-    for single in references:
+
+    def admit(size: int) -> bool:  # the float32 bytes of a batch's outputs: is the float64 copy within the budget?
+        return not held or used + 2 * size <= budget
+
+    for single in references.admitted(admit):
         size = 2 * sum(value.nbytes for value in single.expected.values())  # its float64 outputs
-        if held and used + size > budget:
-            continue
         with torch.no_grad():
             values = module(**{name: torch.from_numpy(single.inputs[name]) for name in module.input_names})
         held.append(Batch(single.inputs, {n: v.numpy() for n, v in zip(module.names, values, strict=True)}))

@@ -65,3 +65,16 @@ def test_one_run_per_batch_gives_the_figures_of_two(loaded, tmp_path: Path, kind
     separately = tally(run(session, references), names) | rounding.figures(tally(run(session, rounding.batches), names))
     together = check_graph(path, "fp32", CPU, references, rounding)
     assert together == {k: v for k, v in separately.items() if k in together} and together
+
+
+@pytest.mark.parametrize("kind", ["fast", "attention"])
+def test_a_batch_left_out_is_never_run_for_the_attention_kind(loaded, monkeypatch, kind: str) -> None:
+    """export.rounding's float64 texts: the attention kind is asked about each batch before its eager run (its maps
+    can be gigabytes), with the bytes its outputs will have; the fast kind runs and holds every batch."""
+    references = References(loaded, parity_batches(), MAX_LENGTH, kind)
+    calls = counted(loaded, monkeypatch)
+    asked: list[int] = []
+    assert list(references.admitted(lambda size: asked.append(size) is not None)) == []
+    assert calls[0] == (0 if kind == "attention" else len(asked))
+    every = list(references.admitted(lambda size: True))
+    assert asked == [sum(b.expected[n].nbytes for n in b.expected) for b in every]  # the bytes it was asked with
