@@ -1,8 +1,8 @@
 """The bundle's fast graph is derived from its attention graph (export.graphs.fast_from_attention), not exported a
 second time: derived, it has the ops (the exporter may order a constant elsewhere), inputs, outputs and weights of
-the graph a fast export of the same model gives, and returns the same bits, for an encoder with token types (a BERT cross-encoder) and a decoder with grouped
-key/value heads, sliding windows and local layers (Gemma3). A large graph's derived copy reads its weights from the
-attention graph's data file, and runs as the attention graph does.
+the graph a fast export of the same model gives, and returns the same bits, for an encoder with token types (a BERT
+cross-encoder) and a decoder with grouped key/value heads, sliding windows and local layers (Gemma3). A large
+graph's derived copy reads its weights from the attention graph's data file, and runs as the attention graph does.
 """
 
 from __future__ import annotations
