@@ -113,10 +113,12 @@ class References:
     def __iter__(self) -> Iterator[Batch]:
         return self.admitted()
 
-    def admitted(self, admit: Callable[[int], bool] | None = None) -> Iterator[Batch]:
+    def admitted(self, admit: Callable[[int], bool] | None = None,
+                 left_out: list[References] | None = None) -> Iterator[Batch]:
         """The batches, in order; with `admit`, only those it admits, asked with the bytes of a batch's outputs
         (export.rounding's float64 texts). The attention kind, whose batches are never held, asks before each eager
-        run, so a batch not admitted is never run; the others run (and hold) every batch and ask after."""
+        run, so a batch not admitted is never run; the others run (and hold) every batch and ask after. `left_out`:
+        where the attention kind's batches not admitted are put, each as a fast-kind set of its texts."""
         if admit is not None and self.kind != "attention":
             yield from (b for b in self.admitted() if admit(_output_bytes(b.expected)))
             return
@@ -127,7 +129,7 @@ class References:
             module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
             rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
             for batch, adapters in zip(self.texts, rows, strict=True):
-                yield from self._batches(module, batch, adapters, admit)
+                yield from self._batches(module, batch, adapters, admit, left_out)
             return
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
         rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
@@ -143,7 +145,8 @@ class References:
         self._held = held
 
     def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]],
-                 adapters: Sequence[int], admit: Callable[[int], bool] | None = None) -> Iterator[Batch]:
+                 adapters: Sequence[int], admit: Callable[[int], bool] | None = None,
+                 left_out: list[References] | None = None) -> Iterator[Batch]:
         tokenizer, config = self.model.tokenizer, self.model.encoder.config
         if isinstance(batch[0], tuple):
             ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
@@ -153,10 +156,13 @@ class References:
         maps = 4 * config.num_layers * config.num_heads * len(ids) * longest * longest  # (B, L, H, T, T) float32
         if self.kind == "attention" and maps > MAP_BATCH_BYTES and len(batch) > 1:
             half = len(batch) // 2
-            yield from self._batches(module, batch[:half], adapters[:half], admit)
-            yield from self._batches(module, batch[half:], adapters[half:], admit)
+            yield from self._batches(module, batch[:half], adapters[:half], admit, left_out)
+            yield from self._batches(module, batch[half:], adapters[half:], admit, left_out)
             return
         if admit is not None and not admit(output_bytes(config, module.names, len(ids), longest)):
+            if left_out is not None:
+                left_out.append(References(self.model, [batch], self.max_length, "fast", self.token_types,
+                                           None if self.adapters is None else [adapters]))
             return
         feeds = pad(ids, config.pad_token_id, module.input_names, type_ids=types, adapters=adapters)
         with torch.no_grad():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bundle.session import open_session
@@ -78,3 +79,21 @@ def test_a_batch_left_out_is_never_run_for_the_attention_kind(loaded, monkeypatc
     assert calls[0] == (0 if kind == "attention" else len(asked))
     every = list(references.admitted(lambda size: True))
     assert asked == [sum(b.expected[n].nbytes for n in b.expected) for b in every]  # the bytes it was asked with
+
+
+def test_the_fast_sets_float64_texts_are_its_attention_twins(loaded) -> None:
+    """export.rounding's twins: the fast set's float64 references are the attention set's without the maps, the same
+    inputs and the same values as the fast set's own float64 run; under a budget that leaves attention batches out,
+    the texts left out are run on their own, so every parity text is still in the fast set's float64 texts."""
+    sets = {kind: References(loaded, parity_batches(), MAX_LENGTH, kind) for kind in ("fast", "attention")}
+    own = float64_references({"fast": sets["fast"]})["fast"]
+    twinned = float64_references(sets, twins={"fast": "attention"})["fast"]
+    assert len(twinned.batches) == len(own.batches) > 1 and twinned.eager == own.eager
+    for a, b in zip(twinned.batches, own.batches, strict=True):
+        assert a.inputs.keys() == b.inputs.keys() and all(np.array_equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
+        assert a.expected.keys() == b.expected.keys()
+        assert all(np.array_equal(a.expected[k], b.expected[k]) for k in a.expected)
+    tight = float64_references(sets, budget=1, twins={"fast": "attention"})
+    assert len(tight["attention"].batches) == 1  # the first batch only
+    rows = sum(len(b.inputs["input_ids"]) for b in tight["fast"].batches)
+    assert rows == sum(len(batch) for batch in parity_batches())
