@@ -135,7 +135,7 @@ test: lint
 # The wall-clock limit checks (marker `reliability`, deselected from `make test`) at full duration (overload
 # 60 s, soak 10 min): each figure is printed next to its limit, and a missed limit fails the target. Then
 # the schema fuzzing at its full budget, and the `heavy` tests (minutes of export at full size: the default model's
-# int8 search, the real all-mpnet-base-v2 and EmbeddingGemma-300m through the default gates), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
+# fused export and int8 search, the real all-mpnet-base-v2 and EmbeddingGemma-300m through the default gates), kept out of `make test`. RELIABILITY_SCALE=0.1 shortens every duration for a quick look.
 RELIABILITY_SCALE ?= 1
 # All parts always run; the target fails if any failed. The tables say why a check failed, so pytest's
 # tracebacks are kept short and captured output (server logs stay in their files) is left out.

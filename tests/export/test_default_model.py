@@ -86,7 +86,7 @@ def test_sentence_transformers_max_length_comes_from_its_config() -> None:
     assert bundle_max_length(load_model(minilm_dir())) == 256
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the real MiniLM's export, ~50 s: make reliability (a BERT's fusions: tests/export/test_fusion.py)
 def test_minilm_default_export_is_fused_exact_and_batch_invariant(tmp_path: Path) -> None:
     """What onnxruntime's optimiser fuses in a plain transformers export of MiniLM, fp32-opt fuses too, within
     the house target of 1e-5 of PyTorch, and its vectors do not move with their batch partners."""
