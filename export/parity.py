@@ -125,18 +125,12 @@ class References:
         if self._held is not None:
             yield from self._held
             return
-        if admit is not None:
-            module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
-            rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
-            for batch, adapters in zip(self.texts, rows, strict=True):
-                yield from self._batches(module, batch, adapters, admit, left_out)
-            return
         module = GraphModule(self.model.encoder.eval(), self.kind, self.token_types).eval()
         rows = self.adapters if self.adapters is not None else [[0] * len(batch) for batch in self.texts]
         held: list[Batch] | None = [] if self.kind != "attention" else None
         size = 0
         for batch, adapters in zip(self.texts, rows, strict=True):
-            for computed in self._batches(module, batch, adapters):
+            for computed in self._batches(module, batch, adapters, admit, left_out):  # admit: the attention kind's
                 if held is not None:
                     held.append(computed)
                     size += _output_bytes(computed.expected)
