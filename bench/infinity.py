@@ -90,8 +90,9 @@ def model_folder(bundle: Path, manifest: Manifest, variant: str, out: Path) -> P
         raise RuntimeError(f"no fast graph for {variant}")
     out.mkdir(parents=True, exist_ok=True)
     _rename_output(bundle / entry.file, out / "model.onnx", "token_embeddings", "last_hidden_state")
-    shutil.copyfile(bundle / manifest.tokenizer, out / "tokenizer.json")
-    tokenizer = Tokenizer.from_file(str(bundle / manifest.tokenizer))
+    tokenizer_file = bundle / manifest.input_file[0]  # a text model's tokenizer
+    shutil.copyfile(tokenizer_file, out / "tokenizer.json")
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
     pad = tokenizer.id_to_token(int(manifest.model_config_.get("pad_token_id", 0)))
     (out / "tokenizer_config.json").write_bytes(orjson.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": pad, "model_max_length": manifest.max_length}))

@@ -9,4 +9,5 @@ Torch-free and free of any other project code, so the service and its Docker ima
     session.py   how a bundle's graph is opened in onnxruntime (the one set of session options)
     files.py     sha256 of a file, atomic replacement of a file or a whole directory
     external_data.py  the external data files a graph reads its tensors from (graphs over 2 GiB)
+    preprocessing.py  an image model's preprocessor_config.json read into the steps from image to pixel values
 """

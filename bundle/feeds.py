@@ -29,6 +29,7 @@ INPUT_NAMES = ("input_ids", "attention_mask")
 TOKEN_TYPE_IDS = "token_type_ids"
 KNOWN_INPUTS = (*INPUT_NAMES, TOKEN_TYPE_IDS)  # the (B, T) inputs
 ADAPTER = "adapter"  # (B,): each row's LoRA adapter index, 0 the base
+PIXEL_VALUES = "pixel_values"  # a vision graph's one input: (B, C, H, W) float32 (bundle.preprocessing's steps)
 SELECTION = ("layers", "heads")  # an attention graph's (l,) and (h,) indices of the maps it computes (default: all)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import input_names, pad
+from bundle.feeds import PIXEL_VALUES, input_names, pad
 
 COMPARED = ("embeddings", "logits")
 
@@ -40,6 +40,27 @@ def batch_max_abs_diff(session: Any, batches: Sequence[Sequence[Sequence[int]]],
             for name in names:
                 worst = max(worst, float(np.abs(joint[name][row] - alone[index][name][0]).max()))
     return worst
+
+
+def image_max_abs_diff(session: Any, batches: Sequence[Sequence[np.ndarray]]) -> float:
+    """batch_max_abs_diff for an image graph: each (C, H, W) image of `batches` alone, in its batch and in one batch
+    of all of them (images share one size: no padding, only the partners change)."""
+    names = [o.name for o in session.get_outputs() if o.name in COMPARED]
+    images = [image for batch in batches for image in batch]
+    alone = [_run_images(session, names, [image]) for image in images]
+    starts = np.cumsum([0] + [len(b) for b in batches])
+    groups = [list(range(start, start + len(b))) for start, b in zip(starts, batches, strict=False)]
+    worst = 0.0
+    for group in [*groups, list(range(len(images)))]:
+        joint = _run_images(session, names, [images[i] for i in group])  # each (B, D) or (B, C)
+        for row, index in enumerate(group):
+            for name in names:
+                worst = max(worst, float(np.abs(joint[name][row] - alone[index][name][0]).max()))
+    return worst
+
+
+def _run_images(session: Any, names: list[str], images: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    return dict(zip(names, session.run(names, {PIXEL_VALUES: np.stack(images)}), strict=True))
 
 
 def together(texts: Sequence[Sequence[int]], tokens: int | None) -> list[int]:

@@ -1,8 +1,12 @@
 """Bundle manifest: the contract between export (producer) and service (consumer).
 
 Torch-free, like the whole `bundle` package: the service reads bundles through it. A bundle
-directory holds `manifest.json`, `tokenizer.json` and the graphs the manifest lists; every file name
-is a plain name inside the bundle directory.
+directory holds `manifest.json`, `tokenizer.json` (a text model's) or `preprocessor_config.json` (an image model's,
+bundle.preprocessing) and the graphs the manifest lists; every file name is a plain name inside the bundle directory.
+
+Modality (schema 5): a "text" model reads token ids; an "image" model (ViT, DINOv2, CLIP's or SigLIP's image tower)
+reads pixel_values (batch, channels, height, width) float32 instead, at the one size its `image` section says, and its
+per-token outputs have that section's fixed `tokens` in place of the sequence axis (every token real).
 
 Graph kinds:
     fast       inputs input_ids, attention_mask (int64, (batch, sequence)) and, where the entry lists it,
@@ -43,14 +47,15 @@ from pydantic import (
 
 from bundle.multi_vector import MultiVectorSpec
 
-SCHEMA_VERSION = 4
-READABLE_SCHEMAS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 MANIFEST_NAME = "manifest.json"
 # A graph is batch-invariant when a text's outputs alone and in any batch differ by at most this.
 BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 GraphKind = Literal["fast", "attention"]
-Pooling = Literal["mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len"]
+Pooling = Literal["mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len", "probe"]
+Modality = Literal["text", "image"]
 Task = Literal["embed", "classify", "tokens", "sparse"]
 Variant = Literal["fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 
@@ -136,6 +141,24 @@ class AdapterEntry(_Strict):
     bytes: int  # float32 bytes of its low-rank matrices
 
 
+class ImageSpec(_Strict):
+    """What an image model's graphs read (schema 5): images prepared by the bundle's preprocessor file
+    (bundle.preprocessing) into pixel values of one size, and the tokens each becomes."""
+
+    preprocessor: str = "preprocessor_config.json"
+    preprocessor_sha256: str
+    channels: int = Field(gt=0)
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    tokens: int = Field(gt=0)  # per image: the class token, registers and one per patch
+
+    @field_validator("preprocessor")
+    @classmethod
+    def _plain_preprocessor(cls, value: str) -> str:
+        return _check_plain_name(value)
+
+
 class Source(_Strict):
     path: str
     kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory,
@@ -166,8 +189,10 @@ class Manifest(_Strict):
     hidden_size: int
     num_layers: int
     num_heads: int
-    tokenizer: str = "tokenizer.json"
-    tokenizer_sha256: str
+    modality: Modality = "text"  # before schema 5: "text"
+    tokenizer: str | None = "tokenizer.json"  # a text model's; None for an image model
+    tokenizer_sha256: str | None = None
+    image: ImageSpec | None = None  # an image model's; left out of the JSON when None
     graphs: list[GraphEntry]
     adapters: list[AdapterEntry] = Field(default_factory=list)  # left out of the JSON when empty
     multi_vector: MultiVectorSpec | None = None  # a multi-vector model's; left out of the JSON when None
@@ -192,9 +217,20 @@ class Manifest(_Strict):
         data: dict[str, Any] = handler(self)
         if not self.adapters:
             data.pop("adapters", None)
-        if self.multi_vector is None:
-            data.pop("multi_vector", None)
+        for optional in ("multi_vector", "image"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
+
+    @model_validator(mode="after")
+    def _inputs_of_the_modality(self) -> Manifest:
+        """A text model has a tokenizer and no image section; an image model an image section and no tokenizer."""
+        text = self.modality == "text"
+        if text and (self.tokenizer is None or self.tokenizer_sha256 is None or self.image is not None):
+            raise ValueError("a text model's manifest names its tokenizer and its sha256, and has no image section")
+        if not text and (self.tokenizer is not None or self.image is None):
+            raise ValueError("an image model's manifest has an image section and no tokenizer (tokenizer: null)")
+        return self
 
     @model_validator(mode="after")
     def _multi_vector_as_configured(self) -> Manifest:
@@ -240,8 +276,8 @@ class Manifest(_Strict):
 
     @field_validator("tokenizer")
     @classmethod
-    def _plain_tokenizer(cls, value: str) -> str:
-        return _check_plain_name(value)
+    def _plain_tokenizer(cls, value: str | None) -> str | None:
+        return value if value is None else _check_plain_name(value)
 
     @property
     def attention_windows(self) -> list[int | None]:
@@ -254,6 +290,14 @@ class Manifest(_Strict):
         if config.get("layer_types"):  # the decoders' full / sliding per layer
             return [window if kind == "sliding" else None for kind in config["layer_types"]]
         return [window if every > 1 and layer % every else None for layer in range(self.num_layers)]
+
+    @property
+    def input_file(self) -> tuple[str, str]:
+        """(name, sha256) of the file inputs are prepared by: the tokenizer, or an image model's preprocessor."""
+        if self.image is not None:
+            return self.image.preprocessor, self.image.preprocessor_sha256
+        assert self.tokenizer is not None and self.tokenizer_sha256 is not None  # _inputs_of_the_modality
+        return self.tokenizer, self.tokenizer_sha256
 
     @property
     def causal(self) -> bool:

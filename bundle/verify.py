@@ -2,7 +2,8 @@
 
 The service calls this at start-up, so it imports only the bundle package and onnxruntime. Checks:
 the manifest parses (its adapters, if any, are its model config's); every graph takes the `adapter` input exactly
-when the bundle has adapters; the tokenizer and every graph exist and match their sha256; each graph reads tensors
+when the bundle has adapters; the tokenizer (an image model's preprocessor file) and every graph exist and match
+their sha256; each graph reads tensors
 from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256 (a file
 that several graphs read, as the fp32 graphs' shared weights, hashed once);
 every graph loads in onnxruntime and its input/output names, element types and shapes are the ones the
@@ -33,7 +34,8 @@ class BundleError(ValueError):
 def verify_bundle(bundle_dir: Path) -> Manifest:
     bundle_dir = Path(bundle_dir)
     manifest = _read_manifest(bundle_dir)
-    _check_hash(_inside(bundle_dir, manifest.tokenizer), manifest.tokenizer_sha256)
+    name, sha256 = manifest.input_file  # the tokenizer or an image model's preprocessor
+    _check_hash(_inside(bundle_dir, name), sha256)
     _check_unique(manifest)
     hashed: dict[Path, str] = {}  # a data file several graphs read (bundle.weights) is hashed once
     for entry in manifest.graphs:

@@ -2,7 +2,8 @@
 
 Layout of a bundle directory (see docs/export.md):
     manifest.json          bundle.manifest.Manifest
-    tokenizer.json         the source's tokenizer, byte for byte
+    tokenizer.json         the source's tokenizer, byte for byte (a text model's)
+    preprocessor_config.json  an image model's image processor config, byte for byte (export.images)
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
     {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
     weights-fp32.data      the fp32 and fp32-opt graphs' weights, each tensor once (export.shared_weights)
@@ -19,6 +20,7 @@ then renamed into place: a failed export leaves no bundle (and an existing bundl
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import time
@@ -37,12 +39,14 @@ from export import variants as variants_mod
 from export.adapters import manifest_entry
 from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
 from export.graphs import KINDS, export_graph, fast_from_attention, input_shapes, output_shapes, task
-from export.measure import measure_entries
+from export.images import ImageInputs, image_inputs, parity_images
+from export.measure import ImageFeeds, TextFeeds, measure_entries
 from export.parity import ParityError, References, adapter_sets, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
 from export.rounding import Rounding, float64_references
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
+from model.families import family_of
 from model.load import load_model
 from model.tokenizer import token_ids
 
@@ -75,6 +79,7 @@ def export_bundle(
     chosen = normalise_variants(variants)
     _check_target(out_dir)
     _check_adapters(list(adapters or {}), chosen, reranker)
+    _check_image(source, chosen)
     texts = _int8_texts(source, chosen, calibration_data)
     model = load_model(source, adapters=adapters, reranker=reranker)
     _check_adapters(list(model.encoder.config.adapters), chosen, reranker)  # a checkpoint's own (jina-v3's tasks)
@@ -120,6 +125,18 @@ def _check_adapters(adapters: list[str], chosen: list[str], reranker: str | None
                           "gates cover the base only; export fp32, fp32-opt or fp16")
 
 
+def _check_image(source: Path, chosen: list[str]) -> None:
+    """What an image model's export does not build yet, refused by name before any work: the int8 variants (their
+    calibration and gates are texts). An image model is one whose config.json names a vision family."""
+    try:
+        family, _ = family_of(json.loads((source / "config.json").read_text()))
+    except (OSError, ValueError):  # no config.json, or no family: not an image model (load_model says what it is)
+        return
+    if family.modality != "text" and (quantised := [v for v in chosen if v.startswith("int8")]):
+        raise ExportError(f"variant(s) {', '.join(quantised)} are not built for an image model (their calibration is "
+                          "texts); export fp32, fp32-opt or fp16")
+
+
 def _check_target(out_dir: Path) -> None:
     if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
@@ -128,46 +145,72 @@ def _check_target(out_dir: Path) -> None:
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,
            texts: TextSets | None) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
-    tokenizer = tmp / "tokenizer.json"
-    if model.pair_format is None:
-        shutil.copyfile(model.path / "tokenizer.json", tokenizer)
-    else:  # an LLM reranker's: its prompt's prefix and suffix in the post-processor (model.lm_scorer)
-        model.tokenizer.save(str(tokenizer))
+    image = image_inputs(model.path, config, tmp) if config.vision else None  # its preprocessor file, copied
+    tokenizer = None if image is not None else _write_tokenizer(model, tmp)
     int8 = int8_inputs(model, max_length, texts) if texts is not None else None
-    graphs = _build_graphs(model, tmp, chosen, max_length, int8)
-    parity_ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
-    graphs = measure_entries(graphs, tmp, parity_ids, config.pad_token_id)
+    graphs = _build_graphs(model, tmp, chosen, max_length, int8, image)
+    graphs = measure_entries(graphs, tmp, _measuring_feeds(model, graphs, max_length, image))
     return Manifest(
         name=name, version=version, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         source=Source(path=str(model.path.resolve()), kind=model.kind, sha256=source_sha256(model.source_files)),
         model_config=config.to_dict(), labels=config.labels, pooling=config.pooling,  # type: ignore[arg-type,call-arg]
         architecture=config.architecture, task=task(config), embedding_size=config.embedding_size,
         prompts=model.prompts, default_prompt_name=model.default_prompt_name, pair_format=model.pair_format,
-        normalize=config.normalize, max_length=max_length, pad_id=config.pad_token_id, hidden_size=config.d_model,
-        num_layers=config.num_layers, num_heads=config.num_heads, tokenizer=tokenizer.name,
-        tokenizer_sha256=sha256_file(tokenizer), graphs=graphs, adapters=[manifest_entry(a) for a in model.adapters],
-        multi_vector=model.multi_vector,
+        normalize=config.normalize, max_length=image.spec.tokens if image else max_length, pad_id=config.pad_token_id,
+        hidden_size=config.d_model, num_layers=config.num_layers, num_heads=config.num_heads,
+        modality="image" if image else "text", tokenizer=tokenizer and tokenizer.name,
+        tokenizer_sha256=tokenizer and sha256_file(tokenizer), image=image and image.spec, graphs=graphs,
+        adapters=[manifest_entry(a) for a in model.adapters], multi_vector=model.multi_vector,
     )
 
 
+def _write_tokenizer(model: LoadedModel, tmp: Path) -> Path:
+    """The bundle's tokenizer.json: the source's, byte for byte, or an LLM reranker's, its prompt's prefix and suffix
+    in the post-processor (model.lm_scorer)."""
+    tokenizer = tmp / "tokenizer.json"
+    if model.pair_format is None:
+        shutil.copyfile(model.path / "tokenizer.json", tokenizer)
+    else:
+        model.tokenizer.save(str(tokenizer))
+    return tokenizer
+
+
+def _measuring_feeds(model: LoadedModel, graphs: list[GraphEntry], max_length: int,
+                     image: ImageInputs | None) -> TextFeeds | ImageFeeds:
+    """What export.measure runs the fast graphs on: the parity texts' ids or the parity images."""
+    if image is not None:
+        return ImageFeeds(parity_images(image.processing, image.size), image.spec.tokens)
+    names = next([i.name for i in e.inputs] for e in graphs if e.kind == "fast")
+    ids = [token_ids(model.tokenizer, batch, max_length) for batch in parity_batches()]
+    return TextFeeds(ids, model.encoder.config.pad_token_id, names)
+
+
+def _parity_inputs(model: LoadedModel, image: ImageInputs | None) -> list[list[Any]]:
+    """The parity texts (and a cross-encoder's pairs: its parity covers text pairs too), or an image model's
+    parity images."""
+    if image is not None:
+        return parity_images(image.processing, image.size)  # type: ignore[return-value]
+    return [*parity_batches(), *(pair_batches() if task(model.encoder.config) == "classify" else [])]
+
+
 def _build_graphs(model: LoadedModel, tmp: Path, chosen: list[str], max_length: int,
-                  int8: Int8Inputs | None) -> list[GraphEntry]:
+                  int8: Int8Inputs | None, image: ImageInputs | None = None) -> list[GraphEntry]:
     """Every graph of every kind, each gated. The float64 references of every kind are computed first, before any
     graph is exported (their float64 copy of the model is let go by then), and let go on return, before the timings."""
-    config = model.encoder.config
-    parity: list[list[Any]] = [*parity_batches(), *(pair_batches() if task(config) == "classify" else [])]
+    parity = _parity_inputs(model, image)
     sets = {(kind, name): texts for kind in KINDS
             for name, texts in _parity_sets(model, parity, max_length, kind).items()}
     started = time.perf_counter()
     twins = {("fast", name): ("attention", name) for kind, name in sets if kind == "fast"}  # export.rounding
     exact = float64_references(sets, twins=twins)
     log.info("float64 references of %d sets of texts in %.0f s", len(sets), time.perf_counter() - started)
-    export_graph(model.encoder, "attention", tmp / "attention-fp32.onnx")  # the fast graph is the same, less its maps
+    size = image.size if image else None
+    export_graph(model.encoder, "attention", tmp / "attention-fp32.onnx", image_size=size)  # the fast one, less maps
     fast_from_attention(tmp / "attention-fp32.onnx", tmp / "fast-fp32.onnx")
     graphs = []
-    for kind in KINDS:  # a sequence classifier may be a cross-encoder: its parity covers text pairs too
+    for kind in KINDS:
         gated = {name: (texts, exact[k, name]) for (k, name), texts in sets.items() if k == kind}
-        graphs += _build_kind(model, tmp, kind, chosen, gated, int8 if kind == "fast" else None)
+        graphs += _build_kind(model, tmp, kind, chosen, gated, int8 if kind == "fast" else None, size)
     return _share_weights(graphs, tmp)
 
 
@@ -206,6 +249,7 @@ def _check(path: Path, variant: str, gated: Gated) -> dict[str, float]:
 
 def _build_kind(
     model: LoadedModel, tmp: Path, kind: str, chosen: list[str], gated: Gated, int8: Int8Inputs | None,
+    image_size: tuple[int, int] | None = None,
 ) -> list[GraphEntry]:
     """Every chosen variant of `kind`, gated on `gated`: its sets of texts and their float64 references."""
     fp32 = tmp / f"{kind}-fp32.onnx"  # exported (or, fast, derived) by _build_graphs
@@ -221,7 +265,7 @@ def _build_kind(
                 continue
             parity = _check(path, variant, gated)
         log.info("%s parity %s", path.name, parity)
-        entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config))
+        entries.append(_entry(path, kind, variant, providers, parity, model.encoder.config, image_size))
     return entries
 
 
@@ -262,9 +306,11 @@ def _build_int8_dynamic(fp32: Path, path: Path, config: EncoderConfig,
 
 def _entry(
     path: Path, kind: str, variant: str, providers: list[str], parity: dict[str, float], config: EncoderConfig,
+    image_size: tuple[int, int] | None = None,
 ) -> GraphEntry:
-    inputs = [TensorSpec(name=n, dtype="int64", shape=s) for n, s in input_shapes(config).items()]
-    outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind).items()]
+    dtype = "float32" if config.vision else "int64"  # pixel values, or token ids, masks and indices
+    inputs = [TensorSpec(name=n, dtype=dtype, shape=s) for n, s in input_shapes(config, image_size=image_size).items()]
+    outputs = [TensorSpec(name=n, dtype="float32", shape=s) for n, s in output_shapes(config, kind, image_size).items()]
     onnxfiles.make_readable(path)
     return GraphEntry(
         file=path.name, sha256=sha256_file(path), kind=kind, variant=variant,  # type: ignore[arg-type]

@@ -29,6 +29,10 @@ A model with LoRA adapters (config.adapters, model/lora.py) takes one more input
 (B,) int64, each row's adapter index (0: the bare base). A model without adapters has no such input and no
 adapter ops.
 
+A vision model (config.vision, model/vision.py) takes pixel_values (B, C, H, W) float32 alone, at the one image size its
+bundle serves (its preprocessing's, bundle.preprocessing: `image_size` here), batch the only dynamic axis: every
+image has the same T = config.image_tokens(H, W) tokens, all real, and its outputs have that fixed T.
+
 The attention graph takes, last, `layers` (l,) and `heads` (h,) int64, the indices of the maps it computes (attentions
 (B, l, h, T, T)); each is an initializer too, every layer's and every head's index (bundle.feeds: onnxruntime's
 overridable initializers), so a caller that feeds only the token inputs gets every map. Its layers run the fast way
@@ -48,7 +52,7 @@ import torch
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 from torch import Tensor, nn
 
-from bundle.feeds import ADAPTER, INPUT_NAMES, SELECTION, TOKEN_TYPE_IDS
+from bundle.feeds import ADAPTER, INPUT_NAMES, PIXEL_VALUES, SELECTION, TOKEN_TYPE_IDS
 from export import onnxfiles
 from export.folding import fold_weight_transposes
 from model.config import EncoderConfig
@@ -73,15 +77,23 @@ def takes_token_types(config: EncoderConfig) -> bool:
     return config.type_vocab_size >= 2
 
 
+ImageSize = tuple[int, int]  # (height, width) of the images a vision graph reads
+
+
 def input_names(config: EncoderConfig, token_types: bool = True) -> list[str]:
     """The graph's inputs: input_ids, attention_mask, token_type_ids when asked for and meaningful, and adapter
-    when the model has adapters."""
+    when the model has adapters; a vision model's pixel_values alone."""
+    if config.vision:
+        return [PIXEL_VALUES]
     return [*INPUT_NAMES, *([TOKEN_TYPE_IDS] if token_types and takes_token_types(config) else []),
             *([ADAPTER] if config.adapters else [])]
 
 
-def input_shapes(config: EncoderConfig, token_types: bool = True) -> dict[str, list[str | int]]:
-    """Symbolic shape of each input: (batch, sequence), the adapter indices (batch,)."""
+def input_shapes(config: EncoderConfig, token_types: bool = True,
+                 image_size: ImageSize | None = None) -> dict[str, list[str | int]]:
+    """Symbolic shape of each input: (batch, sequence), the adapter indices (batch,); pixel values (batch, C, H, W)."""
+    if config.vision:
+        return {PIXEL_VALUES: ["batch", config.num_channels, *served_size(config, image_size)]}
     return {name: ["batch"] if name == ADAPTER else ["batch", "sequence"] for name in input_names(config, token_types)}
 
 
@@ -105,17 +117,23 @@ def multi_vector_outputs(config: EncoderConfig) -> list[str]:
     return names + (["token_weights"] if config.token_weights else [])
 
 
-def output_shapes(config: EncoderConfig, kind: str) -> dict[str, list[str | int]]:
-    """Symbolic shape of each output: named axes are dynamic, integers are fixed."""
+def served_size(config: EncoderConfig, image_size: ImageSize | None) -> ImageSize:
+    """The (height, width) a vision graph reads: `image_size`, else the config's square (the positions' own grid)."""
+    return image_size or (config.image_size, config.image_size)
+
+
+def output_shapes(config: EncoderConfig, kind: str, image_size: ImageSize | None = None) -> dict[str, list[str | int]]:
+    """Symbolic shape of each output: named axes are dynamic, integers are fixed (a vision graph's tokens)."""
+    T: str | int = config.image_tokens(*served_size(config, image_size)) if config.vision else "sequence"
     shapes: dict[str, list[str | int]] = {
         "embeddings": ["batch", config.embedding_size],
-        "token_embeddings": ["batch", "sequence", config.d_model],
+        "token_embeddings": ["batch", T, config.d_model],
         "logits": ["batch", config.num_labels],
-        "token_logits": ["batch", "sequence", config.num_labels],
+        "token_logits": ["batch", T, config.num_labels],
         "sparse": ["batch", config.vocab_size],
-        "multi_vectors": ["batch", "sequence", config.multi_vector_size],
-        "token_weights": ["batch", "sequence"],
-        "attentions": ["batch", *SELECTION, "sequence", "sequence"],  # the chosen layers and heads
+        "multi_vectors": ["batch", T, config.multi_vector_size],
+        "token_weights": ["batch", T],
+        "attentions": ["batch", *SELECTION, T, T],  # the chosen layers and heads
     }
     return {name: shapes[name] for name in output_names(config, kind)}
 
@@ -133,12 +151,14 @@ class GraphModule(nn.Module):
         self.names = output_names(encoder.config, kind)
         self.input_names = input_names(encoder.config, token_types)  # fed by callers (attention: + SELECTION)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None,
-                adapter: Tensor | None = None, layers: Tensor | None = None,
-                heads: Tensor | None = None) -> tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, adapter: Tensor | None = None, layers: Tensor | None = None,
+                heads: Tensor | None = None, pixel_values: Tensor | None = None) -> tuple[Tensor, ...]:
         out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names,
-                           adapter=adapter, layers=layers, heads=heads)
-        pooled = self.encoder.pooled(out.token_states, attention_mask)  # (B, E), not normalised
+                           adapter=adapter, layers=layers, heads=heads, pixel_values=pixel_values)
+        if attention_mask is None:  # an image's tokens: every one real
+            attention_mask = out.token_states.new_ones(out.token_states.shape[:2], dtype=torch.long)  # (B, T)
+        pooled = self.encoder.pooled(out.token_states, attention_mask, input_ids)  # (B, E), not normalised
         values = {"embeddings": pooled, "token_embeddings": out.token_states, "logits": out.logits,
                   "token_logits": out.logits, "attentions": out.attentions, "multi_vectors": out.multi_vectors,
                   "token_weights": out.token_weights}
@@ -147,9 +167,13 @@ class GraphModule(nn.Module):
         return tuple(values[name] for name in self.names)  # type: ignore[misc]
 
 
-def example_inputs(config: EncoderConfig, token_types: bool = True) -> dict[str, Tensor]:
+def example_inputs(config: EncoderConfig, token_types: bool = True,
+                   image_size: ImageSize | None = None) -> dict[str, Tensor]:
     """(2, 8) int64 ids and mask with one padded row (and type ids; adapters: the base and the last adapter):
-    sizes above 1 so no axis is specialised; by input name, in graph order."""
+    sizes above 1 so no axis is specialised; by input name, in graph order. A vision model's: two images."""
+    if config.vision:
+        size = served_size(config, image_size)
+        return {PIXEL_VALUES: torch.randn(2, config.num_channels, *size, generator=torch.Generator().manual_seed(0))}
     length = min(8, config.position_limit)
     ids = torch.arange(length).repeat(2, 1) % config.vocab_size  # (B, T)
     mask = torch.ones_like(ids)
@@ -166,18 +190,20 @@ def selection_examples(config: EncoderConfig) -> dict[str, Tensor]:
             for name, count in zip(SELECTION, (config.num_layers, config.num_heads), strict=True)}
 
 
-def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True) -> None:
+def export_graph(encoder: Encoder, kind: str, path: Path, token_types: bool = True,
+                 image_size: ImageSize | None = None) -> None:
     """Export one graph kind of `encoder` (put in eval mode) to `path`: a single .onnx file, or with its weights
-    in an external data file beside it when they pass export.onnxfiles.EXTERNAL_DATA_BYTES."""
+    in an external data file beside it when they pass export.onnxfiles.EXTERNAL_DATA_BYTES. A vision model's reads
+    images of `image_size` (module docstring)."""
     # torch.onnx's op registry warns once per torchvision op when torchvision is absent: noise for a text model
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     module = GraphModule(encoder.eval(), kind, token_types).eval()
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=encoder.config.position_limit)
     axes = {0: batch, 1: sequence}
-    examples = example_inputs(encoder.config, token_types)
+    examples = example_inputs(encoder.config, token_types, image_size)
     shapes: dict[str, dict[int, torch.export.Dim]] = {
-        name: {0: batch} if name == ADAPTER else axes for name in examples}
+        name: {0: batch} if name in (ADAPTER, PIXEL_VALUES) else axes for name in examples}
     if kind == "attention":
         examples |= selection_examples(encoder.config)
         shapes |= {name: {0: torch.export.Dim(name)} for name in SELECTION}

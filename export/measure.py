@@ -5,6 +5,9 @@ Shape letters: B batch, T sequence.
 Batch invariance (bundle.invariance): every parity text is run alone, in its parity batch (mixed lengths)
 and in one batch with the others, padded to the longest: all of them that fit TOGETHER_TOKENS, shortest first.
 
+An image model's parity images the same way (bundle.invariance.image_max_abs_diff: images share one size, so only the
+batch partners change), and its speed at IMAGE_SPEED_BATCHES images per batch.
+
 Speed: timed only where it decides something, i.e. where a provider has two or more fast graphs for
 `variant=auto` (inference.runtime.variants) to choose from; a provider with one graph gets its invariance
 figure and no times. Median time per batch at SPEED_SHAPES (B x T, T cut to the model's max length), every
@@ -32,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import INPUT_NAMES, pad
-from bundle.invariance import batch_max_abs_diff
+from bundle.feeds import INPUT_NAMES, PIXEL_VALUES, pad
+from bundle.invariance import batch_max_abs_diff, image_max_abs_diff
 from bundle.manifest import GraphEntry, Measured
 from bundle.session import ORT_PROVIDERS, open_session
 
@@ -51,50 +54,84 @@ SPEED_SECONDS_PER_RUN = 2.0
 # the shortest parity texts that fit, 16 of the 17 for MiniLM and a 0.6B model alike, where all 17 padded to 600
 # tokens took a 0.6B model 85 of its invariance run's 121 s.
 TOGETHER_TOKENS = 4096
+# An image model's speed shapes: client batches of images, and a lone image (every image has the same tokens).
+IMAGE_SPEED_BATCHES = (32, 1)
 
 
-def measure_entries(entries: list[GraphEntry], bundle_dir: Path, batches: list[list[list[int]]],
-                    pad_id: int) -> list[GraphEntry]:
-    """`entries` with `measured` filled in for every fast graph, on every provider here it is meant for.
-    `batches`: the parity texts' token ids in their batches; the longest text makes the speed feeds."""
+class TextFeeds:
+    """A text model's measuring feeds: the parity texts' token ids in their batches; the longest makes the speed
+    feeds."""
+
+    shapes = SPEED_SHAPES
+    probe_length = SPEED_SHAPES[1][1]
+
+    def __init__(self, batches: list[list[list[int]]], pad_id: int, names: Sequence[str]) -> None:
+        self.batches, self.pad_id, self.names = batches, pad_id, names
+        self.longest = max((ids for batch in batches for ids in batch), key=len)
+
+    def speed(self, shapes: Sequence[tuple[int, int]]) -> dict[str, dict[str, np.ndarray]]:
+        return speed_feeds(self.longest, self.pad_id, self.names, shapes)
+
+    def invariance(self, session: Any) -> float:
+        return batch_max_abs_diff(session, self.batches, self.pad_id, TOGETHER_TOKENS)
+
+
+class ImageFeeds:
+    """An image model's: the parity images (C, H, W) in their batches, each `tokens` tokens; the speed feeds are
+    IMAGE_SPEED_BATCHES copies of the last one."""
+
+    def __init__(self, batches: list[list[np.ndarray]], tokens: int) -> None:
+        self.batches, self.tokens = batches, tokens
+        self.shapes = tuple((count, tokens) for count in IMAGE_SPEED_BATCHES)
+        self.probe_length = tokens
+
+    def speed(self, shapes: Sequence[tuple[int, int]]) -> dict[str, dict[str, np.ndarray]]:
+        image = self.batches[-1][-1]
+        return {f"{count}x{self.tokens}": {PIXEL_VALUES: np.stack([image] * count)} for count, _ in shapes}
+
+    def invariance(self, session: Any) -> float:
+        return image_max_abs_diff(session, self.batches)
+
+
+def measure_entries(entries: list[GraphEntry], bundle_dir: Path, feeds: TextFeeds | ImageFeeds) -> list[GraphEntry]:
+    """`entries` with `measured` filled in for every fast graph, on every provider here it is meant for, on
+    `feeds`: the parity inputs (TextFeeds, ImageFeeds)."""
     import onnxruntime as ort
 
     fast: dict[str, Path] = {e.variant: bundle_dir / e.file for e in entries if e.kind == "fast"}
     providers = [p for p, name in ORT_PROVIDERS.items() if name in ort.get_available_providers()]
-    longest = max((ids for batch in batches for ids in batch), key=len)
-    names = next([i.name for i in e.inputs] for e in entries if e.kind == "fast")
     figures: dict[str, dict[str, Measured]] = {variant: {} for variant in fast}
     for provider in providers:
         meant: set[str] = {e.variant for e in entries if e.kind == "fast" and ORT_PROVIDERS[provider] in e.providers}
         sessions = {v: open_session(path, provider) for v, path in fast.items() if v in meant}
         started = time.perf_counter()
-        speed = timed(sessions, provider, longest, pad_id, names) if len(sessions) > 1 else {}
+        speed = timed(sessions, provider, feeds) if len(sessions) > 1 else {}
         log.info("%s: speed of %s timed in %.0f s", provider, "/".join(speed) or "none", time.perf_counter() - started)
         for variant, session in sessions.items():
             started = time.perf_counter()
-            invariance = batch_max_abs_diff(session, batches, pad_id, TOGETHER_TOKENS)
+            invariance = feeds.invariance(session)
             figures[variant][provider] = measured(invariance, speed.get(variant, {}), provider)
             log.info("%s %s: batch invariance %.2g, measured in %.0f s", provider, variant, invariance,
                      time.perf_counter() - started)
     return [e.model_copy(update={"measured": figures[e.variant]}) if e.kind == "fast" else e for e in entries]
 
 
-def timed(sessions: dict[str, Any], provider: str, longest: Sequence[int], pad_id: int,
-          names: Sequence[str]) -> dict[str, dict[str, float]]:
-    """variant -> shape -> median ms per batch, at SPEED_SHAPES with B cut to what a one-row probe allows
+def timed(sessions: dict[str, Any], provider: str, feeds: TextFeeds | ImageFeeds) -> dict[str, dict[str, float]]:
+    """variant -> shape -> median ms per batch, at the feeds' shapes with B cut to what a one-row probe allows
     (module docstring)."""
-    length = SPEED_SHAPES[1][1]
-    probe = speed_feeds(longest, pad_id, names, shapes=((1, length),))
+    length = feeds.probe_length
+    probe = feeds.speed(((1, length),))
     seconds = max(min(by_shape[s]) for by_shape in round_times(sessions, provider, probe, 1).values()
                   for s in probe) / 1000
-    shapes = bounded_shapes(SPEED_SECONDS_PER_RUN * length / max(seconds, 1e-9))
-    times = round_times(sessions, provider, speed_feeds(longest, pad_id, names, shapes), SPEED_ROUNDS)
+    shapes = bounded_shapes(SPEED_SECONDS_PER_RUN * length / max(seconds, 1e-9), feeds.shapes)
+    times = round_times(sessions, provider, feeds.speed(shapes), SPEED_ROUNDS)
     return {name: {shape: statistics.median(v) for shape, v in by_shape.items()} for name, by_shape in times.items()}
 
 
-def bounded_shapes(tokens_per_run: float) -> tuple[tuple[int, int], ...]:
-    """SPEED_SHAPES with each B cut (to 1 at least) so that B x T is at most `tokens_per_run`."""
-    return tuple((max(1, min(batch, int(tokens_per_run // length))), length) for batch, length in SPEED_SHAPES)
+def bounded_shapes(tokens_per_run: float,
+                   shapes: Sequence[tuple[int, int]] = SPEED_SHAPES) -> tuple[tuple[int, int], ...]:
+    """`shapes` (B x T) with each B cut (to 1 at least) so that B x T is at most `tokens_per_run`."""
+    return tuple((max(1, min(batch, int(tokens_per_run // length))), length) for batch, length in shapes)
 
 
 def speed_feeds(

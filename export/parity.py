@@ -32,7 +32,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from bundle.feeds import pad
+from bundle.feeds import PIXEL_VALUES, pad
 from bundle.session import ORT_PROVIDERS, open_session
 from export.gates import EXACT_VARIANTS, gate_failures, merge_worst, reported
 from export.graphs import GraphModule, output_shapes
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# One parity input: a text, a text pair, or an image model's (C, H, W) pixel values
+Parity = str | tuple[str, str] | np.ndarray
 NOT_MEASURED = "not_measured_cuda_unavailable"  # 1.0 when no provider here could run the graph
 CUDA_MEASURED = "cuda_measured"  # for graphs meant for CUDA: 1.0 measured on CUDA, 0.0 on CPU only
 _SHORT_NAMES = {ort_name: short for short, ort_name in ORT_PROVIDERS.items()}
@@ -103,7 +105,7 @@ class References:
     (model/lora.py; None: every row the base)."""
 
     model: LoadedModel
-    texts: Sequence[Sequence[str | tuple[str, str]]]
+    texts: Sequence[Sequence[Parity]]  # an image model's: (C, H, W) pixel values (export.parity_images)
     max_length: int
     kind: str
     token_types: bool = True
@@ -138,40 +140,53 @@ class References:
                 yield computed
         self._held = held
 
-    def _batches(self, module: GraphModule, batch: Sequence[str | tuple[str, str]],
-                 adapters: Sequence[int], admit: Callable[[int], bool] | None = None,
+    def _batches(self, module: GraphModule, batch: Sequence[Parity], adapters: Sequence[int],
+                 admit: Callable[[int], bool] | None = None,
                  left_out: list[References] | None = None) -> Iterator[Batch]:
-        tokenizer, config = self.model.tokenizer, self.model.encoder.config
-        if isinstance(batch[0], tuple):
-            ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
-        else:
-            ids, types = token_ids(tokenizer, batch, self.max_length), None  # type: ignore[arg-type]
-        longest = max(len(row) for row in ids)
-        maps = 4 * config.num_layers * config.num_heads * len(ids) * longest * longest  # (B, L, H, T, T) float32
+        config = self.model.encoder.config
+        feeds, rows, length, size = self._feeds(module, batch, adapters)
+        maps = 4 * config.num_layers * config.num_heads * rows * length * length  # (B, L, H, T, T) float32
         if self.kind == "attention" and maps > MAP_BATCH_BYTES and len(batch) > 1:
             half = len(batch) // 2
             yield from self._batches(module, batch[:half], adapters[:half], admit, left_out)
             yield from self._batches(module, batch[half:], adapters[half:], admit, left_out)
             return
-        if admit is not None and not admit(output_bytes(config, module.names, len(ids), longest)):
+        if admit is not None and not admit(output_bytes(config, module.names, rows, length, size)):
             if left_out is not None:
                 left_out.append(References(self.model, [batch], self.max_length, "fast", self.token_types,
                                            None if self.adapters is None else [adapters]))
             return
-        feeds = pad(ids, config.pad_token_id, module.input_names, type_ids=types, adapters=adapters)
         with torch.no_grad():
             values = module(**{name: torch.from_numpy(feeds[name]) for name in module.input_names})
         yield Batch(feeds, {n: v.float().numpy() for n, v in zip(module.names, values, strict=True)})
+
+    def _feeds(self, module: GraphModule, batch: Sequence[Parity],
+               adapters: Sequence[int]) -> tuple[dict[str, np.ndarray], int, int, tuple[int, int] | None]:
+        """The graph's inputs for one batch, its rows, their (padded) tokens and, for images, their size."""
+        config = self.model.encoder.config
+        if config.vision:  # (C, H, W) pixel values each, one size
+            height, width = batch[0].shape[-2:]  # type: ignore[union-attr]
+            feeds = {PIXEL_VALUES: np.stack(batch)}  # type: ignore[arg-type]  # (B, C, H, W)
+            return feeds, len(batch), config.image_tokens(height, width), (height, width)
+        tokenizer = self.model.tokenizer
+        if isinstance(batch[0], tuple):
+            ids, types = pair_ids(tokenizer, batch, self.max_length)  # type: ignore[arg-type]
+        else:
+            ids, types = token_ids(tokenizer, batch, self.max_length), None  # type: ignore[arg-type]
+        feeds = pad(ids, config.pad_token_id, module.input_names, type_ids=types, adapters=adapters)
+        return feeds, len(ids), max(len(row) for row in ids), None
 
 
 def _output_bytes(expected: dict[str, np.ndarray]) -> int:
     return sum(v.nbytes for v in expected.values())
 
 
-def output_bytes(config: EncoderConfig, names: Sequence[str], batch: int, length: int) -> int:
-    """The float32 bytes of the outputs `names` of a (batch, length) run (export.graphs.output_shapes)."""
+def output_bytes(config: EncoderConfig, names: Sequence[str], batch: int, length: int,
+                 image_size: tuple[int, int] | None = None) -> int:
+    """The float32 bytes of the outputs `names` of a (batch, length) run, or of `batch` images of `image_size`
+    (export.graphs.output_shapes)."""
     sizes = {"batch": batch, "sequence": length, "layers": config.num_layers, "heads": config.num_heads}
-    shapes = output_shapes(config, "attention" if "attentions" in names else "fast")
+    shapes = output_shapes(config, "attention" if "attentions" in names else "fast", image_size)
     return sum(4 * math.prod(sizes[d] if isinstance(d, str) else d for d in shapes[name]) for name in names)
 
 
@@ -188,6 +203,13 @@ def run(sess: ort.InferenceSession, batches: Iterable[Batch]) -> Iterator[tuple[
 
 
 TOKEN_OUTPUTS = ("token_embeddings", "token_logits", "multi_vectors", "token_weights")  # a value per token
+
+
+def real_tokens(batch: Batch) -> np.ndarray:
+    """(B, T) 1 where a token is real: the attention mask, or for an image every token (export.graphs)."""
+    if "attention_mask" in batch.inputs:
+        return batch.inputs["attention_mask"]
+    return np.ones(batch.expected["token_embeddings"].shape[:2], dtype=np.int64)
 
 
 def real_positions(name: str, value: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -218,7 +240,7 @@ def tally(compared: Iterable[tuple[Batch, dict[str, np.ndarray]]], names: Sequen
     out: dict[str, float] = {}
     agree = rows = 0
     for batch, outputs in compared:
-        mask = batch.inputs["attention_mask"]
+        mask = real_tokens(batch)
         for name in names:
             out = merge_worst(out, _output_figures(name, batch.expected[name], outputs[name], mask))
         if "logits" in names:

@@ -46,7 +46,7 @@ def fetch_bundle(snapshot: remote.Snapshot, target: Path) -> None:
         raise Refused(f"{snapshot}: its {MANIFEST_NAME} is not a manifest this attnserve reads "
                       f"({str(err).splitlines()[0]})") from None
     graphs = manifest.graphs
-    files = list(dict.fromkeys([manifest.tokenizer, *(g.file for g in graphs),  # a shared data file once
+    files = list(dict.fromkeys([manifest.input_file[0], *(g.file for g in graphs),  # a shared data file once
                                 *(name for g in graphs for name in g.data_files)]))
     remote.download(snapshot, files, downloads)
     with writing(target.parent), staged_directory(target) as staging:

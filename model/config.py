@@ -190,6 +190,10 @@ class EncoderConfig:
         """Patches along each side of the grid the position table covers (vision; 0 for text)."""
         return self.image_size // self.patch_size if self.vision else 0
 
+    def image_tokens(self, height: int, width: int) -> int:
+        """Tokens of one (height, width) image (vision): the class token, the registers, one per whole patch."""
+        return int(self.class_token) + self.register_tokens + (height // self.patch_size) * (width // self.patch_size)
+
     @property
     def labels(self) -> list[str]:
         """Class names in logit order: label_names, or "0" .. "C-1" when none were given; [] without labels."""

@@ -7,7 +7,7 @@ DistilBERT, MPNet, ModernBERT, and the rotary NomicBERT, GTE and jina-embeddings
 the decoder families (Llama, Mistral, Qwen2, Qwen3,
 Gemma3), the vision families ViT (ViTModel, ViTForImageClassification) and DINOv2 (model/families/vision.py),
 which read pixels and have no tokenizer.json (how an image becomes pixel values is their preprocessor_config.json's,
-read by the torch-free inference/runtime/preprocessor.py), and the towers of CLIP and SigLIP
+read by the torch-free bundle/preprocessing.py), and the towers of CLIP and SigLIP
 (model/families/towers.py; a two-tower checkpoint one tower at a time, model/towers.py); config.json's architectures
 says which, and anything else is refused with the list of what loads.
 A sentence-transformers directory (modules.json) loads as its embedding

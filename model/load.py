@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from bundle.preprocessing import FILE_NAME, read_processing
 from model.adapters import with_adapters
 from model.checkpoint import LoadedModel
 from model.families import family_of
@@ -46,8 +47,9 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
     model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
-    read (a position kind, a rope type), a recipe that does not fit; and a vision checkpoint (ViT, DINOv2) or a CLIP or
-    SigLIP tower or pair, which load in PyTorch but which the export does not read yet (docs/vision.md)."""
+    read (a position kind, a rope type), a recipe that does not fit; an image model whose preprocessor_config.json the
+    export cannot carry (export.images); and a CLIP or SigLIP text tower or pair, which load in PyTorch but which the
+    export does not read yet (docs/vision.md)."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":
@@ -58,10 +60,23 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         config = read_json(path / "config.json")
         family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
         family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
-        if family.modality != "text" or family.pair:
-            what = f"{family.name} vision" if family.modality != "text" else f"{family.name} tower"
-            raise ValueError(f"{path} is a {what} checkpoint: it loads in PyTorch, but no bundle is "
-                             "exported from one yet (docs/vision.md)")
+        if family.modality == "text" and family.pair:
+            raise ValueError(f"{path} is a {family.name} tower checkpoint: it loads in PyTorch, but no bundle is "
+                             "exported from a text tower yet (docs/vision.md)")
+        if family.modality != "text":
+            check_processing(path)
+
+
+def check_processing(path: Path) -> None:
+    """ValueError where an image model's preprocessor_config.json is missing or is not one the bundle can carry:
+    steps bundle.preprocessing does not read, or images of more than one size (export.images)."""
+    file = path / FILE_NAME
+    if not file.is_file():
+        raise ValueError(f"{path} is an image model without {FILE_NAME}: a bundle carries how its images are "
+                         "prepared, so the export needs the checkpoint's image processor config")
+    if read_processing(read_json(file)).size is None:
+        raise ValueError(f"{file}: a shortest-edge resize without a centre crop gives images of many sizes; a "
+                         "bundle serves one")
 
 
 def read_adapters(path: Path, adapters: Mapping[str, Path | str]) -> list[Adapter]:

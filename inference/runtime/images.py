@@ -1,5 +1,5 @@
 """Image bytes -> pixel values (3, H, W) float32, with Pillow and numpy only, equal to transformers' Pillow-based image
-processors (the steps of a preprocessor_config.json: inference/runtime/preprocessor.py).
+processors (the steps of a preprocessor_config.json: bundle/preprocessing.py).
 
     decode        PNG, JPEG (MPO too: a camera's multi-picture JPEG), WebP or GIF bytes (Pillow reads the header
                   first: any other format, or more pixels than the cap, is refused before a pixel is decoded); the
@@ -28,17 +28,29 @@ limit).
 from __future__ import annotations
 
 import io
+import json
 import struct
+from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
 
-from inference.errors import InvalidImage
-from inference.runtime.preprocessor import ImageProcessing
+from bundle.preprocessing import FILE_NAME, ImageProcessing, read_processing
+from inference.errors import InvalidImage, StartupError
 
 FORMATS = ("PNG", "JPEG", "MPO", "WEBP", "GIF")  # MPO: the multi-picture JPEG cameras write (its first picture)
 MAX_PIXELS = 40_000_000  # 40 megapixels: 120 MB as RGB bytes, a 7,300 x 5,500 photograph
 _UNREADABLE = (OSError, ValueError, SyntaxError, EOFError, struct.error, Image.DecompressionBombError)
+
+
+def load_processing(directory: Path) -> ImageProcessing:
+    """The preprocessor_config.json in `directory` read (bundle.preprocessing.read_processing); a StartupError naming
+    the file otherwise."""
+    path = Path(directory) / FILE_NAME
+    try:
+        return read_processing(json.loads(path.read_text()))
+    except (OSError, ValueError) as error:  # json.JSONDecodeError is a ValueError
+        raise StartupError(f"{path}: {error}") from error
 
 
 def pixel_values(data: bytes, processing: ImageProcessing, max_pixels: int = MAX_PIXELS) -> np.ndarray:

@@ -120,6 +120,9 @@ def load_bundle(
 
     bundle_dir, opened = Path(bundle_dir), {} if opened is None else opened
     manifest = verify(bundle_dir)
+    if manifest.modality != "text":
+        raise StartupError(f"{bundle_dir} is an {manifest.modality} model's bundle: this attnserve exports it but "
+                           "does not serve images yet (docs/vision.md)")
     provider = choose_provider(options.provider, ort.get_available_providers())
     loaded = _open(bundle_dir, manifest, provider, options, kinds, opened)
     if provider == "cuda" and loaded.provider != "cuda":
@@ -142,7 +145,7 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
     attention = choose_attention_variant(choice.variant, provider, manifest) if "attention" in kinds else None
     if attention is not None:
         variants["attention"] = attention
-    tokenizer = _once(opened, ("tokenizer", manifest.tokenizer_sha256, str(manifest.max_length)),
+    tokenizer = _once(opened, ("tokenizer", *manifest.input_file, str(manifest.max_length)),
                       lambda: load_tokenizer(bundle_dir, manifest))
     graphs = {kind: _graph(bundle_dir, manifest, kind, v, provider, options, opened) for kind, v in variants.items()}
     probe = tokenizer.encode(["warm up"], truncate=True)[0].ids

@@ -232,11 +232,12 @@ class TextTokenizer:
 
 def load_tokenizer(bundle_dir: Path, manifest: Manifest) -> TextTokenizer:
     """The bundle's tokenizer, truncating at its max length; StartupError names the file it cannot load."""
+    name = manifest.input_file[0]  # a text model's: its tokenizer (bundle.manifest)
     try:
-        tokenizer = Tokenizer.from_file(str(bundle_dir / manifest.tokenizer))
+        tokenizer = Tokenizer.from_file(str(bundle_dir / name))
     except Exception as error:  # tokenizers raises a bare Exception; name the file, keep the reason
         reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise StartupError(f"{manifest.tokenizer}: the tokenizers library cannot load it: {reason}") from None
+        raise StartupError(f"{name}: the tokenizers library cannot load it: {reason}") from None
     return TextTokenizer(tokenizer, manifest.max_length, manifest.pair_format)
 
 

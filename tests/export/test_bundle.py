@@ -76,8 +76,8 @@ def test_graph_with_wrong_io_fails_verify(tiny_bundle: Path, tmp_path: Path) -> 
 
 def _perturbing(real_export):  # type: ignore[no-untyped-def]
     """export_graph, then change one weight in the written file: 'weights changed after export'."""
-    def export_graph(encoder, kind, path):  # type: ignore[no-untyped-def]
-        real_export(encoder, kind, path)
+    def export_graph(encoder, kind, path, **kwargs):  # type: ignore[no-untyped-def]
+        real_export(encoder, kind, path, **kwargs)
         model, rng = onnx.load(str(path)), np.random.default_rng(0)
         for weight in (w for w in model.graph.initializer if len(w.dims) == 2):
             array = onnx.numpy_helper.to_array(weight)
@@ -136,13 +136,18 @@ def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> N
         verify_bundle(copy)
 
 
-def test_schema_1_to_3_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
-    """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts, schema 4 the pad id;
-    older manifests still verify, with the values they implied, a schema 4 one must state its pad id, and an
-    unknown schema does not verify."""
+def test_schema_1_to_4_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts, schema 4 the pad id,
+    schema 5 the modality; older manifests still verify, with the values they implied, a schema 4 one must state its
+    pad id, and an unknown schema does not verify."""
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
-    assert manifest["schema_version"] == 4 and "batch_max_abs_diff" in manifest["graphs"][0]["measured"]["cpu"]
+    assert manifest["schema_version"] == 5 and "batch_max_abs_diff" in manifest["graphs"][0]["measured"]["cpu"]
+    assert manifest["modality"] == "text" and "image" not in manifest
+    del manifest["modality"]
+    manifest["schema_version"] = 4
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert verify_bundle(copy).modality == "text"
     assert manifest["pad_id"] == manifest["model_config"]["pad_token_id"]
     del manifest["pad_id"]
     (copy / "manifest.json").write_text(json.dumps(manifest))
@@ -164,9 +169,9 @@ def test_schema_1_to_3_bundles_still_read_and_newer_ones_are_refused(tiny_bundle
     (copy / "manifest.json").write_text(json.dumps({**manifest, "labels": []}))
     read = verify_bundle(copy)
     assert all(not g.measured for g in read.graphs) and read.task == "embed"
-    manifest["schema_version"] = 5
+    manifest["schema_version"] = 6
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match="schema_version 5 is not supported"):
+    with pytest.raises(BundleError, match="schema_version 6 is not supported"):
         verify_bundle(copy)
 
 

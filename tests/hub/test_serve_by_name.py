@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from bench.procs import Server, launch, terminate, wait_ready
+from bundle.manifest import SCHEMA_VERSION
 from bundle.verify import verify_bundle
 from tests.helpers.hub import FakeHub, hub_env, torch_blocked
 
@@ -108,9 +109,10 @@ def test_first_start_downloads_through_a_cut_exports_and_serves_the_reference(hu
     assert "downloading model.safetensors of org/tiny@" in server.log()  # no terminal: a line per file, no bars
     assert server.log().count("Trying to resume download") == 1  # huggingface_hub's warning, once, in our format
     place = work / "cache" / "models" / "org--tiny"
-    assert verify_bundle(place / sha / "schema4-fp32").name == REPO
+    assert verify_bundle(place / sha / f"schema{SCHEMA_VERSION}-fp32").name == REPO
     assert (place / "refs" / "main").read_text().strip() == sha
-    assert [p.name for p in (place / sha).glob(".*")] == [".schema4-fp32.lock"]  # no download or staging left
+    # no download or staging left
+    assert [p.name for p in (place / sha).glob(".*")] == [f".schema{SCHEMA_VERSION}-fp32.lock"]
 
 
 @pytest.mark.parametrize("hub_down", ["offline", "stopped"])
@@ -152,7 +154,8 @@ def test_a_repository_that_moved_on_gets_a_new_bundle_beside_the_pinned_one(hub,
     second = hub.publish(REPO, commits["second"][0], refs=("main",))
     filled = pull(work, hub_env(hub, work), REPO)  # attnserve pull without --out fills the cache
     assert filled.returncode == 0, filled.stderr
-    assert filled.stdout.strip() == str(work / "cache" / "models" / "org--tiny" / second / "schema4-fp32")
+    shape = f"schema{SCHEMA_VERSION}-fp32"
+    assert filled.stdout.strip() == str(work / "cache" / "models" / "org--tiny" / second / shape)
     blocked, mark = torch_blocked(work)
     server = serve(work, hub_env(hub, work, **blocked), f"tiny={REPO}", f"pinned={REPO}@{first}", ready_s=60)
     try:

@@ -1,10 +1,10 @@
-"""Image bytes -> pixel values without torch (inference/runtime/images.py, preprocessor.py) against transformers' Pillow
-image processors (AutoImageProcessor.from_pretrained(directory, backend="pil")): generated images of several sizes,
-aspect ratios and modes (RGB, RGBA, LA, L, P with a transparent index, CMYK JPEG, an EXIF-rotated JPEG, a
-multi-picture JPEG, WebP, an animated GIF) through ViT's, BiT's and CLIP's processors (their saved files, CLIP's older
-feature-extractor file, a crop larger than the resized image, no rescaling) give the same pixel values to 1e-6; bytes
-that are no image, other formats and too many pixels are refused with their codes; configs the steps do not cover are
-refused by name.
+"""Image bytes -> pixel values without torch (inference/runtime/images.py, bundle/preprocessing.py) against
+transformers' Pillow image processors (AutoImageProcessor.from_pretrained(directory, backend="pil")): generated
+images of several sizes, aspect ratios and modes (RGB, RGBA, LA, L, P with a transparent index, CMYK JPEG, an
+EXIF-rotated JPEG, a multi-picture JPEG, WebP, an animated GIF) through ViT's, BiT's and CLIP's processors (their
+saved files, CLIP's older feature-extractor file, a crop larger than the resized image, no rescaling) give the same
+pixel values to 1e-6; bytes that are no image, other formats and too many pixels are refused with their codes;
+configs the steps do not cover are refused by name.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import transformers
 from PIL import Image, ImageOps
 from transformers.image_utils import load_image
 
+from bundle.preprocessing import read_processing
 from inference.errors import InvalidImage, StartupError
-from inference.runtime.images import decode, pixel_values
-from inference.runtime.preprocessor import load_processing, read_processing
+from inference.runtime.images import decode, load_processing, pixel_values
 
 TOLERANCE = 1e-6
 VIT = {"image_processor_type": "ViTImageProcessor", "size": {"height": 40, "width": 56}, "resample": 2}

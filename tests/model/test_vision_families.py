@@ -139,8 +139,8 @@ def test_a_vit_without_its_pooler_pools_the_class_token(tmp_path: Path) -> None:
 
 
 def test_a_vision_model_reads_pixels_only(tmp_path: Path) -> None:
-    """No tokenizer, no token ids; and no bundle yet: check_config (what attnserve pull asks before it downloads the
-    weights to export them) refuses it."""
+    """No tokenizer, no token ids; check_config (what attnserve pull asks before it downloads the weights to export
+    them) asks for its preprocessor_config.json, which its bundle carries (tests/export/test_image_bundles.py)."""
     save_vision(tmp_path, "dinov2")
     loaded = load_model(tmp_path)
     with pytest.raises(ValueError, match="reads pixel values and has no tokenizer"):
@@ -149,7 +149,7 @@ def test_a_vision_model_reads_pixels_only(tmp_path: Path) -> None:
         loaded.encoder(torch.ones(1, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="a vision encoder reads pixel_values alone"):
         loaded.encoder(attention_mask=torch.ones(1, 5), pixel_values=pixels(32, 32))
-    with pytest.raises(ValueError, match="dinov2 vision checkpoint: it loads in PyTorch, but no bundle is exported"):
+    with pytest.raises(ValueError, match="image model without preprocessor_config.json"):
         check_config(tmp_path)
 
 

@@ -153,7 +153,8 @@ def test_the_towers_set_the_axes_their_families_read(tmp_path: Path, pair: str) 
 
 def test_a_pair_is_loaded_one_tower_at_a_time(tmp_path: Path) -> None:
     """load_model(path) refuses a pair by name; a single tower loads with its own tower named and not the other;
-    check_config (attnserve pull) refuses both for now: no bundle is exported from them yet; a text tower without
+    check_config (attnserve pull) refuses a pair and a text tower for now: no bundle is exported from them yet (an image
+    tower's is: tests/export/test_image_bundles.py); a text tower without
     tokenizer.json (SigLIP's SentencePiece model is the export's to convert) says so when asked for it."""
     save_pair(tmp_path / "pair", "siglip")
     with pytest.raises(ValueError, match="a SiglipModel checkpoint holds two towers"):

@@ -18,18 +18,15 @@ bilinear, 3 bicubic, 4 box, 5 Hamming). What the three processors would do and t
 the field: another processor type, a size with longest_edge or max_height / max_width, do_pad, a mean or std of
 other than three channels. Keys those processors do not read are ignored, as they ignore them.
 
-`read_processing` raises ValueError and reads a dict only, so the export can check a checkpoint's file with it
-before writing a bundle; `load_processing` is the core's reading of a bundle's file, a StartupError when refused.
+Torch-free and in bundle/, as the contract it is: the export reads a checkpoint's file with `read_processing` (a
+ValueError when refused) before writing a bundle, which carries the file; the core reads the bundle's copy
+(inference.runtime.images.load_processing) and prepares every image by it.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from inference.errors import StartupError
 
 FILE_NAME = "preprocessor_config.json"
 IMAGENET_STANDARD = (0.5, 0.5, 0.5)
@@ -67,6 +64,12 @@ class ImageProcessing:
     mean: tuple[float, float, float] | None  # None: no normalisation
     std: tuple[float, float, float] | None
 
+    @property
+    def size(self) -> tuple[int, int] | None:
+        """(height, width) of every image these steps give: the crop's, else the exact resize's; None where it
+        depends on the image (a shortest-edge resize and no crop), which a graph of one image size cannot serve."""
+        return self.crop or self.resize_to
+
     def to_dict(self) -> dict[str, Any]:
         """The steps as a bundle's manifest or a status page can show them."""
         return {"processor": self.processor, "convert_rgb": self.convert_rgb,
@@ -74,15 +77,6 @@ class ImageProcessing:
                 "resample": RESAMPLE_FILTERS[self.resample], "crop": list(self.crop) if self.crop else None,
                 "rescale_factor": self.rescale_factor, "mean": self.mean and list(self.mean),
                 "std": self.std and list(self.std)}
-
-
-def load_processing(directory: Path) -> ImageProcessing:
-    """The preprocessor_config.json in `directory` read (read_processing); StartupError naming the file otherwise."""
-    path = Path(directory) / FILE_NAME
-    try:
-        return read_processing(json.loads(path.read_text()))
-    except (OSError, ValueError) as error:  # json.JSONDecodeError is a ValueError
-        raise StartupError(f"{path}: {error}") from error
 
 
 def read_processing(config: dict[str, Any]) -> ImageProcessing:
