@@ -16,6 +16,7 @@ from inference import postprocess
 from inference.errors import (
     AttentionTooLarge,
     InputTooLong,
+    InvalidImage,
     InvalidRequest,
     NonFiniteOutput,
     OutOfRange,
@@ -57,6 +58,20 @@ def check_inputs(limits: RequestLimits, inputs: Inputs, chunked: bool = False) -
         for text in item if isinstance(item, tuple) else (item,):  # a pair: each of its texts
             if isinstance(text, str) and len(text) > limit:
                 raise InputTooLong(f"input {index} has {len(text)} characters, over the limit of {limit} ({setting})")
+
+
+def check_images(limits: RequestLimits, images: Sequence[bytes]) -> None:
+    """InvalidRequest, TooManyInputs, or InvalidImage (image_too_large) for an image over max_image_bytes: by
+    `limits`, before any image is decoded."""
+    if not images:
+        raise InvalidRequest("inputs must not be empty")
+    if len(images) > limits.max_inputs:
+        raise TooManyInputs(
+            f"{len(images)} images exceed the limit of {limits.max_inputs} per request (ATTNSERVE_MAX_INPUTS)")
+    for index, data in enumerate(images):
+        if len(data) > limits.max_image_bytes:
+            raise InvalidImage(f"input {index} has {len(data)} bytes, over the limit of {limits.max_image_bytes} per "
+                               "image (ATTNSERVE_MAX_IMAGE_BYTES)", code="image_too_large")
 
 
 def check_dimensions(dimensions: int | None, hidden: int) -> None:

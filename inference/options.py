@@ -162,6 +162,16 @@ class RequestLimits(_Options):
         64 * 1024 * 1024, ge=1, description="Largest per-token answer (/embed_all: one vector per token; estimated "
         "before computing); bigger requests are refused (422).",
     )
+    max_image_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Most bytes of one image as sent (after base64 decoding), checked before "
+        "it is decoded (422 image_too_large). An image model's requests only; max_inputs caps the images of one "
+        "request.",
+    )
+    max_image_pixels: int = Field(
+        40_000_000, ge=1, description="Most pixels (width x height) of one image, read from its header before a "
+        "pixel is decoded, so a small file that decodes to a huge picture (a decompression bomb) is refused (422 "
+        "image_too_large). 40 megapixels: a 7,300 x 5,500 photograph, 120 MB decoded.",
+    )
     _default_for: int | None = PrivateAttr(None)  # for_model: the max length max_input_chars is the default of
 
     def for_model(self, max_length: int) -> RequestLimits:

@@ -8,7 +8,9 @@ a hand-off to the executor costs more than encoding a few short texts; off the l
 the size of its answer are checked against the token counts before any graph runs; then its inputs are
 queued. A chunked request is cut first, since its windows are only known then; each window then takes one
 permit and runs as its own input (`inference.chunking`). Inputs are texts, token-id lists or text pairs (a
-query and a document, through the tokenizer's pair template, with their token type ids).
+query and a document, through the tokenizer's pair template, with their token type ids); an image model's are images
+(`run_images`: their bytes, checked by count and size, admitted, then decoded and prepared off the loop by the
+bundle's steps in place of tokenising, each queued as its tokens).
 
 Admission and the queue are the request's caller's (its priority class and fairness key, from the request's record:
 `inference.scheduling.timing`). Inputs of the cached kinds are looked up in the answer cache first
@@ -35,12 +37,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
+import numpy as np
+
 from inference import chunking, rules
 from inference.chunking import Window
-from inference.errors import InferenceError, NotReady, UnknownAdapter, Unsupported
-from inference.limits import Inputs, check_inputs
+from inference.errors import InferenceError, InvalidImage, NotReady, UnknownAdapter, Unsupported
+from inference.limits import Inputs, check_images, check_inputs
 from inference.options import RequestLimits
-from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Outputs, TokenSequence
+from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Input, Outputs, TokenSequence
+from inference.runtime.images import pixel_values
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
@@ -124,8 +129,15 @@ class ServedModel:
     async def _probe_run(self) -> None:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
-            encoded = await self._encode(["ready probe"], True, "right", "")
-            await run_graph(self.batcher, ticket, FAST, [TokenSequence(encoded[0].ids)], urgent=True)
+            await run_graph(self.batcher, ticket, FAST, self._warm_inputs(1, "ready probe"), urgent=True)
+
+    def _warm_inputs(self, count: int, text: str) -> list[Input]:
+        """`count` copies of `text`'s ids, or of a grey image for an image model: warm-up and probe inputs."""
+        spec = self.bundle.manifest.image
+        if spec is not None:
+            grey = np.zeros((spec.channels, spec.height, spec.width), dtype=np.float32)  # (C, H, W)
+            return [self.bundle.image_input(grey)] * count
+        return [TokenSequence(e.ids) for e in self.bundle.tokenizer.encode([text] * count, truncate=True)]
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -142,10 +154,8 @@ class ServedModel:
             if kind in VIEWS or kind == MULTI:
                 continue  # the fast graph's session: warmed as FAST
             batch = 1 if kind == ATTENTION else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
-            encoded = self.bundle.tokenizer.encode([text] * batch, truncate=True)
             with self.batcher.admit(batch) as ticket:
-                sequences = [TokenSequence(e.ids) for e in encoded]
-                await run_graph(self.batcher, ticket, kind, sequences, urgent=True)  # not cached
+                await run_graph(self.batcher, ticket, kind, self._warm_inputs(batch, text), urgent=True)  # not cached
         self.warm = True
 
     # -- the one path of a request -----------------------------------------------------------------
@@ -165,6 +175,33 @@ class ServedModel:
             self._admitted(sum(e.length for e in encoded))
             runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
         return encoded, dict(zip(kinds, runs, strict=True))
+
+    async def run_images(self, images: Sequence[bytes], kinds: Sequence[BatchKind]) -> dict[BatchKind, list[Outputs]]:
+        """An image model's `run`: check the images' count and bytes, admit once (a permit per image and graph),
+        decode and prepare them by the bundle's steps off the event loop (InvalidImage names the input), then run
+        every image as each batch kind of `kinds`."""
+        check_images(self.limits, images)
+        with self.batcher.admit(len(images) * len(kinds), self._caller()) as ticket:
+            started = time.perf_counter()
+            sequences = await self.off_loop(self._prepare, images)
+            self._tokenized(time.perf_counter() - started)
+            self._admitted(sum(len(s) for s in sequences))
+            runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
+        return dict(zip(kinds, runs, strict=True))
+
+    def _prepare(self, images: Sequence[bytes]) -> list[Input]:
+        """Each image's pixel values (inference/runtime/images.py), as the batcher queues them."""
+        steps = self.bundle.images
+        if steps is None:
+            raise Unsupported(f"model {self.name} reads texts, not images; an image model embeds images "
+                              "(GET /info lists each model's modality)")
+        out: list[Input] = []
+        for index, data in enumerate(images):
+            try:
+                out.append(self.bundle.image_input(pixel_values(data, steps, self.limits.max_image_pixels)))
+            except InvalidImage as error:
+                raise InvalidImage(f"input {index}: {error}", code=error.code) from None
+        return out
 
     async def run_sequences(
         self, sequences: list[TokenSequence], kinds: Sequence[BatchKind],
@@ -206,7 +243,7 @@ class ServedModel:
             followed = await follow(ticket, windows, grouped) if follow is not None else None
         return windows, grouped, followed
 
-    async def submit(self, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence]) -> list[Outputs]:
+    async def submit(self, ticket: Ticket, kind: BatchKind, sequences: Sequence[Input]) -> list[Outputs]:
         """Every sequence's outputs, in order, run with this model's adapter (of the cached kinds, through the
         cache: `inference.scheduling.cache_front`)."""
         return await self._shared.submit(ticket, kind, sequences, self.adapter_index)

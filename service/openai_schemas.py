@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from inference.chunking import DEFAULT_OVERLAP
+from service.images import ImageItem
 from service.schemas import (
     CHUNK_OVERLAP,
     CHUNKING,
@@ -33,9 +34,13 @@ ONE_PROMPT_CHOICE: dict[str, Any] = {"not": {"required": ["prompt_name", "input_
 class OpenAIEmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", json_schema_extra=ONE_PROMPT_CHOICE)  # clients send fields like `user`
 
-    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] | Annotated[
+        list[ImageItem | Text], Field(min_length=1)] = Field(
         description="A text, a list of texts, a list of token ids, or a list of token-id lists (used as given; "
-        "each id below the model's vocabulary size, see GET /info).",
+        "each id below the model's vocabulary size, see GET /info). An image model (GET /info: `modality` image) "
+        "is sent images instead: data URIs (data:image/png;base64,...) as strings, or items {\"image\": data URI "
+        "or base64}; a request of images holds images only, and chunking, prompts, instructions and tasks do not "
+        "apply to them. URLs are refused.",
     )
     model: Text | None = Field(None, description="The served model to use (GET /v1/models lists them); default: "
                                "the first. With one model served, any name is accepted.")

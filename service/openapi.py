@@ -57,14 +57,15 @@ def bounds(models: ModelRegistry) -> Bounds:
     manifests = [m.bundle.manifest for m in listed]
     outputs = dict.fromkeys(name for m in listed for name in output_specs(m))
     common = [name for name in manifests[0].prompts if all(name in m.prompts for m in manifests)]
-    windows = [window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in listed]
-    pair_windows = [pair_window(m.bundle.tokenizer) for m in listed]
+    texts = [m for m in listed if m.bundle.text_tokenizer is not None]  # an image model has no text bounds
+    windows = [window_size(m.bundle.tokenizer) - longest_prompt(m.bundle.manifest, m.bundle.tokenizer) for m in texts]
+    pair_windows = [pair_window(m.bundle.tokenizer) for m in texts]
     return Bounds(
         min(m.embedding_size for m in manifests), min(m.num_layers for m in manifests),
-        min(m.num_heads for m in manifests), min(m.bundle.tokenizer.vocab_size for m in listed),
-        min(windows), min(pair_windows),
-        _agreed([rules.text_overlap(m.bundle.tokenizer, m.bundle.manifest, None) for m in listed]),
-        _agreed([rules.pair_overlap(m.bundle.tokenizer, None) for m in listed]),
+        min(m.num_heads for m in manifests), min((m.bundle.tokenizer.vocab_size for m in texts), default=0),
+        min(windows, default=0), min(pair_windows, default=0),
+        _agreed([rules.text_overlap(m.bundle.tokenizer, m.bundle.manifest, None) for m in texts]),
+        _agreed([rules.pair_overlap(m.bundle.tokenizer, None) for m in texts]),
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
         all(instruction_of(m.prompts) is not None for m in manifests),
         tuple(name for name in listed[0].adapters if all(name in m.adapters for m in listed)),
@@ -72,7 +73,7 @@ def bounds(models: ModelRegistry) -> Bounds:
 
 
 def _agreed(overlaps: list[int]) -> int | None:
-    """The default chunk_overlap every model takes (`inference.rules`), or None when they differ."""
+    """The default chunk_overlap every model takes (`inference.rules`), or None when they differ (or none does)."""
     return overlaps[0] if len(set(overlaps)) == 1 else None
 
 

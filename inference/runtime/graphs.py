@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from bundle.feeds import ADAPTER, pad, selected, selects
+from bundle.feeds import ADAPTER, PIXEL_VALUES, pad, selected, selects
 
 Outputs = dict[str, np.ndarray]
 
@@ -89,6 +89,20 @@ class TokenSequence:
         return cls(ids) if type_ids is None or not type_ids.any() else cls(ids, type_ids)
 
 
+@dataclass(frozen=True, eq=False)
+class ImageSequence:
+    """One image as the batcher queues it: its (C, H, W) float32 pixel values and the tokens it becomes."""
+
+    pixels: np.ndarray
+    tokens: int
+
+    def __len__(self) -> int:
+        return self.tokens
+
+
+Input = TokenSequence | ImageSequence  # what one queued input is
+
+
 def split(outputs: Outputs, lengths: Sequence[int]) -> list[Outputs]:
     """Per-input results over real tokens only (no padding)."""
     results = []
@@ -112,16 +126,26 @@ class Graph:
         self.session, self.outputs, self.pad_id = session, list(outputs), pad_id
         self._inputs = [i.name for i in session.get_inputs()]
         self._types = "token_type_ids" in self._inputs
+        self.images = PIXEL_VALUES in self._inputs  # an image model's graph
         self.adapted = ADAPTER in self._inputs  # takes each row's adapter index
         self.selects = selects(session)  # an attention graph that takes the layers and heads to compute
 
-    def run(self, sequences: Sequence[TokenSequence], adapters: Sequence[int] | None = None,
+    def run(self, sequences: Sequence[Input], adapters: Sequence[int] | None = None,
             chosen: dict[str, np.ndarray] | None = None) -> list[Outputs]:
         """Outputs per sequence, over its real tokens; `adapters`: each sequence's adapter index (None: the bare base
         for all), fed to a graph that takes them; `chosen`: the layers and heads whose maps an attention graph that
-        selects computes (`BatchKind.feeds`; None: all)."""
+        selects computes (`BatchKind.feeds`; None: all). An image graph takes images (ImageSequence) only."""
         if chosen and not self.selects:
             raise ValueError("layers and heads chosen for a graph that computes every map")
+        if self.images != all(isinstance(s, ImageSequence) for s in sequences):
+            raise ValueError("an image graph runs images only, a text graph token sequences only")
+        if self.images:
+            pixels = np.stack([s.pixels for s in sequences if isinstance(s, ImageSequence)])  # (B, C, H, W)
+            return self._run({PIXEL_VALUES: pixels}, sequences, chosen)
+        return self._run_tokens(sequences, adapters, chosen)  # type: ignore[arg-type]
+
+    def _run_tokens(self, sequences: Sequence[TokenSequence], adapters: Sequence[int] | None,
+                    chosen: dict[str, np.ndarray] | None) -> list[Outputs]:
         ids = [s.ids for s in sequences]
         types = [np.zeros_like(s.ids) if s.type_ids is None else s.type_ids for s in sequences] if self._types else None
         if not self.adapted and adapters is not None and any(adapters):
@@ -130,6 +154,10 @@ class Graph:
         for row, s in enumerate(sequences):
             if s.attended is not None:  # which of its tokens are attended (ColBERT's expansion: not all)
                 feeds["attention_mask"][row, :len(s)] = s.attended
+        return self._run(feeds, sequences, chosen)
+
+    def _run(self, feeds: dict[str, np.ndarray], sequences: Sequence[Input],
+             chosen: dict[str, np.ndarray] | None) -> list[Outputs]:
         values = self.session.run(self.outputs, feeds | (chosen or {}))
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [len(s) for s in sequences])

@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from bundle.manifest import GraphEntry, Manifest
+from bundle.preprocessing import ImageProcessing
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from bundle.weights import Weights
-from inference.errors import StartupError
+from inference.errors import StartupError, Unsupported
 from inference.options import LoadOptions
 from inference.runtime.graphs import (
     MULTI,
@@ -35,9 +36,12 @@ from inference.runtime.graphs import (
     VIEWS,
     BatchKind,
     Graph,
+    ImageSequence,
+    Input,
     Outputs,
     TokenSequence,
 )
+from inference.runtime.images import load_processing
 from inference.runtime.tokenize import TextTokenizer, load_tokenizer
 from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
 
@@ -53,14 +57,28 @@ Opened = dict[tuple[str, ...], Any]
 @dataclass
 class LoadedBundle:
     manifest: Manifest
-    tokenizer: TextTokenizer
+    text_tokenizer: TextTokenizer | None  # None: an image model (see `tokenizer`, `images`)
     graphs: dict[str, Graph]  # graph kind -> graph (the VIEWS kinds: the fast graph's session, one output each)
     provider: str  # where the sessions run: "cpu" or "cuda"
     variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
     variant_reason: str = ""  # why the fast graph's variant was chosen
+    images: ImageProcessing | None = None  # an image model's steps from bytes to pixel values (its bundle's file)
+
+    @property
+    def tokenizer(self) -> TextTokenizer:
+        """The text model's tokenizer; Unsupported (422) for an image model, which is sent images."""
+        if self.text_tokenizer is None:
+            raise Unsupported(f"{self.manifest.name} is an image model: it embeds images, not texts or token ids "
+                              "(send images: docs/vision.md)")
+        return self.text_tokenizer
+
+    def image_input(self, pixels: np.ndarray) -> ImageSequence:
+        """One prepared image as the batcher queues it, with the tokens it becomes."""
+        assert self.manifest.image is not None
+        return ImageSequence(pixels, self.manifest.image.tokens)
 
     def run_batch(
-        self, kind: BatchKind, sequences: list[TokenSequence], adapters: Sequence[int] | None = None,
+        self, kind: BatchKind, sequences: Sequence[Input], adapters: Sequence[int] | None = None,
     ) -> list[Outputs]:
         """Outputs per sequence of `kind`'s graph, fed its choice of maps; `adapters`: each row's adapter index
         (None: the base)."""
@@ -98,7 +116,7 @@ class LoadedBundle:
         and /v1/models list it, the corpus job writes it into its Parquet metadata."""
         graph = self.manifest.graph("fast", self.variants.get("fast", ""))
         facts = {"graph_sha256": graph.content_sha256 if graph else "",
-                 "tokenizer_sha256": self.manifest.tokenizer_sha256, "pooling": self.manifest.pooling}
+                 "tokenizer_sha256": self.manifest.input_file[1], "pooling": self.manifest.pooling}  # images: steps
         return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
@@ -120,9 +138,6 @@ def load_bundle(
 
     bundle_dir, opened = Path(bundle_dir), {} if opened is None else opened
     manifest = verify(bundle_dir)
-    if manifest.modality != "text":
-        raise StartupError(f"{bundle_dir} is an {manifest.modality} model's bundle: this attnserve exports it but "
-                           "does not serve images yet (docs/vision.md)")
     provider = choose_provider(options.provider, ort.get_available_providers())
     loaded = _open(bundle_dir, manifest, provider, options, kinds, opened)
     if provider == "cuda" and loaded.provider != "cuda":
@@ -145,10 +160,12 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
     attention = choose_attention_variant(choice.variant, provider, manifest) if "attention" in kinds else None
     if attention is not None:
         variants["attention"] = attention
+    text = manifest.modality == "text"
     tokenizer = _once(opened, ("tokenizer", *manifest.input_file, str(manifest.max_length)),
-                      lambda: load_tokenizer(bundle_dir, manifest))
+                      lambda: load_tokenizer(bundle_dir, manifest)) if text else None
+    images = None if text else load_processing(bundle_dir)
     graphs = {kind: _graph(bundle_dir, manifest, kind, v, provider, options, opened) for kind, v in variants.items()}
-    probe = tokenizer.encode(["warm up"], truncate=True)[0].ids
+    probe = _probe(manifest, tokenizer)
     for kind, graph in graphs.items():
         _smoke_run(graph, probe, manifest.graph(kind, variants[kind]))
     ran_on = "cuda" if all(ORT_PROVIDERS["cuda"] == g.providers[0] for g in graphs.values()) else "cpu"
@@ -159,13 +176,22 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
             graphs[view.graph] = graphs["fast"].with_outputs([output])
     if given & {"multi_vectors", "token_weights"}:  # a multi-vector model: every output it has, from one run
         graphs[MULTI.graph] = graphs["fast"].with_outputs([name for name in MULTI_OUTPUTS if name in given])
-    return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason)
+    return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason, images)
 
 
-def _smoke_run(graph: Graph, probe: np.ndarray, entry: GraphEntry | None) -> None:
+def _probe(manifest: Manifest, tokenizer: TextTokenizer | None) -> Input:
+    """The input of the first runs: a short text's ids, or a grey image of the bundle's size."""
+    if tokenizer is not None:
+        return TokenSequence(tokenizer.encode(["warm up"], truncate=True)[0].ids)
+    spec = manifest.image
+    assert spec is not None
+    return ImageSequence(np.zeros((spec.channels, spec.height, spec.width), dtype=np.float32), spec.tokens)
+
+
+def _smoke_run(graph: Graph, probe: Input, entry: GraphEntry | None) -> None:
     """One real run before serving: a graph that loads but cannot run stops the load, naming its file."""
     try:
-        graph.run([TokenSequence(probe)])
+        graph.run([probe])
     except Exception as error:  # onnxruntime raises its own types
         name = entry.file if entry is not None else "graph"
         raise StartupError(f"{name}: a first run failed ({type(error).__name__}: {str(error)[:200]})") from None

@@ -35,7 +35,7 @@ from concurrent.futures import Executor
 from typing import Any
 
 from inference.errors import NotReady, QueueTimeout
-from inference.runtime.graphs import BatchKind, TokenSequence
+from inference.runtime.graphs import BatchKind, Input
 from inference.scheduling.admission import Permits, Ticket
 from inference.scheduling.fairqueue import ANYONE, Caller, FairQueue, Priority
 from inference.scheduling.observer import BatchObserver
@@ -110,7 +110,7 @@ class Batcher:
         return Ticket(self._permits, n, caller)
 
     async def submit(
-        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[TokenSequence], urgent: bool = False,
+        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[Input], urgent: bool = False,
         adapter: int = 0,
     ) -> list[Any]:
         """Queue one item per sequence (the ticket's caller's, run with `adapter`), or on an idle batcher start

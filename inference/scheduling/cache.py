@@ -29,20 +29,22 @@ from dataclasses import fields
 
 import numpy as np
 
-from inference.runtime.graphs import FAST, TOKENS, BatchKind, Outputs, TokenSequence
+from inference.runtime.graphs import FAST, TOKENS, BatchKind, Input, Outputs
 
 CACHED_KINDS = frozenset({FAST, TOKENS})  # attention maps are large (L x H x n x n) and would flush the vectors
 IDS = "ids"  # a text entry's one array: its (T,) token ids, kept as int32 (every vocabulary served fits)
 ENTRY_BYTES = 256  # allowance for an entry's key, dict slots and array headers, on top of its arrays' bytes
 
 
-def key(model_fingerprint: str, kind: BatchKind, sequence: TokenSequence, adapter: int = 0) -> bytes:
-    """The digest of one input's entry: its arrays (ids, and type ids or attended flags when it has them) are named
-    in the header, so ids alone, ids and type ids, and ids and attended flags never share a key."""
+def key(model_fingerprint: str, kind: BatchKind, sequence: Input, adapter: int = 0) -> bytes:
+    """The digest of one input's entry: its arrays (ids, and type ids or attended flags when it has them; an image's
+    pixel values, which its decoded pixels and the bundle's steps decide) are named in the header, so ids alone, ids
+    and type ids, ids and attended flags, and images never share a key."""
     given = {f.name: value for f in fields(sequence) if (value := getattr(sequence, f.name)) is not None}
     digest = hashlib.sha256(f"{model_fingerprint}/{kind}/{adapter}/{len(sequence)}/{','.join(given)}/".encode())
-    for value in given.values():  # (T,) each
-        digest.update(np.ascontiguousarray(value, dtype=np.int64).tobytes())
+    for value in given.values():  # (T,) ids, or (C, H, W) float32 pixels
+        is_float = isinstance(value, np.ndarray) and value.dtype.kind == "f"
+        digest.update(np.ascontiguousarray(value, dtype=np.float32 if is_float else np.int64).tobytes())
     return digest.digest()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from inference.errors import InputTooLong, QueueTimeout
 from inference.limits import check_finite
-from inference.runtime.graphs import BatchKind, Outputs, TokenSequence
+from inference.runtime.graphs import BatchKind, Input, Outputs
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
 from inference.scheduling.batcher import Batcher, Ticket
@@ -31,7 +31,7 @@ HashKeys = Callable[..., Awaitable[list[bytes]]]  # (fn, *args): fn(*args), on t
 
 
 async def run_graph(
-    batcher: Batcher, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence], adapter: int = 0,
+    batcher: Batcher, ticket: Ticket, kind: BatchKind, sequences: Sequence[Input], adapter: int = 0,
     urgent: bool = False,
 ) -> list[Outputs]:
     """One graph run through the batcher, around the cache: its queue and inference seconds go to the request's
@@ -92,7 +92,7 @@ class SharedAnswers:
         return [text_key(self.fingerprint, max_length, t, cut, direction, prompt) for t in texts]
 
     async def submit(
-        self, ticket: Ticket, kind: BatchKind, sequences: list[TokenSequence], adapter: int = 0,
+        self, ticket: Ticket, kind: BatchKind, sequences: Sequence[Input], adapter: int = 0,
     ) -> list[Outputs]:
         """Every sequence's outputs, in order, run with `adapter` (its index; 0 the base). Of the cached kinds, with
         the cache on: hits from the cache (their permits returned at once, never queued), sequences another
@@ -115,7 +115,7 @@ class SharedAnswers:
         return [found[k] for k in keys]
 
     async def _run_and_keep(
-        self, ticket: Ticket, kind: BatchKind, own: dict[bytes, TokenSequence], adapter: int,
+        self, ticket: Ticket, kind: BatchKind, own: dict[bytes, Input], adapter: int,
     ) -> dict[bytes, Outputs]:
         """Run `own` (sequences by key) and keep the outputs in the cache, as read-only copies detached from
         their batch. While they run, other requests asking for the same keys wait for this run (`_running`)

@@ -13,13 +13,13 @@ from concurrent.futures import Executor
 from typing import Any
 
 from inference.errors import InferenceFailed
-from inference.runtime.graphs import BatchKind, TokenSequence
+from inference.runtime.graphs import BatchKind, Input
 from inference.scheduling.observer import BatchObserver
 from inference.scheduling.work import WorkItem
 
 log = logging.getLogger("inference.scheduling.batcher")
 
-RunFn = Callable[[BatchKind, list[TokenSequence], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
+RunFn = Callable[[BatchKind, list[Input], list[int]], Sequence[Any]]  # (kind, sequences, adapter per row)
 
 
 async def execute(live: list[WorkItem], executor: Executor | None, run_fn: RunFn,

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.options import BatchOptions
-from inference.runtime.graphs import BatchKind, TokenSequence
+from inference.runtime.graphs import BatchKind, Input
 from inference.scheduling.fairqueue import ANYONE, Caller
 
 
 @dataclass(eq=False)
 class WorkItem:
     kind: BatchKind
-    sequence: TokenSequence
+    sequence: Input
     future: asyncio.Future[Any]
     caller: Caller = ANYONE
     enqueued_at: float = field(default_factory=time.monotonic)

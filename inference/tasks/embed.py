@@ -41,6 +41,18 @@ async def embed(
     return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, spans)
 
 
+async def embed_images(
+    model: ServedModel, images: Sequence[bytes], *, normalize: bool = True, dimensions: int | None = None,
+) -> Embeddings:
+    """An image model's pooled vectors, one per image (its bytes: PNG, JPEG, WebP or GIF), prepared by the bundle's
+    steps; L2-normalised when asked, cut to `dimensions` (then renormalised). The tokens run are the images'."""
+    check_dimensions(dimensions, model.bundle.manifest.embedding_size)
+    outputs = (await model.run_images(images, [FAST]))[FAST]
+    values = np.stack([o["embeddings"] for o in outputs])  # (N, D)
+    tokens = len(images) * model.bundle.manifest.max_length  # an image model's max_length: its tokens per image
+    return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, None)
+
+
 async def classify(
     model: ServedModel, inputs: Inputs, *, truncate: bool | None = None, direction: Direction = "right",
     function: postprocess.ScoreFunction | None = None, chunked: Chunking | None = None,

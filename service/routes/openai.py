@@ -6,12 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
+from inference.errors import InvalidRequest
 from inference.prompts import instruction_info
 from inference.results import grouped
 from inference.served import ServedModel
 from inference.tasks import embed
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
 from service.hot import HotRoute
+from service.images import image_inputs
 from service.openai_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
 from service.wire import base64_floats, span
@@ -32,7 +34,9 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
 
 async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
-    data, tokens = await job(_data(served, body, inputs))
+    images = image_inputs(inputs, served.bundle.images is not None)
+    run = _data(served, body, inputs) if images is None else _image_data(served, body, images)
+    data, tokens = await job(run)
     return {
         "object": "list", "data": data, "model": body.model or served.name,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
@@ -79,6 +83,24 @@ async def _data(
         {"object": "embedding", "index": k, "input_index": i, **span(w), "embedding": encode(row)}
         for k, (i, w, row) in enumerate(flat)
     ], result.tokens
+
+
+# What a request of images cannot ask for: each is about texts
+TEXT_ONLY = ("chunking", "prompt_name", "input_type", "instruction", "task")
+
+
+async def _image_data(
+    served: ServedModel, body: OpenAIEmbeddingRequest, images: list[bytes],
+) -> tuple[list[dict[str, Any]], int]:
+    """One embedding per image, in order; `usage` counts each image's tokens (its patches, class token, registers)."""
+    if asked := [name for name in TEXT_ONLY if getattr(body, name) is not None]:
+        raise InvalidRequest(f"{', '.join(asked)} apply to texts, not to images; leave them out of a request of "
+                             "images", code="not_for_images")
+    encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
+    result = await embed.embed_images(served, images, normalize=served.bundle.manifest.normalize,
+                                      dimensions=body.dimensions)
+    return [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(result.vectors)], \
+        result.tokens
 
 
 def _is_id_list(value: object) -> bool:

@@ -20,7 +20,7 @@ LIMITS = (
     "max_inputs", "max_input_chars", "truncate", "max_batch_tokens", "max_batch_size", "max_queue",
     "queue_timeout_s", "attention_cap_bytes", "payload_limit_bytes",
     "max_chunked_input_chars", "max_windows_per_input", "embed_all_cap_bytes",
-    "bulk_share", "bulk_queue_share", "cache_bytes",
+    "bulk_share", "bulk_queue_share", "cache_bytes", "max_image_bytes", "max_image_pixels",
 )
 
 
@@ -66,6 +66,8 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "variant": {"served": bundle.variants.get("fast"), "reason": bundle.variant_reason},
         "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
         "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
+        "modalities": [m.modality],  # what its inputs are: text (token ids) or image (pixel values)
+        "image": m.image.model_dump() if m.image is not None else None,  # an image model's size and tokens
         "architecture": m.architecture, "task": m.task, "tasks": sorted(served.tasks), "hidden_size": m.hidden_size,
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
         "max_length": m.max_length, "attention_windows": m.attention_windows, "causal": m.causal,

@@ -24,10 +24,7 @@ from bundle.manifest import SCHEMA_VERSION, Manifest
 from bundle.preprocessing import FILE_NAME
 from export.bundle import ExportError, export_bundle
 from export.images import ImageExportError
-from inference.errors import StartupError
-from inference.options import LoadOptions
 from inference.runtime.images import load_processing, pixel_values
-from inference.runtime.loading import load_bundle
 from model.load import check_config
 from tests.helpers.vision import save_pair, save_vision
 
@@ -156,10 +153,3 @@ def test_manifest_says_each_modality_and_older_bundles_read_as_text(tiny_bundle:
         Manifest.model_validate({**data, "modality": "image"})
     with pytest.raises(ValueError, match="tokenizer"):
         Manifest.model_validate({**data, "tokenizer_sha256": None})
-
-
-def test_the_core_refuses_an_image_bundle_by_name_until_it_serves_images(tmp_path: Path) -> None:
-    save_model(tmp_path / "source", "vit-small")
-    export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
-    with pytest.raises(StartupError, match="image model's bundle"):
-        load_bundle(tmp_path / "bundle", LoadOptions())

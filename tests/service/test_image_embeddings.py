@@ -1,0 +1,157 @@
+"""Images on POST /v1/embeddings: an image bundle (a random-weight DINOv2 with registers served at a non-square
+24 x 40, and a ViT) served beside a text bundle, sent data URIs and {"image": base64} items of PNG, JPEG, WebP and GIF
+bytes; the vectors equal transformers' (its Pillow image processor and model on the same bytes) to 1e-5, each image's
+bit for bit alone and in a batch; /info says each model's modality; what is not an image, or not for this model, is
+refused by name (422, the one error shape) before any graph runs, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import pytest_asyncio
+import torch
+import transformers
+from PIL import Image
+from transformers.image_utils import load_image
+
+from export.bundle import export_bundle
+from tests.export.test_image_bundles import save_model
+from tests.helpers.serving import assert_error, post_ok, serving, worst
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+TOLERANCE = 1e-5
+CASES = ("dinov2-registers-small", "vit-small")
+
+
+def picture(index: int, fmt: str) -> bytes:
+    """Seeded noise of a size of its own, as `fmt` bytes."""
+    rng = np.random.default_rng(index)
+    pixels = rng.integers(0, 256, size=(30 + 7 * index, 44 + 5 * index, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+IMAGES = [picture(0, "PNG"), picture(1, "JPEG"), picture(2, "WEBP"), picture(3, "GIF")]
+
+
+def data_uri(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, torch.nn.Module]]:
+    """Each case's (source, bundle, reference model)."""
+    out = {}
+    for case in CASES:
+        root = tmp_path_factory.mktemp(case)
+        model = save_model(root / "source", case)
+        export_bundle(root / "source", root / "bundle", variants=["fp32"])
+        out[case] = (root / "source", root / "bundle", model)
+    return out
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def client(exported: dict[str, tuple[Path, Path, Any]], tiny_bundle: Path) -> AsyncIterator[httpx.AsyncClient]:
+    bundles = [f"{case}={bundle}" for case, (_, bundle, _) in exported.items()] + [f"text={tiny_bundle}"]
+    async with serving(bundles, intra_op_threads=1, cache_bytes=0) as (_, served):  # every image runs
+        yield served
+
+
+def reference(model: torch.nn.Module, source: Path, images: list[bytes]) -> np.ndarray:
+    """transformers' pooled vectors of the images' bytes as its pipelines read them (load_image, RGB), its Pillow
+    processor, then the model."""
+    processor = transformers.AutoImageProcessor.from_pretrained(source, use_fast=False)
+    opened = [load_image(Image.open(io.BytesIO(data))) for data in images]
+    pixels = processor(opened, return_tensors="pt")["pixel_values"]
+    extra = {"interpolate_pos_encoding": True} if type(model).__name__.startswith("ViT") else {}
+    with torch.no_grad():
+        return model(pixel_values=pixels, **extra).pooler_output.numpy()
+
+
+@pytest.mark.parametrize("case", CASES)
+async def test_image_vectors_equal_transformers_alone_and_batched(
+    client: httpx.AsyncClient, exported: dict[str, tuple[Path, Path, Any]], case: str,
+) -> None:
+    source, _, model = exported[case]
+    expected = reference(model, source, IMAGES)
+    items: list[Any] = [data_uri(IMAGES[0]), {"image": base64.b64encode(IMAGES[1]).decode()},
+                        data_uri(IMAGES[2], "image/webp"), {"image": data_uri(IMAGES[3], "image/gif")}]
+    answer = await post_ok(client, "/v1/embeddings", {"model": case, "input": items})
+    batched = np.asarray([row["embedding"] for row in answer["data"]], dtype=np.float32)
+    assert worst(batched, expected) <= TOLERANCE
+    tokens = (await client.get("/info")).json()["models"][CASES.index(case)]["image"]["tokens"]
+    assert answer["usage"]["prompt_tokens"] == len(IMAGES) * tokens
+    for index, item in enumerate(items):
+        alone = await post_ok(client, "/v1/embeddings", {"model": case, "input": [item]})
+        assert np.array_equal(np.asarray(alone["data"][0]["embedding"], dtype=np.float32), batched[index])
+    one = await post_ok(client, "/v1/embeddings", {"model": case, "input": data_uri(IMAGES[0]),
+                                                   "encoding_format": "base64", "dimensions": 8})
+    cut = np.frombuffer(base64.b64decode(one["data"][0]["embedding"]), dtype="<f4")
+    assert cut.shape == (8,) and abs(float(np.linalg.norm(cut)) - 1) < 1e-6  # cut, then renormalised
+
+
+async def test_info_says_each_model_s_modality(client: httpx.AsyncClient) -> None:
+    models = {m["name"]: m for m in (await client.get("/info")).json()["models"]}
+    assert models["vit-small"]["modalities"] == ["image"] and models["text"]["modalities"] == ["text"]
+    image = models["dinov2-registers-small"]["image"]
+    assert (image["height"], image["width"], image["tokens"]) == (24, 40, 1 + 4 + 3 * 5)  # class, registers, 3 x 5
+    assert models["text"]["image"] is None
+
+
+@pytest.mark.parametrize(("model", "item", "code", "named"), [
+    ("vit-small", "data:image/png;base64,not base64!", "invalid_image", "input 1 is not base64"),
+    ("vit-small", "https://example.com/cat.png", "invalid_image", "input 1 is not an image"),
+    ("vit-small", {"image": "https://example.com/cat.png"}, "image_url_refused", "input 1 is a URL"),
+    ("vit-small", {"image": base64.b64encode(b"plain text, not a picture").decode()}, "invalid_image", "input 1:"),
+    ("vit-small", {"image": base64.b64encode(IMAGES[0][:60]).decode()}, "invalid_image", "input 1:"),
+    ("vit-small", {"image": base64.b64encode(b"BM" + bytes(60)).decode()}, "invalid_image", "input 1:"),
+    ("vit-small", "a caption, not an image", "invalid_image", "input 1 is not an image"),
+    ("text", {"image": base64.b64encode(IMAGES[0]).decode()}, "unsupported", "reads texts, not images"),
+])
+async def test_what_is_not_an_image_for_this_model_is_refused_by_name(
+    client: httpx.AsyncClient, model: str, item: Any, code: str, named: str,
+) -> None:
+    response = await client.post("/v1/embeddings", json={"model": model, "input": [data_uri(IMAGES[0]), item]})
+    assert named in assert_error(response, 422, code)["message"]
+    await post_ok(client, "/v1/embeddings", {"model": "vit-small", "input": [data_uri(IMAGES[0])]})  # still serving
+
+
+async def test_texts_to_an_image_model_and_text_fields_with_images_are_refused(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/embeddings", json={"model": "vit-small", "input": ["a caption"]})
+    assert "input 0 is not an image" in assert_error(response, 422, "invalid_image")["message"]
+    response = await client.post("/v1/embeddings", json={"model": "vit-small", "input": [[101, 2023, 102]]})
+    assert "is an image model: it embeds images" in assert_error(response, 422, "unsupported")["message"]
+    for field, value in (("prompt_name", "query"), ("input_type", "query"), ("chunking", "mean")):
+        response = await client.post("/v1/embeddings", json={"model": "vit-small", "input": [data_uri(IMAGES[0])],
+                                                             field: value})
+        assert field in assert_error(response, 422, "not_for_images")["message"]
+
+
+async def test_image_caps_are_checked_before_decoding(exported: dict[str, tuple[Path, Path, Any]]) -> None:
+    """Bytes per image and pixels per image, each by its setting; images per request by max_inputs."""
+    bundle = exported["vit-small"][1]
+    async with serving(bundle, intra_op_threads=1, max_image_bytes=200, max_image_pixels=1000,
+                       max_inputs=2) as (_, client):
+        big = await client.post("/v1/embeddings", json={"input": [data_uri(IMAGES[0])]})
+        assert "ATTNSERVE_MAX_IMAGE_BYTES" in assert_error(big, 422, "image_too_large")["message"]
+        small_file = _flat_png(60, 60)  # 3,600 pixels in a few dozen bytes
+        assert len(small_file) <= 200
+        bomb = await client.post("/v1/embeddings", json={"input": [data_uri(small_file)]})
+        assert "pixels" in assert_error(bomb, 422, "image_too_large")["message"]
+        many = await client.post("/v1/embeddings", json={"input": [data_uri(small_file)] * 3})
+        assert_error(many, 422, "too_many_inputs")
+
+
+def _flat_png(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
