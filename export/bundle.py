@@ -10,7 +10,7 @@ Layout of a bundle directory (see docs/export.md):
 
 With LoRA adapters (`adapters`: name -> PEFT directory, read and stacked by model.load.load_model), the graphs hold
 the base once and every adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are
-gated on each adapter and on a batch mixing them (export.parity.adapter_sets), and the manifest lists them
+gated on each adapter and on a batch mixing them (export.references.adapter_sets), and the manifest lists them
 (`adapters`). The source is loaded once, through that door, whatever its layout (model/layouts.py).
 
 Everything is built in a temporary sibling directory, gated, verified with bundle.verify, and only
@@ -20,7 +20,6 @@ then renamed into place: a failed export leaves no bundle (and an existing bundl
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import shutil
 import time
@@ -31,22 +30,23 @@ from typing import Any
 
 from bundle.files import sha256_file, staged_directory
 from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
-from bundle.variants import DEFAULT_VARIANTS, chosen_variants
+from bundle.variants import DEFAULT_VARIANTS
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
 from export import onnxfiles, shared_weights
 from export import variants as variants_mod
 from export.adapters import manifest_entry
-from export.calibration import Int8Inputs, TextSets, int8_inputs, text_sets
+from export.calibration import Int8Inputs, TextSets, int8_inputs
 from export.graphs import KINDS, export_graph, fast_from_attention, input_shapes, output_shapes, task
 from export.images import ImageInputs, image_inputs, parity_images
 from export.measure import ImageFeeds, TextFeeds, measure_entries
-from export.parity import ParityError, References, adapter_sets, check_graph, check_sets
+from export.parity import ParityError, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
+from export.references import References, adapter_sets
+from export.refusals import check_adapters, check_image, check_target, int8_texts, normalise_variants
 from export.rounding import Rounding, float64_references
 from model.checkpoint import LoadedModel
 from model.config import EncoderConfig
-from model.families import family_of
 from model.load import load_model
 from model.tokenizer import token_ids
 
@@ -56,10 +56,6 @@ Gated = dict[str, tuple[References, Rounding]]
 # The variants whose graphs read the same weights (fp32-opt's fused ones aside: export.folding), written once
 # (export.shared_weights)
 SHARED_VARIANTS = ("fp32", "fp32-opt")
-
-
-class ExportError(RuntimeError):
-    """The export was asked for something it cannot do (unknown variant, unsafe output path)."""
 
 
 def export_bundle(
@@ -77,69 +73,18 @@ def export_bundle(
     """
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
-    _check_target(out_dir)
-    _check_adapters(list(adapters or {}), chosen, reranker)
-    _check_image(source, chosen)
-    texts = _int8_texts(source, chosen, calibration_data)
+    check_target(out_dir)
+    check_adapters(list(adapters or {}), chosen, reranker)
+    check_image(source, chosen)
+    texts = int8_texts(source, chosen, calibration_data)
     model = load_model(source, adapters=adapters, reranker=reranker)
-    _check_adapters(list(model.encoder.config.adapters), chosen, reranker)  # a checkpoint's own (jina-v3's tasks)
+    check_adapters(list(model.encoder.config.adapters), chosen, reranker)  # a checkpoint's own (jina-v3's tasks)
     with staged_directory(out_dir) as tmp:
         manifest = _build(model, tmp, chosen, name or source.resolve().name, version, texts)
         (tmp / MANIFEST_NAME).write_text(manifest.to_json())
         verify_bundle(tmp)
     log.info("bundle written to %s", out_dir)
     return manifest
-
-
-def normalise_variants(variants: Sequence[str]) -> list[str]:
-    """fp32 always, then the others asked for, in canonical order (bundle.variants); unknown names are an error."""
-    try:
-        return chosen_variants(variants)
-    except ValueError as err:
-        raise ExportError(str(err)) from None
-
-
-def _int8_texts(source: Path, chosen: list[str], calibration_data: Path | None) -> TextSets | None:
-    """The int8 variants' calibration and gate texts, read before any work; calibration data without int8
-    is an error, not ignored."""
-    if not any(v.startswith("int8") for v in chosen):
-        if calibration_data is not None:
-            raise ExportError("--calibration-data is read only by the int8 variants; add int8 (or int8-dynamic) "
-                              "to --variants, or leave it out")
-        return None
-    texts = text_sets(source, calibration_data)
-    log.info("int8: %d calibration texts, %d held-out and %d short gate texts, from %s",
-             len(texts.calibration), len(texts.held_out), len(texts.short), texts.source)
-    return texts
-
-
-def _check_adapters(adapters: list[str], chosen: list[str], reranker: str | None) -> None:
-    """What the export does not build with adapters (by name), refused before any graph is built: a reranker, and
-    the variants whose gates could not cover them (model.load.load_model reads the adapters themselves)."""
-    if not adapters:
-        return
-    if reranker is not None:
-        raise ExportError("--adapter and --reranker do not go together (a reranker's scoring is not adapted)")
-    if quantised := [v for v in chosen if v.startswith("int8")]:
-        raise ExportError(f"variant(s) {', '.join(quantised)} are not built with adapters: their calibration and "
-                          "gates cover the base only; export fp32, fp32-opt or fp16")
-
-
-def _check_image(source: Path, chosen: list[str]) -> None:
-    """What an image model's export does not build yet, refused by name before any work: the int8 variants (their
-    calibration and gates are texts). An image model is one whose config.json names a vision family."""
-    try:
-        family, _ = family_of(json.loads((source / "config.json").read_text()))
-    except (OSError, ValueError):  # no config.json, or no family: not an image model (load_model says what it is)
-        return
-    if family.modality != "text" and (quantised := [v for v in chosen if v.startswith("int8")]):
-        raise ExportError(f"variant(s) {', '.join(quantised)} are not built for an image model (their calibration is "
-                          "texts); export fp32, fp32-opt or fp16")
-
-
-def _check_target(out_dir: Path) -> None:
-    if out_dir.exists() and not (out_dir / MANIFEST_NAME).is_file() and any(out_dir.iterdir()):
-        raise ExportError(f"{out_dir} exists and is not a bundle; refusing to replace it")
 
 
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from export.graphs import takes_token_types
-from export.parity import Batch, reference
 from export.parity_texts import parity_batches
+from export.references import Batch, reference
 from model.checkpoint import LoadedModel
 from model.tokenizer import encode
 

@@ -12,9 +12,9 @@ def export_errors() -> tuple[type[BaseException], ...]:
     from model.training.assets import AssetMissing
 
     errors: list[type[BaseException]] = [BundleError, AssetMissing, FileNotFoundError, ValueError, OSError]
-    if "export.bundle" in sys.modules:  # imported by the export: torch is loaded anyway then
-        from export.bundle import ExportError
+    if "export.refusals" in sys.modules:  # imported by the export: torch is loaded anyway then
         from export.parity import ParityError
+        from export.refusals import ExportError
         from export.variants import VariantError
 
         errors += [ExportError, ParityError, VariantError]

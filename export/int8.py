@@ -31,7 +31,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 
 from bundle.session import open_session
 from export import onnxfiles
-from export.parity import Batch, ParityError
+from export.parity import ParityError
+from export.references import Batch
 from export.smoothing import smooth
 from export.variants import optimize
 from model.config import EncoderConfig

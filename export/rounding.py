@@ -27,7 +27,8 @@ import torch
 
 from export.gates import EAGER, ERROR, LIMIT, SCALE, exact_limit, merge_worst
 from export.graphs import GraphModule
-from export.parity import Batch, References, tally
+from export.parity import tally
+from export.references import Batch, References
 from model.encoder import Encoder
 
 # The float64 outputs held for one set of texts (one graph kind, one adapter set), at most; the first batch is kept

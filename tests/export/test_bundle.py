@@ -15,9 +15,10 @@ from bundle.files import sha256_file
 from bundle.manifest import Manifest
 from bundle.verify import BundleError, verify_bundle
 from export import bundle as bundle_mod
-from export.bundle import ExportError, export_bundle
+from export.bundle import export_bundle
 from export.cli import main
 from export.parity import ParityError
+from export.refusals import ExportError
 
 
 def test_manifest_round_trip(tiny_bundle: Path) -> None:

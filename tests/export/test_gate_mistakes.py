@@ -39,8 +39,9 @@ from onnx import numpy_helper
 from torch import Tensor
 
 from export.graphs import export_graph
-from export.parity import ParityError, References, check_graph
+from export.parity import ParityError, check_graph
 from export.parity_texts import parity_batches
+from export.references import References
 from export.rounding import Rounding, float64_references
 from model.encoder import Encoder
 from model.load import load_model

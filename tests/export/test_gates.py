@@ -40,8 +40,9 @@ from torch import Tensor
 import model.encoder
 from export.gates import gate_failures
 from export.graphs import export_graph
-from export.parity import Batch, ParityError, References, check_graph, reference
+from export.parity import ParityError, check_graph
 from export.parity_texts import parity_batches
+from export.references import Batch, References, reference
 from export.rounding import Rounding, float64_references
 from model.attention import build_mask
 from model.load import load_model

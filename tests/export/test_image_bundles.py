@@ -22,8 +22,9 @@ from PIL import Image
 
 from bundle.manifest import SCHEMA_VERSION, Manifest
 from bundle.preprocessing import FILE_NAME
-from export.bundle import ExportError, export_bundle
+from export.bundle import export_bundle
 from export.images import ImageExportError
+from export.refusals import ExportError
 from inference.runtime.images import load_processing, pixel_values
 from model.load import check_config
 from tests.helpers.vision import save_pair, save_vision

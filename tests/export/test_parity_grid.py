@@ -16,7 +16,8 @@ from bundle.manifest import Manifest
 from bundle.session import open_session
 from export.gates import gate_failures
 from export.graphs import GraphModule
-from export.parity import Batch, figures
+from export.parity import figures
+from export.references import Batch
 from export.rounding import Rounding, eager_figures, float64_copy
 from export.variants import optimize
 from model.load import load_model
@@ -129,19 +130,20 @@ def test_attention_references_are_split_to_the_map_budget_and_compare_the_same(
     """References runs an attention batch whose maps pass MAP_BATCH_BYTES as halves, down to single texts, in
     order (the fast graph's batches stay whole), and the attention graph's figures over them are those of the whole
     batches: the same texts, the same maps, less memory at once."""
-    from export import parity, parity_texts
+    from export import parity, parity_texts, references
     from export.rounding import float64_references
 
     model = load_model(tiny_checkpoint)
     texts = parity_texts.parity_batches()
-    whole = list(parity.References(model, texts, 64, "attention"))
-    rounding = float64_references({"": parity.References(model, texts, 64, "attention")})[""]
+    whole = list(references.References(model, texts, 64, "attention"))
+    rounding = float64_references({"": references.References(model, texts, 64, "attention")})[""]
     path = tiny_bundle / "attention-fp32.onnx"
     expected = parity.check_graph(path, "fp32", ["CPUExecutionProvider"], whole, rounding)
-    monkeypatch.setattr(parity, "MAP_BATCH_BYTES", 1)
-    split = list(parity.References(model, texts, 64, "attention"))
+    monkeypatch.setattr(references, "MAP_BATCH_BYTES", 1)
+    split = list(references.References(model, texts, 64, "attention"))
     assert [len(b.inputs["input_ids"]) for b in split] == [1] * sum(len(t) for t in texts)
-    assert [len(b.inputs["input_ids"]) for b in parity.References(model, texts, 64, "fast")] == [len(t) for t in texts]
+    fast = references.References(model, texts, 64, "fast")
+    assert [len(b.inputs["input_ids"]) for b in fast] == [len(t) for t in texts]
     rows = [row[row > 0].tolist() for b in whole for row in b.inputs["input_ids"] * b.inputs["attention_mask"]]
     assert [b.inputs["input_ids"][0].tolist() for b in split] == rows  # the same texts, in order, each unpadded
     assert parity.check_graph(path, "fp32", ["CPUExecutionProvider"], split, rounding) == pytest.approx(expected,

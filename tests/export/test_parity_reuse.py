@@ -14,8 +14,9 @@ import pytest
 from bundle.session import open_session
 from export.gates import EXACT_VARIANTS
 from export.graphs import export_graph
-from export.parity import References, check_graph, run, tally
+from export.parity import check_graph, run, tally
 from export.parity_texts import parity_batches
+from export.references import References
 from export.rounding import float64_references
 from model.load import load_model
 from tests.helpers.families import RELEVANCE, save_hf

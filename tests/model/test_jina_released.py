@@ -156,7 +156,8 @@ def test_peft_adapters_over_the_released_layout_are_refused(tmp_path: Path) -> N
 def test_int8_is_refused_for_the_tasks_the_checkpoint_carries(tmp_path: Path) -> None:
     """As with --adapter directories, the int8 variants (calibrated and gated on the base) are not built over the
     checkpoint's own tasks: refused once they are read, before any graph."""
-    from export.bundle import ExportError, export_bundle
+    from export.bundle import export_bundle
+    from export.refusals import ExportError
 
     released = save_released(tmp_path / "jina", sentence=False)
     texts = tmp_path / "texts.txt"
