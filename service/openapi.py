@@ -15,6 +15,7 @@ instruction beside a prompt_name or chunking, and on /v2 a tensor whose data doe
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ class Bounds:
     prompts: tuple[str, ...]  # the prompt names every model has
     instructed: bool = False  # every model takes an `instruction`
     adapters: tuple[str, ...] = ()  # the adapter names (tasks) every model has
+    modalities: frozenset[str] = frozenset({"text"})  # what the served models read: text, image
 
 
 def bounds(models: ModelRegistry) -> Bounds:
@@ -69,6 +71,7 @@ def bounds(models: ModelRegistry) -> Bounds:
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
         all(instruction_of(m.prompts) is not None for m in manifests),
         tuple(name for name in listed[0].adapters if all(name in m.adapters for m in listed)),
+        frozenset(m.modality for m in manifests),
     )
 
 
@@ -110,6 +113,9 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
         if name in schemas:
             _overlap(schemas[name]["properties"]["chunk_overlap"], served.pair_window, served.pair_overlap)
+    _modalities(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.modalities)
+    if "image" not in served.modalities:
+        schemas.pop("ImageItem", None)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -128,6 +134,16 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
         if path in doc["paths"]:
             _infer_body(doc["paths"][path]["post"]["requestBody"], served)
     return doc
+
+
+def _modalities(node: dict[str, Any], modalities: frozenset[str]) -> None:
+    """The inputs of the modalities served: the list that holds images (ImageItem) only where an image model is
+    served; texts as lists and token ids only where a text model is (an image model also takes one data URI)."""
+    def holds_images(branch: Any) -> bool:
+        return "ImageItem" in json.dumps(branch)
+
+    node["anyOf"] = [b for b in node["anyOf"] if ("image" in modalities if holds_images(b) else
+                                                 "text" in modalities or b.get("type") == "string")]
 
 
 def _cap(node: Any, most: int) -> None:

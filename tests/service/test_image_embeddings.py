@@ -155,3 +155,20 @@ def _flat_png(width: int, height: int) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", (width, height), (200, 30, 30)).save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
+
+
+async def test_the_document_offers_images_only_where_an_image_model_is_served(
+    client: httpx.AsyncClient, exported: dict[str, tuple[Path, Path, Any]], tiny_bundle: Path,
+) -> None:
+    """Schema fuzzing sends what the document allows: a text-only server's does not offer image items, an
+    image-only server's offers images and one string (a data URI), both servers' both."""
+    def branches(document: dict[str, Any]) -> list[str]:
+        schema = document["components"]["schemas"]["OpenAIEmbeddingRequest"]["properties"]["input"]
+        return ["images" if "ImageItem" in str(b) else b.get("type", "?") for b in schema["anyOf"]]
+
+    assert "images" in branches((await client.get("/openapi.json")).json())
+    async with serving(tiny_bundle, intra_op_threads=1) as (_, texts):
+        document = (await texts.get("/openapi.json")).json()
+        assert "images" not in branches(document) and "ImageItem" not in document["components"]["schemas"]
+    async with serving(exported["vit-small"][1], intra_op_threads=1) as (_, images):
+        assert branches((await images.get("/openapi.json")).json()) == ["string", "images"]
