@@ -45,7 +45,7 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-minilm bundle-rerank reliability bench bench-minilm bench-lengths image image-check clean
+.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-minilm bundle-rerank reliability bench bench-minilm bench-lengths bench-images image image-check clean
 
 install: $(STAMP)
 
@@ -166,6 +166,13 @@ bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	$(BIN)/python -m bench.fusion $(BUNDLE)
 	$(if $(BENCH_EXPORT),$(BIN)/python -m bench.large_export --preset $(BENCH_EXPORT) --variants $(VARIANTS),@echo "BENCH_EXPORT is empty: the export phase skipped")
 	$(if $(strip $(HEAD_BUNDLES)),$(BIN)/python -m bench.heads $(HEAD_BUNDLES),@echo "no $(RERANK_BUNDLE) or $(SPARSE_BUNDLE): rerank and sparse scenarios skipped")
+	$(MAKE) bench-images
+
+# The image scenario (docs/vision.md): a random-weight DINOv2-S/14 shaped bundle, built on the first run (torch),
+# served images per second at 1 and 32 images a request against the bare graph.
+IMAGE_BUNDLE ?= bundles/dinov2-small-shape
+bench-images: $(TEST_STAMP)
+	$(BIN)/python -m bench.images --bundle $(IMAGE_BUNDLE) --build
 
 $(RERANK_BUNDLE)/manifest.json: | $(STAMP)
 	test -f checkpoints/rerank/config.json || $(BIN)/attnserve train --task rerank --out checkpoints/rerank
