@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inference.errors import InvalidImage
+from inference.errors import InvalidImage, InvalidRequest
 
 DATA_URI = re.compile(r"data:image/[a-zA-Z0-9.+-]+;base64,", re.ASCII)
 URL = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://", re.ASCII)
@@ -31,6 +31,17 @@ class ImageItem(BaseModel):
 
     image: str = Field(description="The image: a data URI (data:image/png;base64,...) or its bare base64. PNG, JPEG, "
                        "WebP or GIF (its first frame). URLs are refused, never fetched.")
+
+
+# What a request of images cannot ask for, where a route has them: each is about texts
+TEXT_ONLY = ("chunking", "prompt_name", "input_type", "instruction", "task", "truncate")
+
+
+def refuse_text_fields(body: BaseModel) -> None:
+    """InvalidRequest (not_for_images) naming each field of TEXT_ONLY a request of images sent with a value."""
+    if asked := [name for name in TEXT_ONLY if name in body.model_fields_set and getattr(body, name) is not None]:
+        raise InvalidRequest(f"{', '.join(asked)} apply to texts, not to images; leave them out of a request of "
+                             "images", code="not_for_images")
 
 
 def is_data_uri(value: str) -> bool:

@@ -85,6 +85,7 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
     return NEEDS.get(path, "embed") in set(tasks)
 
 
+IMAGE_INPUTS = {"OpenAIEmbeddingRequest": "input", "EmbedRequest": "inputs"}  # the inputs that may be images
 PROMPTED = {"EmbedRequest": "prompt_name", "OpenAIEmbeddingRequest": "prompt_name", "EmbedAllRequest": "prompt_name",
             "SimilarityParameters": "prompt_name"}
 INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's
@@ -113,7 +114,9 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name in ("RerankRequest", "CohereRerankRequest"):  # the query shares a pair's window
         if name in schemas:
             _overlap(schemas[name]["properties"]["chunk_overlap"], served.pair_window, served.pair_overlap)
-    _modalities(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.modalities)
+    for name, field in IMAGE_INPUTS.items():
+        if name in schemas:
+            _modalities(schemas[name]["properties"][field], served.modalities)
     if "image" not in served.modalities:
         schemas.pop("ImageItem", None)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)

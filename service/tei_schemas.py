@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictBool
 
+from service.images import ImageItem
 from service.schemas import (
     DIMENSIONS,
     INSTRUCTION,
@@ -42,7 +43,11 @@ class Prompted(_Strict):
 
 
 class EmbedRequest(Truncation, Chunked, Prompted):
-    inputs: TextInputs
+    inputs: TextInputs | ImageItem | Annotated[list[ImageItem | Text], Field(min_length=1)] = Field(
+        description="A text or a list of texts; an image model's (GET /info: `modalities`) images instead: "
+        "{\"image\": data URI or base64}, or a list of such items or of data URIs (data:image/png;base64,...). A "
+        "request of images holds images only; chunking, prompts, instructions, tasks and truncation do not apply "
+        "to them. URLs are refused.")
     normalize: StrictBool = Field(True, description="L2-normalise the pooled vectors.")
     dimensions: Positive | None = Field(None, description=DIMENSIONS)
 

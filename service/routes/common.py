@@ -64,8 +64,9 @@ def json_response(content: Any, status_code: int = 200) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
 
 
-def as_list(inputs: str | list[Any]) -> list[Any]:
-    return [inputs] if isinstance(inputs, str) else inputs
+def as_list(inputs: object) -> list[Any]:
+    """One input (a text, an image item) as a list of one; a list as it is."""
+    return inputs if isinstance(inputs, list) else [inputs]
 
 
 def direction(body: Any) -> Direction:

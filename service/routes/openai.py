@@ -6,14 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
-from inference.errors import InvalidRequest
 from inference.prompts import instruction_info
 from inference.results import grouped
 from inference.served import ServedModel
 from inference.tasks import embed
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
 from service.hot import HotRoute
-from service.images import image_inputs
+from service.images import image_inputs, refuse_text_fields
 from service.openai_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
 from service.wire import base64_floats, span
@@ -85,17 +84,11 @@ async def _data(
     ], result.tokens
 
 
-# What a request of images cannot ask for: each is about texts
-TEXT_ONLY = ("chunking", "prompt_name", "input_type", "instruction", "task")
-
-
 async def _image_data(
     served: ServedModel, body: OpenAIEmbeddingRequest, images: list[bytes],
 ) -> tuple[list[dict[str, Any]], int]:
     """One embedding per image, in order; `usage` counts each image's tokens (its patches, class token, registers)."""
-    if asked := [name for name in TEXT_ONLY if getattr(body, name) is not None]:
-        raise InvalidRequest(f"{', '.join(asked)} apply to texts, not to images; leave them out of a request of "
-                             "images", code="not_for_images")
+    refuse_text_fields(body)
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await embed.embed_images(served, images, normalize=served.bundle.manifest.normalize,
                                       dimensions=body.dimensions)

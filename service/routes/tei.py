@@ -15,6 +15,7 @@ from inference.tasks import rerank as pairs
 from service import wire
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.hot import HotRoute
+from service.images import image_inputs, refuse_text_fields
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
@@ -166,6 +167,10 @@ def _sequence(one: list[str]) -> str | tuple[str, str]:
 
 
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
+    images = image_inputs(as_list(body.inputs), served.bundle.images is not None)
+    if images is not None:
+        refuse_text_fields(body)
+        return (await core.embed_images(served, images, normalize=body.normalize, dimensions=body.dimensions)).vectors
     result = await core.embed(
         served, as_list(body.inputs), truncate=body.truncate, direction=direction(body), normalize=body.normalize,
         dimensions=body.dimensions, chunked=chunking(body, served), prompt_name=body.prompt_name,

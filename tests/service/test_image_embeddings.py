@@ -1,8 +1,8 @@
-"""Images on POST /v1/embeddings: an image bundle (a random-weight DINOv2 with registers served at a non-square
-24 x 40, and a ViT) served beside a text bundle, sent data URIs and {"image": base64} items of PNG, JPEG, WebP and GIF
-bytes; the vectors equal transformers' (its Pillow image processor and model on the same bytes) to 1e-5, each image's
-bit for bit alone and in a batch; /info says each model's modality; what is not an image, or not for this model, is
-refused by name (422, the one error shape) before any graph runs, and the server keeps serving.
+"""Images on POST /v1/embeddings and TEI's /embed: an image bundle (a random-weight DINOv2 with registers served at a
+non-square 24 x 40, and a ViT) served beside a text bundle, sent data URIs and {"image": base64} items of PNG, JPEG,
+WebP and GIF bytes; the vectors equal transformers' (its Pillow image processor and model on the same bytes) to 1e-5,
+each image's bit for bit alone and in a batch; /info says each model's modality; what is not an image, or not for
+this model, is refused by name (422, the one error shape) before any graph runs, and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -99,6 +99,21 @@ async def test_image_vectors_equal_transformers_alone_and_batched(
     assert cut.shape == (8,) and abs(float(np.linalg.norm(cut)) - 1) < 1e-6  # cut, then renormalised
 
 
+async def test_tei_embed_takes_image_items_as_the_openai_route_does(client: httpx.AsyncClient) -> None:
+    """/embed: one {"image": ...} item, or a list of items and data URIs; normalised unless normalize=false, as for
+    texts; the same vectors as /v1/embeddings (whose normalisation is the model's)."""
+    items: list[Any] = [{"image": base64.b64encode(IMAGES[0]).decode()}, data_uri(IMAGES[1], "image/jpeg")]
+    raw = await post_ok(client, "/embed?model=vit-small", {"inputs": items, "normalize": False})
+    openai = await post_ok(client, "/v1/embeddings", {"model": "vit-small", "input": items})
+    assert np.array_equal(np.asarray(raw, dtype=np.float32),
+                          np.asarray([row["embedding"] for row in openai["data"]], dtype=np.float32))
+    one = await post_ok(client, "/embed?model=vit-small", {"inputs": items[0]})
+    unit = np.asarray(raw[0], dtype=np.float32) / np.linalg.norm(raw[0])
+    assert len(one) == 1 and worst(one[0], unit) <= 1e-6
+    refused = await client.post("/embed?model=vit-small", json={"inputs": items, "truncate": True})
+    assert "truncate" in assert_error(refused, 422, "not_for_images")["message"]
+
+
 async def test_info_says_each_model_s_modality(client: httpx.AsyncClient) -> None:
     models = {m["name"]: m for m in (await client.get("/info")).json()["models"]}
     assert models["vit-small"]["modalities"] == ["image"] and models["text"]["modalities"] == ["text"]
@@ -162,13 +177,17 @@ async def test_the_document_offers_images_only_where_an_image_model_is_served(
 ) -> None:
     """Schema fuzzing sends what the document allows: a text-only server's does not offer image items, an
     image-only server's offers images and one string (a data URI), both servers' both."""
-    def branches(document: dict[str, Any]) -> list[str]:
-        schema = document["components"]["schemas"]["OpenAIEmbeddingRequest"]["properties"]["input"]
+    def branches(document: dict[str, Any], name: str = "OpenAIEmbeddingRequest", field: str = "input") -> list[str]:
+        schema = document["components"]["schemas"][name]["properties"][field]
         return ["images" if "ImageItem" in str(b) else b.get("type", "?") for b in schema["anyOf"]]
 
-    assert "images" in branches((await client.get("/openapi.json")).json())
+    both = (await client.get("/openapi.json")).json()
+    assert "images" in branches(both) and branches(both, "EmbedRequest", "inputs").count("images") == 2
     async with serving(tiny_bundle, intra_op_threads=1) as (_, texts):
         document = (await texts.get("/openapi.json")).json()
-        assert "images" not in branches(document) and "ImageItem" not in document["components"]["schemas"]
+        assert "images" not in branches(document) + branches(document, "EmbedRequest", "inputs")
+        assert "ImageItem" not in document["components"]["schemas"]
     async with serving(exported["vit-small"][1], intra_op_threads=1) as (_, images):
-        assert branches((await images.get("/openapi.json")).json()) == ["string", "images"]
+        document = (await images.get("/openapi.json")).json()
+        assert branches(document) == ["string", "images"]
+        assert branches(document, "EmbedRequest", "inputs") == ["string", "images", "images"]
