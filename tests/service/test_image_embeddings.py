@@ -191,3 +191,17 @@ async def test_the_document_offers_images_only_where_an_image_model_is_served(
         document = (await images.get("/openapi.json")).json()
         assert branches(document) == ["string", "images"]
         assert branches(document, "EmbedRequest", "inputs") == ["string", "images", "images"]
+
+
+async def test_the_answer_cache_keys_an_image_by_its_pixels(exported: dict[str, tuple[Path, Path, Any]]) -> None:
+    """With the cache on, the same image again is a hit (the same vector, bit for bit), and so are other bytes that
+    decode to the same pixels (a PNG and its data URI with another MIME type); another image is not."""
+    async with serving(exported["vit-small"][1], intra_op_threads=1) as (_, client):
+        first = await post_ok(client, "/v1/embeddings", {"input": [data_uri(IMAGES[0])]})
+        again = await post_ok(client, "/v1/embeddings", {"input": [{"image": data_uri(IMAGES[0], "image/x-png")}]})
+        other = await post_ok(client, "/v1/embeddings", {"input": [data_uri(IMAGES[1], "image/jpeg")]})
+        metrics = (await client.get("/metrics")).text
+    assert first["data"][0]["embedding"] == again["data"][0]["embedding"] != other["data"][0]["embedding"]
+    counts = {name: sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name + "{"))
+              for name in ("attnserve_cache_hits_total", "attnserve_cache_misses_total")}
+    assert counts == {"attnserve_cache_hits_total": 1.0, "attnserve_cache_misses_total": 2.0}, counts
