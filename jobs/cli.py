@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from attnserve.flags import add_flags, given, report
 from inference.chunking import DEFAULT_OVERLAP
+from inference.errors import InferenceError
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
 from jobs.batched import Batching
 from jobs.inputs import FORMATS, Columns, InputError
@@ -132,8 +133,8 @@ def main(argv: list[str], prog: str = "attnserve embed") -> int:
     try:
         with _sigterm_stops():
             print((_run_ray if args.ray else _run_local)(args, model, max_windows).line())
-    except (JobError, InputError) as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+    except (JobError, InputError, InferenceError) as error:  # InferenceError: what the model cannot do (an image
+        print(f"{prog}: {error}", file=sys.stderr)  # model sent texts)
         return 2
     except (KeyboardInterrupt, Stopped) as stop:
         signum = signal.SIGTERM if isinstance(stop, Stopped) else signal.SIGINT

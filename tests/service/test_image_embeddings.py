@@ -205,3 +205,4 @@ async def test_the_answer_cache_keys_an_image_by_its_pixels(exported: dict[str, 
     counts = {name: sum(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name + "{"))
               for name in ("attnserve_cache_hits_total", "attnserve_cache_misses_total")}
     assert counts == {"attnserve_cache_hits_total": 1.0, "attnserve_cache_misses_total": 2.0}, counts
+

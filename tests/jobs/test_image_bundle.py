@@ -1,0 +1,22 @@
+"""A corpus job of texts on an image bundle: `attnserve embed` reads texts (a folder or a Parquet column of images
+is still to come, docs/vision.md), so an image model says so in one line, exit status 2, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from export.bundle import export_bundle
+from jobs.cli import main
+from tests.export.test_image_bundles import save_model
+
+
+def test_texts_on_an_image_model_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save_model(tmp_path / "source", "vit-small")
+    export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
+    (tmp_path / "texts.txt").write_text("a caption\n")
+    status = main(["--bundle", str(tmp_path / "bundle"), "--out", str(tmp_path / "out"), "--intra-op-threads", "1",
+                   str(tmp_path / "texts.txt")])
+    error = capsys.readouterr().err
+    assert status == 2 and "is an image model" in error and "Traceback" not in error
