@@ -1,16 +1,16 @@
 """Cohere's embed API (POST /v2/embed, what the Cohere SDK's ClientV2.embed and the integrations built on it send):
-its request and its `embeddings_by_type` answer. Texts only: `images`, `inputs` (image parts), `max_tokens`,
-`priority` and input_type image are refused by name (422); the schema says they take null only."""
+its request and its `embeddings_by_type` answer. `texts`, or an image model's `images` (data URIs, input_type image);
+`inputs` (mixed parts), `max_tokens` and `priority` are refused by name (422); the schema says they take null only."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from service.schemas import DIMENSIONS, Positive, Text, Texts
 
-CohereInputType = Literal["search_document", "search_query", "classification", "clustering"]
+CohereInputType = Literal["search_document", "search_query", "classification", "clustering", "image"]
 EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]
 QUANTISED = (
     "int8 and uint8: each dimension's range, the model's own over a fixed set of calibration texts (computed on "
@@ -29,30 +29,27 @@ def _refused(what: str) -> BeforeValidator:
     return BeforeValidator(refuse)
 
 
-NoImages = Annotated[None, _refused("images")]
+DataUri = Annotated[str, Field(pattern=r"^data:image/[a-zA-Z0-9.+-]+;base64,")]
 NoInputs = Annotated[None, _refused("inputs (image parts)")]
 NoMaxTokens = Annotated[None, _refused("max_tokens")]
 NoPriority = Annotated[None, _refused("priority (send the X-Priority header)")]
-
-
-def _no_images(value: object) -> object:
-    if value == "image":
-        raise ValueError("input_type image is not supported by this server (it embeds texts only)")
-    return value
 
 
 class CohereEmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a Cohere field not listed here is refused by name, not dropped
 
     model: Text | None = Field(None, description="The served model to use (GET /v1/models); default: the first.")
-    texts: Texts = Field(description="The texts to embed, each cut or refused by `truncate`.")
-    images: NoImages = Field(None, description="Not served: images are refused (422).")
+    texts: Texts | None = Field(None, description="The texts to embed, each cut or refused by `truncate`; or `images`.")
+    images: Annotated[list[DataUri], Field(min_length=1)] | None = Field(None, description=(
+        "An image model's images (GET /info: `modalities`), each a data URI (data:image/png;base64,...), instead of "
+        "`texts`; embedding_types int8 and uint8 are refused for them (their ranges are calibrated on texts)."))
     inputs: NoInputs = Field(None, description="Not served: mixed text and image inputs "
                                                           "are refused (422); send `texts`.")
-    input_type: Annotated[CohereInputType | None, BeforeValidator(_no_images)] = Field(None, description=(
+    input_type: CohereInputType | None = Field(None, description=(
         "search_query: the model's prompt named query; search_document: its prompt named document (else passage); "
         "classification, clustering: its prompt of that name (EmbeddingGemma's have one); a model without such a "
-        "prompt embeds the text as given. Default: the model's default prompt. image: refused (texts only)."))
+        "prompt embeds the text as given. Default: the model's default prompt. image: with `images` (the only "
+        "input_type they take)."))
     embedding_types: list[EmbeddingType] = Field(["float"], min_length=1, description=(
         "Which encodings of each embedding to answer, each under its own key of `embeddings`. " + QUANTISED))
     output_dimension: Positive | None = Field(None, description=DIMENSIONS)
@@ -62,6 +59,15 @@ class CohereEmbedRequest(BaseModel):
                                                   "max length (GET /info); a value is refused (422).")
     priority: NoPriority = Field(
         None, description="Not supported here: send the X-Priority header; a value is refused (422).")
+
+    @model_validator(mode="after")
+    def _texts_or_images(self) -> CohereEmbedRequest:
+        """One of texts and images; input_type image with images only, and only it with them."""
+        if (self.texts is None) == (self.images is None):
+            raise ValueError("send `texts` or `images` (one of them)")
+        if (self.input_type == "image") != (self.images is not None) and self.input_type is not None:
+            raise ValueError("input_type image goes with `images`, and `images` take input_type image or none")
+        return self
 
 
 class CohereEmbeddings(BaseModel):
@@ -86,5 +92,5 @@ class CohereEmbedResponse(BaseModel):
     id: str
     response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
     embeddings: CohereEmbeddings = Field(description="One list per asked embedding type, a row per text, in order.")
-    texts: list[str]
+    texts: list[str] | None = Field(None, description="The texts embedded (absent for images).")
     meta: CohereMeta

@@ -104,6 +104,8 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     for name, field in LISTS.items():
         if name in schemas:  # similarity: the source sentence is an input too
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
+    if "CohereEmbedRequest" in schemas:  # its images are inputs too
+        _cap_lists(schemas["CohereEmbedRequest"]["properties"]["images"], max_inputs)
     for name, field in (("EmbedRequest", "dimensions"), ("OpenAIEmbeddingRequest", "dimensions"),
                         ("CohereEmbedRequest", "output_dimension")):
         if name in schemas:
@@ -119,6 +121,8 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
             _modalities(schemas[name]["properties"][field], served.modalities)
     if "image" not in served.modalities:
         schemas.pop("ImageItem", None)
+    if "CohereEmbedRequest" in schemas:
+        _cohere_modalities(schemas["CohereEmbedRequest"], served.modalities)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -147,6 +151,22 @@ def _modalities(node: dict[str, Any], modalities: frozenset[str]) -> None:
 
     node["anyOf"] = [b for b in node["anyOf"] if ("image" in modalities if holds_images(b) else
                                                  "text" in modalities or b.get("type") == "string")]
+
+
+def _cohere_modalities(schema: dict[str, Any], modalities: frozenset[str]) -> None:
+    """Cohere's embed takes `texts` or `images`: where only one modality is served, that field is required and the
+    other null only, and input_type offers only what goes with it (image with images)."""
+    if len(modalities) != 1:
+        return  # both: either field, as the request says
+    given, other = ("images", "texts") if "image" in modalities else ("texts", "images")
+    properties = schema["properties"]
+    schema["required"] = sorted({*schema.get("required", []), given})
+    properties[given]["anyOf"] = [b for b in properties[given]["anyOf"] if b.get("type") != "null"]
+    properties[given].pop("default", None)
+    properties[other] = {"type": "null", "default": None, "description": properties[other].get("description", "")}
+    for branch in properties["input_type"]["anyOf"]:
+        if "enum" in branch:
+            branch["enum"] = [v for v in branch["enum"] if (v == "image") == (given == "images")]
 
 
 def _cap(node: Any, most: int) -> None:

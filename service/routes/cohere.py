@@ -1,5 +1,6 @@
-"""Cohere's embed: POST /v2/embed (the Cohere SDK's ClientV2.embed), texts in, each embedding in every asked
-encoding (`embedding_types`: float, base64, and the quantised ones of inference.quantize)."""
+"""Cohere's embed: POST /v2/embed (the Cohere SDK's ClientV2.embed), texts (or an image model's images) in, each
+embedding in every asked encoding (`embedding_types`: float, base64, and the quantised ones of inference.quantize;
+int8 and uint8, whose ranges are calibrated on texts, not for images)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Response
 
+from inference.errors import InvalidRequest
 from inference.prompts import InputType
+from inference.results import Embeddings
 from inference.served import ServedModel
 from inference.tasks import embed
 from inference.tasks.quantized import quantized
 from service.cohere_schemas import CohereEmbedRequest, CohereEmbedResponse
 from service.dependencies import JobDep, PickDep, require_json
+from service.images import decoded
 from service.routes.common import INFERENCE_ERRORS, errors, json_response
 from service.wire import base64_floats
 
@@ -26,8 +30,9 @@ TRUNCATE = {"END": (True, "right"), "START": (True, "left"), "NONE": (False, "ri
 @router.post("/v2/embed", response_model=CohereEmbedResponse, responses=errors(*INFERENCE_ERRORS),
              summary="Embeddings, Cohere (v2) style")
 async def cohere_embed(body: CohereEmbedRequest, pick: PickDep, job: JobDep) -> Response:
-    """One embedding per text in each of `embedding_types`, under `embeddings` by type; `meta.billed_units`
-    counts the tokens run. Refused by name (422): images, inputs, max_tokens, priority, input_type image."""
+    """One embedding per text (or image) in each of `embedding_types`, under `embeddings` by type;
+    `meta.billed_units` counts the tokens run. Refused by name (422): inputs, max_tokens, priority; int8 and uint8
+    for images."""
     served = pick(body.model)
     embeddings, tokens = await job(_embeddings(served, body))
     return json_response({
@@ -37,12 +42,15 @@ async def cohere_embed(body: CohereEmbedRequest, pick: PickDep, job: JobDep) -> 
 
 
 async def _embeddings(served: ServedModel, body: CohereEmbedRequest) -> tuple[dict[str, Any], int]:
-    truncate, direction = TRUNCATE[body.truncate]
     normalize = served.bundle.manifest.normalize
-    result = await embed.embed(
-        served, body.texts, truncate=truncate, direction=direction,  # type: ignore[arg-type]
-        normalize=normalize, dimensions=body.output_dimension,
-        input_type=INPUT_TYPES[body.input_type] if body.input_type else None)
+    if body.images is not None:
+        result = await _images(served, body, normalize)
+    else:
+        truncate, direction = TRUNCATE[body.truncate]
+        result = await embed.embed(
+            served, body.texts, truncate=truncate, direction=direction,  # type: ignore[arg-type]
+            normalize=normalize, dimensions=body.output_dimension,
+            input_type=INPUT_TYPES[body.input_type] if body.input_type else None)
     answers: dict[str, Any] = {}
     for kind in dict.fromkeys(body.embedding_types):  # each asked type once, in the order asked
         if kind == "float":
@@ -52,3 +60,15 @@ async def _embeddings(served: ServedModel, body: CohereEmbedRequest) -> tuple[di
         else:
             answers[kind] = (await quantized(served, result.vectors, kind, body.output_dimension, normalize)).tolist()
     return answers, result.tokens
+
+
+async def _images(served: ServedModel, body: CohereEmbedRequest, normalize: bool) -> Embeddings:
+    """An image model's embeddings of the request's data URIs; int8 and uint8 refused by name before any run."""
+    if calibrated := [kind for kind in body.embedding_types if kind in ("int8", "uint8")]:
+        raise InvalidRequest(f"embedding_types {', '.join(dict.fromkeys(calibrated))} are not answered for images: "
+                             "their ranges are calibrated on texts; ask for float, base64, binary or ubinary",
+                             code="not_for_images")
+    if "truncate" in body.model_fields_set and body.truncate != "END":
+        raise InvalidRequest("truncate applies to texts, not to images", code="not_for_images")
+    images = [decoded(uri, index) for index, uri in enumerate(body.images or [])]
+    return await embed.embed_images(served, images, normalize=normalize, dimensions=body.output_dimension)

@@ -101,8 +101,7 @@ async def test_output_dimension_and_truncate(client, reference) -> None:
     assert_error(refused, 422, "input_too_long")
 
 
-@pytest.mark.parametrize(("field", "value"), [("images", ["data:image/png;base64,AAAA"]), ("max_tokens", 8),
-                                               ("priority", 1), ("input_type", "image"),
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 8), ("priority", 1),
                                                ("inputs", [{"content": [{"type": "text", "text": "x"}]}])])
 async def test_what_is_not_served_is_refused_by_name(client, field, value) -> None:
     body = {"texts": ["x"], field: value}
@@ -111,12 +110,22 @@ async def test_what_is_not_served_is_refused_by_name(client, field, value) -> No
     assert (await client.post("/v2/embed", json={"texts": ["x"], field: None})).status_code == 200  # null: absent
 
 
+async def test_images_and_input_type_image_are_for_an_image_model(client) -> None:
+    """A text model is sent texts: images are refused by what the model reads, input_type image with texts and
+    texts with images by the request's shape (tests/service/test_image_embeddings.py: an image model's)."""
+    png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    images = assert_error(await client.post("/v2/embed", json={"images": [png]}), 422, "unsupported")
+    assert "reads texts, not images" in images["message"]
+    for body in ({"texts": ["x"], "input_type": "image"}, {"texts": ["x"], "images": [png]}):
+        assert_error(await client.post("/v2/embed", json=body), 422, "validation_error")
+
+
 async def test_unknown_fields_and_types_and_no_texts_are_refused(client) -> None:
     unknown = assert_error(await client.post("/v2/embed", json={"texts": ["x"], "colour": 1}), 422)
     assert "colour" in unknown["message"]
     kind = assert_error(await client.post("/v2/embed", json={"texts": ["x"], "embedding_types": ["int4"]}), 422)
     assert "embedding_types" in kind["message"]
-    assert "texts" in assert_error(await client.post("/v2/embed", json={}), 422)["message"]
+    assert "`texts` or `images`" in assert_error(await client.post("/v2/embed", json={}), 422)["message"]
 
 
 async def test_the_cohere_sdk_reads_the_answer(family_export, client) -> None:

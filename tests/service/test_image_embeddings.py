@@ -24,7 +24,7 @@ from transformers.image_utils import load_image
 
 from export.bundle import export_bundle
 from tests.export.test_image_bundles import save_model
-from tests.helpers.serving import assert_error, post_ok, serving, worst
+from tests.helpers.serving import assert_error, post_ok, serving, uvicorn_here, worst
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -191,6 +191,8 @@ async def test_the_document_offers_images_only_where_an_image_model_is_served(
         document = (await images.get("/openapi.json")).json()
         assert branches(document) == ["string", "images"]
         assert branches(document, "EmbedRequest", "inputs") == ["string", "images", "images"]
+        cohere = document["components"]["schemas"]["CohereEmbedRequest"]
+        assert "images" in cohere["required"] and cohere["properties"]["texts"]["type"] == "null"
 
 
 async def test_the_answer_cache_keys_an_image_by_its_pixels(exported: dict[str, tuple[Path, Path, Any]]) -> None:
@@ -206,3 +208,38 @@ async def test_the_answer_cache_keys_an_image_by_its_pixels(exported: dict[str, 
               for name in ("attnserve_cache_hits_total", "attnserve_cache_misses_total")}
     assert counts == {"attnserve_cache_hits_total": 1.0, "attnserve_cache_misses_total": 2.0}, counts
 
+
+
+async def test_cohere_embed_takes_an_image_model_s_images(client: httpx.AsyncClient) -> None:
+    """/v2/embed with `images` (data URIs, input_type image): the floats /v1/embeddings gives (normalised as the model
+    is), base64 of them, and binary codes as sentence-transformers' quantize_embeddings makes them; int8 and uint8
+    (calibrated on texts) and texts' fields are refused by name."""
+    from sentence_transformers.quantization import quantize_embeddings
+
+    uris = [data_uri(IMAGES[0]), data_uri(IMAGES[1], "image/jpeg")]
+    answer = await post_ok(client, "/v2/embed", {"model": "vit-small", "images": uris, "input_type": "image",
+                                                 "embedding_types": ["float", "base64", "ubinary"]})
+    openai = await post_ok(client, "/v1/embeddings", {"model": "vit-small", "input": uris})
+    floats = np.asarray([row["embedding"] for row in openai["data"]], dtype=np.float32)
+    assert np.array_equal(np.asarray(answer["embeddings"]["float"], dtype=np.float32), floats)
+    assert np.array_equal(np.stack([np.frombuffer(base64.b64decode(b), "<f4") for b in answer["embeddings"]["base64"]]),
+                          floats)
+    assert answer["embeddings"]["ubinary"] == quantize_embeddings(floats, "ubinary").tolist()
+    billed = answer["meta"]["billed_units"]["input_tokens"]
+    assert answer["texts"] is None and billed == openai["usage"]["prompt_tokens"]
+    int8 = await client.post("/v2/embed", json={"model": "vit-small", "images": uris, "embedding_types": ["int8"]})
+    assert "calibrated on texts" in assert_error(int8, 422, "not_for_images")["message"]
+    cut = await client.post("/v2/embed", json={"model": "vit-small", "images": uris, "truncate": "START"})
+    assert_error(cut, 422, "not_for_images")
+
+
+async def test_the_cohere_sdk_embeds_images(exported: dict[str, tuple[Path, Path, Any]]) -> None:
+    cohere = pytest.importorskip("cohere")
+    uri = data_uri(IMAGES[2], "image/webp")
+    async with uvicorn_here(exported["vit-small"][1]) as (_, url):
+        answer = await cohere.AsyncClientV2(api_key="unused", base_url=url).embed(
+            model="any", images=[uri], input_type="image", embedding_types=["float"])
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:  # the server runs in this event loop
+            served = (await http.post("/v1/embeddings", json={"input": [uri]})).json()
+    assert np.array_equal(np.asarray(answer.embeddings.float_, dtype=np.float32),
+                          np.asarray([served["data"][0]["embedding"]], dtype=np.float32))
