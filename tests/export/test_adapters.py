@@ -26,9 +26,10 @@ from bundle.feeds import ADAPTER, pad
 from bundle.manifest import Manifest
 from bundle.session import open_session
 from bundle.verify import BundleError, verify_bundle
-from export.bundle import ExportError, export_bundle
+from export.bundle import export_bundle
 from export.cli import main as export_main
 from export.graphs import export_graph
+from export.refusals import ExportError
 from model.adapters import adapted_encoder
 from model.load import load_model
 from model.peft import AdapterError, read_adapter

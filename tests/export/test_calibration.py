@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from export.bundle import ExportError, export_bundle
+from export.bundle import export_bundle
 from export.calibration import (
     CALIBRATION_LONG,
     CALIBRATION_SHORT,
@@ -23,6 +23,7 @@ from export.calibration import (
 )
 from export.cli import main
 from export.parity_texts import PARITY_TEXTS
+from export.refusals import ExportError
 from tests.helpers.tiny import review_texts
 
 # What `attnserve train` writes into metrics.json when it trains on its default data.

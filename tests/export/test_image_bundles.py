@@ -27,34 +27,9 @@ from export.images import ImageExportError
 from export.refusals import ExportError
 from inference.runtime.images import load_processing, pixel_values
 from model.load import check_config
-from tests.helpers.vision import save_pair, save_vision
+from tests.helpers.vision import IMAGE_CASES, save_image_model, save_vision
 
 TOLERANCE = 1e-5
-# (model, processor class, processor fields): the served size differs from the config's image_size in two of them,
-# so the graph resamples its positions (DINOv2's own processor crops 224 from a model trained at 518)
-CASES = {
-    "vit-small": ("vit", "small", "ViTImageProcessor", {"size": {"height": 32, "width": 32}}),
-    "dinov2-registers-small": ("dinov2-registers", "small", "BitImageProcessor",
-                               {"size": {"shortest_edge": 40}, "crop_size": {"height": 24, "width": 40}}),
-    "dinov2-realistic": ("dinov2", "realistic", "BitImageProcessor",
-                         {"size": {"shortest_edge": 168}, "crop_size": {"height": 168, "width": 168}}),
-    "clip-vision-small": ("clip", "small", "CLIPImageProcessor",
-                          {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}}),
-    "vit-classifier-realistic": ("vit", "realistic", "ViTImageProcessor", {}),
-}
-
-
-def save_model(directory: Path, case: str) -> torch.nn.Module:
-    """The case's random-weight model and its preprocessor_config.json at `directory`; returns the model."""
-    arch, shape, processor, fields = CASES[case]
-    if arch == "clip":
-        model = save_pair(directory, "clip", tower="vision", shape=shape)
-    else:
-        model = save_vision(directory, arch, "ForImageClassification" if "classifier" in case else "Model", shape)
-    getattr(transformers, processor)(**fields).save_pretrained(directory)
-    return model
-
-
 def photos(count: int = 3) -> list[bytes]:
     """PNG and JPEG bytes of seeded pictures of mixed sizes."""
     rng = np.random.default_rng(1)
@@ -85,9 +60,9 @@ def reference(model: torch.nn.Module, directory: Path, images: list[bytes]) -> t
     return pixels.numpy(), {name: value.numpy() for name, value in values.items()}
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(IMAGE_CASES))
 def test_image_bundle_serves_transformers_numbers(tmp_path: Path, case: str) -> None:
-    model = save_model(tmp_path / "source", case)
+    model = save_image_model(tmp_path / "source", case)
     manifest = export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
     bundle = tmp_path / "bundle"
     assert manifest.schema_version == SCHEMA_VERSION == 5 and manifest.modality == "image"
@@ -116,7 +91,7 @@ def test_image_bundle_serves_transformers_numbers(tmp_path: Path, case: str) -> 
 def test_default_variants_gate_an_image_model_and_measure_its_speed(tmp_path: Path) -> None:
     """fp32 and fp32-opt (onnxruntime's optimiser over a ViT graph), each gated; with two fast graphs the export
     times them at IMAGE_SPEED_BATCHES images."""
-    save_model(tmp_path / "source", "vit-small")
+    save_image_model(tmp_path / "source", "vit-small")
     manifest = export_bundle(tmp_path / "source", tmp_path / "bundle")
     fast = {e.variant: e for e in manifest.graphs if e.kind == "fast"}
     assert set(fast) == {"fp32", "fp32-opt"}

@@ -152,3 +152,29 @@ def token_ids(length: int, lengths: tuple[int, ...], end: int, pad: int,
         ids[row, n - 1] = end
     mask = (torch.arange(length)[None] < torch.tensor(lengths)[:, None]).long()  # (B, length)
     return ids, mask
+
+
+# The image models tests/export/test_image_bundles.py exports (and the serving tests serve): (model, processor class,
+# processor fields). The served size differs from the config's image_size in two of them, so the graph resamples its
+# positions (DINOv2's own processor crops 224 from a model trained at 518).
+IMAGE_CASES = {
+    "vit-small": ("vit", "small", "ViTImageProcessor", {"size": {"height": 32, "width": 32}}),
+    "dinov2-registers-small": ("dinov2-registers", "small", "BitImageProcessor",
+                               {"size": {"shortest_edge": 40}, "crop_size": {"height": 24, "width": 40}}),
+    "dinov2-realistic": ("dinov2", "realistic", "BitImageProcessor",
+                         {"size": {"shortest_edge": 168}, "crop_size": {"height": 168, "width": 168}}),
+    "clip-vision-small": ("clip", "small", "CLIPImageProcessor",
+                          {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}}),
+    "vit-classifier-realistic": ("vit", "realistic", "ViTImageProcessor", {}),
+}
+
+
+def save_image_model(directory: Path, case: str) -> torch.nn.Module:
+    """The case's random-weight model and its preprocessor_config.json at `directory`; returns the model."""
+    arch, shape, processor, fields = IMAGE_CASES[case]
+    if arch == "clip":
+        model = save_pair(directory, "clip", tower="vision", shape=shape)
+    else:
+        model = save_vision(directory, arch, "ForImageClassification" if "classifier" in case else "Model", shape)
+    getattr(transformers, processor)(**fields).save_pretrained(directory)
+    return model

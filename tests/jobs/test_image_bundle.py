@@ -9,11 +9,11 @@ import pytest
 
 from export.bundle import export_bundle
 from jobs.cli import main
-from tests.export.test_image_bundles import save_model
+from tests.helpers.vision import save_image_model
 
 
 def test_texts_on_an_image_model_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    save_model(tmp_path / "source", "vit-small")
+    save_image_model(tmp_path / "source", "vit-small")
     export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
     (tmp_path / "texts.txt").write_text("a caption\n")
     status = main(["--bundle", str(tmp_path / "bundle"), "--out", str(tmp_path / "out"), "--intra-op-threads", "1",

@@ -23,8 +23,8 @@ from PIL import Image
 from transformers.image_utils import load_image
 
 from export.bundle import export_bundle
-from tests.export.test_image_bundles import save_model
 from tests.helpers.serving import assert_error, post_ok, serving, uvicorn_here, worst
+from tests.helpers.vision import save_image_model
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -53,7 +53,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
     out = {}
     for case in CASES:
         root = tmp_path_factory.mktemp(case)
-        model = save_model(root / "source", case)
+        model = save_image_model(root / "source", case)
         export_bundle(root / "source", root / "bundle", variants=["fp32"])
         out[case] = (root / "source", root / "bundle", model)
     return out
