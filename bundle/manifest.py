@@ -8,6 +8,11 @@ Modality (schema 5): a "text" model reads token ids; an "image" model (ViT, DINO
 reads pixel_values (batch, channels, height, width) float32 instead, at the one size its `image` section says, and its
 per-token outputs have that section's fixed `tokens` in place of the sequence axis (every token real).
 
+Two towers (schema 6): a CLIP or SigLIP pair is one bundle of its text tower whose `pair` section names a directory
+inside it (`image_tower`) holding the image tower's own bundle, and says how the pair scores an image against texts.
+A text tower trained on texts padded to its max length and read with no mask (SigLIP's) says `pad_to_max_length`:
+its served texts are padded with pad_id to max_length, every position attended.
+
 Graph kinds:
     fast       inputs input_ids, attention_mask (int64, (batch, sequence)) and, where the entry lists it,
                token_type_ids; outputs embeddings (batch, embedding_size), pooled (and projected by a
@@ -47,14 +52,15 @@ from pydantic import (
 
 from bundle.multi_vector import MultiVectorSpec
 
-SCHEMA_VERSION = 5
-READABLE_SCHEMAS = (1, 2, 3, 4, 5)
+SCHEMA_VERSION = 6
+READABLE_SCHEMAS = (1, 2, 3, 4, 5, 6)
 MANIFEST_NAME = "manifest.json"
 # A graph is batch-invariant when a text's outputs alone and in any batch differ by at most this.
 BATCH_INVARIANCE_TOLERANCE = 1e-5
 
 GraphKind = Literal["fast", "attention"]
-Pooling = Literal["mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len", "probe"]
+Pooling = Literal["mean", "cls", "max", "lasttoken", "weightedmean", "mean_sqrt_len", "probe", "end_token", "max_id",
+                  "last_position"]
 Modality = Literal["text", "image"]
 Task = Literal["embed", "classify", "tokens", "sparse"]
 Variant = Literal["fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
@@ -159,6 +165,22 @@ class ImageSpec(_Strict):
         return _check_plain_name(value)
 
 
+class PairSpec(_Strict):
+    """A two-tower model's image tower and the pair's scoring (schema 6): logits = exp(logit_scale) * the cosine of an
+    image's and a text's embeddings + logit_bias, read per image as a softmax over the texts (CLIP) or each through a
+    sigmoid (SigLIP), as transformers' CLIPModel and SiglipModel score."""
+
+    image_tower: str = "image"  # a directory inside this bundle, itself a bundle (modality image)
+    logit_scale: float
+    logit_bias: float | None = None
+    scoring: Literal["softmax", "sigmoid"]
+
+    @field_validator("image_tower")
+    @classmethod
+    def _plain_directory(cls, value: str) -> str:
+        return _check_plain_name(value)
+
+
 class Source(_Strict):
     path: str
     kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory,
@@ -193,6 +215,8 @@ class Manifest(_Strict):
     tokenizer: str | None = "tokenizer.json"  # a text model's; None for an image model
     tokenizer_sha256: str | None = None
     image: ImageSpec | None = None  # an image model's; left out of the JSON when None
+    pad_to_max_length: bool = False  # SigLIP's text tower (schema 6); left out of the JSON when False
+    pair: PairSpec | None = None  # a two-tower model's (schema 6); left out of the JSON when None
     graphs: list[GraphEntry]
     adapters: list[AdapterEntry] = Field(default_factory=list)  # left out of the JSON when empty
     multi_vector: MultiVectorSpec | None = None  # a multi-vector model's; left out of the JSON when None
@@ -217,9 +241,11 @@ class Manifest(_Strict):
         data: dict[str, Any] = handler(self)
         if not self.adapters:
             data.pop("adapters", None)
-        for optional in ("multi_vector", "image"):
+        for optional in ("multi_vector", "image", "pair"):
             if data.get(optional) is None:
                 data.pop(optional, None)
+        if not self.pad_to_max_length:
+            data.pop("pad_to_max_length", None)
         return data
 
     @model_validator(mode="after")
@@ -230,6 +256,8 @@ class Manifest(_Strict):
             raise ValueError("a text model's manifest names its tokenizer and its sha256, and has no image section")
         if not text and (self.tokenizer is not None or self.image is None):
             raise ValueError("an image model's manifest has an image section and no tokenizer (tokenizer: null)")
+        if not text and (self.pair is not None or self.pad_to_max_length):
+            raise ValueError("pair and pad_to_max_length are a text tower's: a pair's bundle is its text tower's")
         return self
 
     @model_validator(mode="after")

@@ -7,7 +7,8 @@ their sha256; each graph reads tensors
 from exactly the external data files its entry lists (bundle.external_data), and each matches its sha256 (a file
 that several graphs read, as the fp32 graphs' shared weights, hashed once);
 every graph loads in onnxruntime and its input/output names, element types and shapes are the ones the
-manifest lists.
+manifest lists; a two-tower model's image tower (the directory its `pair` section names) is a bundle that passes these
+checks, of modality image.
 Every failure raises BundleError naming the file (and field).
 """
 
@@ -42,7 +43,18 @@ def verify_bundle(bundle_dir: Path) -> Manifest:
         _check_hash(_inside(bundle_dir, entry.file), entry.sha256)
         _check_data_files(bundle_dir, entry, hashed)
         _check_graph(bundle_dir / entry.file, entry)
+    if manifest.pair is not None:
+        _check_image_tower(bundle_dir, manifest.pair.image_tower)
     return manifest
+
+
+def _check_image_tower(bundle_dir: Path, name: str) -> None:
+    tower = _inside(bundle_dir, name)
+    if not tower.is_dir():
+        raise BundleError(f"{name}: the pair's image tower is listed in the manifest but is not a directory of "
+                          f"{bundle_dir}")
+    if verify_bundle(tower).modality != "image":
+        raise BundleError(f"{name}/{MANIFEST_NAME}: the pair's image tower is not an image model's bundle")
 
 
 def _inside(bundle_dir: Path, name: str) -> Path:

@@ -7,6 +7,7 @@ Layout of a bundle directory (see docs/export.md):
     {kind}-{variant}.onnx  one file per graph, e.g. fast-fp32.onnx, fast-int8.onnx, attention-fp32.onnx
     {kind}-{variant}.onnx.data  a large graph's weights (export.onnxfiles), listed in its entry's data_files
     weights-fp32.data      the fp32 and fp32-opt graphs' weights, each tensor once (export.shared_weights)
+    image/                 a CLIP or SigLIP pair's image tower, itself a bundle, in its text tower's (export.pairs)
 
 With LoRA adapters (`adapters`: name -> PEFT directory, read and stacked by model.load.load_model), the graphs hold
 the base once and every adapter stacked (model/lora.py), take one more input (`adapter`, each row's index), are
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bundle.files import sha256_file, staged_directory
-from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
+from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, PairSpec, Source, TensorSpec
 from bundle.variants import DEFAULT_VARIANTS
 from bundle.verify import verify_bundle
 from export import int8 as int8_static
@@ -40,6 +41,7 @@ from export.calibration import Int8Inputs, TextSets, int8_inputs
 from export.graphs import KINDS, export_graph, fast_from_attention, input_shapes, output_shapes, task
 from export.images import ImageInputs, image_inputs, parity_images
 from export.measure import ImageFeeds, TextFeeds, measure_entries
+from export.pairs import IMAGE_TOWER, check_pair, pair_spec, pair_type
 from export.parity import ParityError, check_graph, check_sets
 from export.parity_texts import pair_batches, parity_batches
 from export.references import References, adapter_sets
@@ -74,6 +76,9 @@ def export_bundle(
     source, out_dir = Path(source), Path(out_dir)
     chosen = normalise_variants(variants)
     check_target(out_dir)
+    if pair_type(source) is not None:
+        check_pair(chosen, list(adapters or {}), reranker)
+        return _export_pair(source, out_dir, chosen, name or source.resolve().name, version)
     check_adapters(list(adapters or {}), chosen, reranker)
     check_image(source, chosen)
     texts = int8_texts(source, chosen, calibration_data)
@@ -87,8 +92,22 @@ def export_bundle(
     return manifest
 
 
+def _export_pair(source: Path, out_dir: Path, chosen: list[str], name: str, version: str) -> Manifest:
+    """A CLIP or SigLIP pair: the text tower's bundle, the image tower's bundle inside it (export.pairs)."""
+    with staged_directory(out_dir) as tmp:
+        (tmp / IMAGE_TOWER).mkdir()
+        image = _build(load_model(source, tower="vision"), tmp / IMAGE_TOWER, chosen, name, version, None)
+        (tmp / IMAGE_TOWER / MANIFEST_NAME).write_text(image.to_json())
+        text = load_model(source, tower="text")
+        manifest = _build(text, tmp, chosen, name, version, None, pair_spec(text.encoder.config))
+        (tmp / MANIFEST_NAME).write_text(manifest.to_json())
+        verify_bundle(tmp)
+    log.info("two-tower bundle written to %s", out_dir)
+    return manifest
+
+
 def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version: str,
-           texts: TextSets | None) -> Manifest:
+           texts: TextSets | None, pair: PairSpec | None = None) -> Manifest:
     config, max_length = model.encoder.config, bundle_max_length(model)
     image = image_inputs(model.path, config, tmp) if config.vision else None  # its preprocessor file, copied
     tokenizer = None if image is not None else _write_tokenizer(model, tmp)
@@ -106,6 +125,7 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
         modality="image" if image else "text", tokenizer=tokenizer and tokenizer.name,
         tokenizer_sha256=tokenizer and sha256_file(tokenizer), image=image and image.spec, graphs=graphs,
         adapters=[manifest_entry(a) for a in model.adapters], multi_vector=model.multi_vector,
+        pad_to_max_length=config.pad_to_max_length, pair=pair,
     )
 
 

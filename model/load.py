@@ -17,10 +17,12 @@ from bundle.preprocessing import FILE_NAME, read_processing
 from model.adapters import with_adapters
 from model.checkpoint import LoadedModel
 from model.families import family_of
+from model.families.towers import PAIRS
 from model.layouts import layout_of, load_base
 from model.lm_scorer import as_reranker, check_recipe
 from model.peft import Adapter, AdapterError, check_names, read_adapter
 from model.sentence import read_json
+from model.towers import TOWER_NAMES, tower_config
 
 __all__ = ["check_config", "load_model"]
 
@@ -47,9 +49,8 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
     """ValueError for what `load_model(path, reranker=reranker)` would refuse from config.json (and the few small
     files a layout is recognised by): a directory in no layout, a model_type or architecture of no family in
     model/families/ (a colbert-ai checkpoint's HF_ColBERT reads as its base model's), body fields the family does not
-    read (a position kind, a rope type), a recipe that does not fit; an image model whose preprocessor_config.json the
-    export cannot carry (export.images); and a CLIP or SigLIP text tower or pair, which load in PyTorch but which the
-    export does not read yet (docs/vision.md)."""
+    read (a position kind, a rope type), a recipe that does not fit; an image model (or a CLIP or SigLIP pair) whose
+    preprocessor_config.json the export cannot carry (export.images). A pair is checked tower by tower."""
     path = Path(path)
     layout = layout_of(path)
     if layout.name == "peft":
@@ -58,13 +59,13 @@ def check_config(path: Path | str, reranker: str | None = None) -> None:
         check_recipe(path, reranker)
     if layout.name != "attnserve":  # every other layout reads its family from config.json
         config = read_json(path / "config.json")
-        family, _ = family_of({**config, "architectures": None} if layout.name == "colbert-ai" else config)
-        family.config(config)  # the body's fields: what config.json alone refuses (positions, rope types)
-        if family.modality == "text" and family.pair:
-            raise ValueError(f"{path} is a {family.name} tower checkpoint: it loads in PyTorch, but no bundle is "
-                             "exported from a text tower yet (docs/vision.md)")
-        if family.modality != "text":
-            check_processing(path)
+        towers = TOWER_NAMES if config.get("model_type") in PAIRS else (None,)
+        for tower in towers:
+            hf = tower_config(config, tower)
+            family, _ = family_of({**hf, "architectures": None} if layout.name == "colbert-ai" else hf)
+            family.config(hf)  # the body's fields: what config.json alone refuses (positions, rope types)
+            if family.modality != "text":
+                check_processing(path)
 
 
 def check_processing(path: Path) -> None:

@@ -143,7 +143,7 @@ def test_schema_1_to_4_bundles_still_read_and_newer_ones_are_refused(tiny_bundle
     pad id, and an unknown schema does not verify."""
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
-    assert manifest["schema_version"] == 5 and "batch_max_abs_diff" in manifest["graphs"][0]["measured"]["cpu"]
+    assert manifest["schema_version"] == 6 and "batch_max_abs_diff" in manifest["graphs"][0]["measured"]["cpu"]
     assert manifest["modality"] == "text" and "image" not in manifest
     del manifest["modality"]
     manifest["schema_version"] = 4

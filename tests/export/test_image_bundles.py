@@ -27,9 +27,11 @@ from export.images import ImageExportError
 from export.refusals import ExportError
 from inference.runtime.images import load_processing, pixel_values
 from model.load import check_config
-from tests.helpers.vision import IMAGE_CASES, save_image_model, save_vision
+from tests.helpers.vision import HEAVY_IMAGE_CASES, IMAGE_CASES, save_image_model, save_vision
 
 TOLERANCE = 1e-5
+
+
 def photos(count: int = 3) -> list[bytes]:
     """PNG and JPEG bytes of seeded pictures of mixed sizes."""
     rng = np.random.default_rng(1)
@@ -60,12 +62,13 @@ def reference(model: torch.nn.Module, directory: Path, images: list[bytes]) -> t
     return pixels.numpy(), {name: value.numpy() for name, value in values.items()}
 
 
-@pytest.mark.parametrize("case", list(IMAGE_CASES))
+@pytest.mark.parametrize("case", [pytest.param(case, marks=pytest.mark.heavy) if case in HEAVY_IMAGE_CASES else case
+                                  for case in IMAGE_CASES])
 def test_image_bundle_serves_transformers_numbers(tmp_path: Path, case: str) -> None:
     model = save_image_model(tmp_path / "source", case)
     manifest = export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
     bundle = tmp_path / "bundle"
-    assert manifest.schema_version == SCHEMA_VERSION == 5 and manifest.modality == "image"
+    assert manifest.schema_version == SCHEMA_VERSION == 6 and manifest.modality == "image"
     assert manifest.tokenizer is None and manifest.image is not None and (bundle / FILE_NAME).is_file()
     assert not (bundle / "tokenizer.json").exists() and Manifest.read(bundle) == manifest
     images = photos()

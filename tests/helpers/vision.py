@@ -165,8 +165,12 @@ IMAGE_CASES = {
                          {"size": {"shortest_edge": 168}, "crop_size": {"height": 168, "width": 168}}),
     "clip-vision-small": ("clip", "small", "CLIPImageProcessor",
                           {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}}),
+    "vit-classifier-small": ("vit", "small", "ViTImageProcessor", {"size": {"height": 32, "width": 32}}),
     "vit-classifier-realistic": ("vit", "realistic", "ViTImageProcessor", {}),
 }
+# The cases at a real tower's width: a slow export each (about 20 s), so the heavy tier's (make reliability); the
+# small cases keep every family and head in make test.
+HEAVY_IMAGE_CASES = ("dinov2-realistic", "vit-classifier-realistic")
 
 
 def save_image_model(directory: Path, case: str) -> torch.nn.Module:
@@ -178,3 +182,37 @@ def save_image_model(directory: Path, case: str) -> torch.nn.Module:
         model = save_vision(directory, arch, "ForImageClassification" if "classifier" in case else "Model", shape)
     getattr(transformers, processor)(**fields).save_pretrained(directory)
     return model
+
+
+def save_clip_tokenizer(directory: Path) -> None:
+    """A tokenizer.json over the pairs' VOCAB ids, laid out as CLIP's is at its ends: <|startoftext|> 0 (bos), the pad
+    id 1, <|endoftext|> the last id (eos, the largest, as CLIP's 49407 is); lower-cased words, each text wrapped in
+    bos ... eos by the post-processor."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    words = [f"w{i}" for i in range(VOCAB - 4)]
+    words[:len(WORDS)] = WORDS
+    vocab = {"<|startoftext|>": 0, "<pad>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(words)},
+             "<|endoftext|>": VOCAB - 1}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[("<|startoftext|>", 0), ("<|endoftext|>", VOCAB - 1)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+
+
+def save_clip(directory: Path, shape: str = "small") -> torch.nn.Module:
+    """A random CLIPModel (save_pair) with its tokenizer.json and a CLIPImageProcessor at the vision tower's size: a
+    checkpoint directory as the hub has it; returns the model."""
+    model = save_pair(directory, "clip", shape=shape)
+    save_clip_tokenizer(directory)
+    side = model.config.vision_config.image_size
+    transformers.CLIPImageProcessor(size={"shortest_edge": side},
+                                    crop_size={"height": side, "width": side}).save_pretrained(directory)
+    return model
+
+
+WORDS = ["a", "photo", "of", "the", "cat", "dog", "bird", "red", "green", "blue", "grey", "square", "stripes", "on",
+         "sky", "sea", "and", "with", "picture", "drawing", ".", ",", "!"]

@@ -1,0 +1,99 @@
+"""A CLIP pair (CLIPModel) exported as one bundle: its text tower's, holding the image tower's bundle in `image/`
+(export.pairs, bundle.manifest.PairSpec), each graph equal to transformers' get_text_features and
+get_image_features on the same inputs (its tokenizer's ids, its Pillow processor's pixel values) to max abs 1e-5, and
+the pair's logits from the two graphs' vectors equal to CLIPModel's logits_per_image. The small shape runs in make
+test, the realistic one (ViT-B/16 tower widths) in the heavy tier.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+import transformers
+from PIL import Image
+
+from bundle.manifest import SCHEMA_VERSION, Manifest
+from bundle.verify import BundleError, verify_bundle
+from export.bundle import export_bundle
+from export.refusals import ExportError
+from inference.runtime.images import load_processing, pixel_values
+from tests.helpers.vision import save_clip
+
+TOLERANCE = 1e-5
+TEXTS = ["a photo of a cat", "a red square.", "the sky and the sea with stripes on a blue dog picture", "a"]
+
+
+def photos(count: int = 3) -> list[bytes]:
+    rng = np.random.default_rng(3)
+    out = []
+    for index in range(count):
+        buffer = io.BytesIO()
+        pixels = rng.integers(0, 256, size=(30 + 11 * index, 41 + 7 * index, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(buffer, format="PNG")
+        out.append(buffer.getvalue())
+    return out
+
+
+def run(bundle: Path, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    """The bundle's fast fp32 graph's embeddings (B, E)."""
+    session = ort.InferenceSession(str(bundle / "fast-fp32.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(["embeddings"], feeds)[0]
+
+
+@pytest.mark.parametrize("shape", [pytest.param("small"), pytest.param("realistic", marks=pytest.mark.heavy)])
+def test_a_clip_pair_is_one_bundle_of_two_towers_equal_to_transformers(tmp_path: Path, shape: str) -> None:
+    reference = save_clip(tmp_path / "clip", shape)
+    manifest = export_bundle(tmp_path / "clip", tmp_path / "bundle", variants=["fp32"])
+    bundle, tower = tmp_path / "bundle", tmp_path / "bundle" / "image"
+    assert manifest.schema_version == SCHEMA_VERSION == 6 and manifest.modality == "text"
+    assert manifest.pooling == "end_token" and not manifest.pad_to_max_length and manifest.pair is not None
+    assert (manifest.pair.image_tower, manifest.pair.scoring, manifest.pair.logit_bias) == ("image", "softmax", None)
+    assert manifest.pair.logit_scale == pytest.approx(2.3)
+    image_manifest = verify_bundle(tower)
+    assert image_manifest.modality == "image" and image_manifest.pair is None
+    assert image_manifest.embedding_size == manifest.embedding_size == 24
+
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "clip" / "tokenizer.json"),
+                                                     pad_token="<pad>")
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    processor = transformers.CLIPImageProcessor.from_pretrained(tmp_path / "clip")
+    images = photos()
+    theirs = processor([Image.open(io.BytesIO(data)) for data in images], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        text_expected = reference.get_text_features(**batch)
+        image_expected = reference.get_image_features(pixel_values=theirs)
+        logits = reference(**batch, pixel_values=theirs).logits_per_image  # (N images, M texts)
+    text_expected = getattr(text_expected, "pooler_output", text_expected).numpy()
+    image_expected = getattr(image_expected, "pooler_output", image_expected).numpy()
+    texts = run(bundle, {"input_ids": batch["input_ids"].numpy(), "attention_mask": batch["attention_mask"].numpy()})
+    ours = np.stack([pixel_values(data, load_processing(tower)) for data in images])  # without torch
+    assert np.abs(ours - theirs.numpy()).max() <= 1e-6
+    pictures = run(tower, {"pixel_values": ours})
+    assert np.abs(texts - text_expected).max() <= TOLERANCE
+    assert np.abs(pictures - image_expected).max() <= TOLERANCE
+    unit = [v / np.linalg.norm(v, axis=-1, keepdims=True) for v in (pictures, texts)]
+    scores = unit[0] @ unit[1].T * np.exp(manifest.pair.logit_scale)  # the manifest's scale, as the service scores
+    assert np.abs(scores - logits.numpy()).max() <= 1e-4  # logits about 10x the cosines
+
+
+def test_what_a_pair_export_refuses_and_verify_checks(tmp_path: Path) -> None:
+    save_clip(tmp_path / "clip", "small")
+    with pytest.raises(ExportError, match="int8 are not built for a two-tower model"):
+        export_bundle(tmp_path / "clip", tmp_path / "out", variants=["fp32", "int8"])
+    with pytest.raises(ExportError, match="without --adapter and --reranker"):
+        export_bundle(tmp_path / "clip", tmp_path / "out", variants=["fp32"], reranker="qwen3")
+    assert not (tmp_path / "out").exists()
+    export_bundle(tmp_path / "clip", tmp_path / "bundle", variants=["fp32"])
+    (tmp_path / "bundle" / "image" / "fast-fp32.onnx").write_bytes(b"not a graph")
+    with pytest.raises(BundleError, match="fast-fp32.onnx: sha256"):
+        verify_bundle(tmp_path / "bundle")
+    manifest = Manifest.read(tmp_path / "bundle")
+    assert Manifest.model_validate_json(manifest.to_json()) == manifest
+    with pytest.raises(ValueError, match="not a plain file name"):
+        Manifest.model_validate({**manifest.model_dump(by_alias=True),
+                                 "pair": {**manifest.pair.model_dump(), "image_tower": "../elsewhere"}})
