@@ -110,7 +110,7 @@ class ModelRegistry:
     def drain(self) -> None:
         """Shutdown has begun: every model runs what waits at once (`Batcher.drain`)."""
         for model in self:
-            model.batcher.drain()
+            model.drain()
 
     def busy(self, name: str | None, priority: Priority = "interactive") -> bool:
         """Whether a request of `priority` to `name` would surely be refused: that model's permits for the class
@@ -143,8 +143,14 @@ def start_models(
     bulk_cpu = background_pool(2, "attnserve-bulk-cpu", *bulk_priority)  # ... of bulk requests
     limits, request_limits = BatchLimits.of(options, options.graph_runs), options.request_limits()
     answers, models = AnswerCache(options.cache_bytes), {}
-    for name, bundle in zip(names, loaded, strict=True):
+    def served(name: str, bundle: LoadedBundle) -> ServedModel:
         batcher = Batcher(bundle.run_batch, limits, graphs, observer(name), lane, bulk)
         batcher.start()
-        models[name] = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers, bulk_cpu)
+        model = ServedModel(name, bundle, batcher, request_limits, cpu, observer(name), answers, bulk_cpu)
+        if bundle.image_tower is not None:  # a two-tower model: its image encoder, its own batcher, one name
+            model.image_tower = served(name, bundle.image_tower)
+        return model
+
+    for name, bundle in zip(names, loaded, strict=True):
+        models[name] = served(name, bundle)
     return ModelRegistry(models), [graphs, bulk, lane, cpu, bulk_cpu]

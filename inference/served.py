@@ -37,8 +37,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any, TypeVar
 
-import numpy as np
-
 from inference import chunking, rules
 from inference.chunking import Window
 from inference.errors import InferenceError, InvalidImage, NotReady, UnknownAdapter, Unsupported
@@ -79,6 +77,16 @@ class ServedModel:
         self.adapter_index = 0  # the index its graph runs feed as `adapter` (0: the base; i + 1: adapters[i])
         self._probe = asyncio.Lock()
         self._shared = SharedAnswers(self.answers, self.fingerprint, self._observer, batcher)
+        self.image_tower: ServedModel | None = None  # a two-tower model's image encoder (inference.registry)
+
+    def for_images(self) -> ServedModel:
+        """The model this one's images go to: itself, or a two-tower model's image tower."""
+        return self.image_tower if self.image_tower is not None else self
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """What the model reads: text, image or both (`LoadedBundle.modalities`)."""
+        return self.bundle.modalities
 
     @property
     def tasks(self) -> frozenset[str]:
@@ -115,7 +123,7 @@ class ServedModel:
 
     @property
     def ready(self) -> bool:
-        return self.warm and self.batcher.last_ok
+        return self.warm and self.batcher.last_ok and (self.image_tower is None or self.image_tower.ready)
 
     async def check_ready(self) -> bool:
         """`ready`, but after a failed inference one small probe run (one at a time) checks whether the
@@ -124,20 +132,14 @@ class ServedModel:
             async with self._probe:
                 with contextlib.suppress(InferenceError):  # still failing (or busy): stay not ready
                     await self._probe_run()
+        if self.image_tower is not None:
+            await self.image_tower.check_ready()
         return self.ready
 
     async def _probe_run(self) -> None:
         """One small run of the fast graph, around the cache (a cached answer proves nothing)."""
         with self.batcher.admit(1) as ticket:
-            await run_graph(self.batcher, ticket, FAST, self._warm_inputs(1, "ready probe"), urgent=True)
-
-    def _warm_inputs(self, count: int, text: str) -> list[Input]:
-        """`count` copies of `text`'s ids, or of a grey image for an image model: warm-up and probe inputs."""
-        spec = self.bundle.manifest.image
-        if spec is not None:
-            grey = np.zeros((spec.channels, spec.height, spec.width), dtype=np.float32)  # (C, H, W)
-            return [self.bundle.image_input(grey)] * count
-        return [TokenSequence(e.ids) for e in self.bundle.tokenizer.encode([text] * count, truncate=True)]
+            await run_graph(self.batcher, ticket, FAST, self.bundle.probe_inputs(1, "ready probe"), urgent=True)
 
     async def ensure_ready(self) -> None:
         """NotReady unless warm and its inference works (after a failure, a probe run decides)."""
@@ -155,8 +157,22 @@ class ServedModel:
                 continue  # the fast graph's session: warmed as FAST
             batch = 1 if kind == ATTENTION else min(WARM_UP_BATCH, self.batcher.limits.max_queue)
             with self.batcher.admit(batch) as ticket:
-                await run_graph(self.batcher, ticket, kind, self._warm_inputs(batch, text), urgent=True)  # not cached
-        self.warm = True
+                await run_graph(self.batcher, ticket, kind, self.bundle.probe_inputs(batch, text), urgent=True)
+        if self.image_tower is not None:
+            await self.image_tower.warm_up()
+        self.warm = True  # runs above are not cached
+
+    async def stop(self) -> None:
+        """Stop the batchers (this model's, its image tower's): admitted work is finished first."""
+        await self.batcher.stop()
+        if self.image_tower is not None:
+            await self.image_tower.stop()
+
+    def drain(self) -> None:
+        """Shutdown has begun: every batcher runs what waits at once (`Batcher.drain`)."""
+        self.batcher.drain()
+        if self.image_tower is not None:
+            self.image_tower.drain()
 
     # -- the one path of a request -----------------------------------------------------------------
     async def run(
@@ -192,7 +208,7 @@ class ServedModel:
     def _prepare(self, images: Sequence[bytes]) -> list[Input]:
         """Each image's pixel values (inference/runtime/images.py), as the batcher queues them."""
         steps = self.bundle.images
-        if steps is None:
+        if steps is None:  # a text model's own: inference.tasks send images to `for_images()`
             raise Unsupported(f"model {self.name} reads texts, not images; an image model embeds images "
                               "(GET /info lists each model's modality)")
         out: list[Input] = []

@@ -32,14 +32,26 @@ from service.metrics import Metrics
 from service.middleware import CACHED_HEADER, FINGERPRINT_HEADER, TIMING_HEADERS, EdgeMiddleware, Scope
 from service.oip import routes as oip
 from service.openapi import bounds, served_document
-from service.routes import attention, cohere, explore, multivector, openai, ops, rerank, sparse, tei, token_labels
+from service.routes import (
+    attention,
+    cohere,
+    explore,
+    multivector,
+    openai,
+    ops,
+    rerank,
+    sparse,
+    tei,
+    token_labels,
+    zero_shot,
+)
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
     "/embed", "/classify", "/attention", "/v1/embeddings", "/predict", "/similarity", "/embed_all", "/",
     "/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score", "/embed_sparse", "/classify_tokens",
-    "/v1/multi-vector", "/maxsim", "/v2/embed",
+    "/v1/multi-vector", "/maxsim", "/v2/embed", "/zero-shot-image-classification",
 })
 V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 
@@ -56,7 +68,8 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     app.state.callers = callers
-    for module in (openai, cohere, tei, rerank, sparse, multivector, token_labels, attention, ops, oip, explore):
+    for module in (openai, cohere, tei, rerank, sparse, multivector, token_labels, attention, zero_shot, ops, oip,
+                   explore):
         app.include_router(module.router)
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
@@ -146,7 +159,7 @@ def _lifespan(
             if keys_file is not None:
                 await keys_file.stop()
             for model in models:
-                await model.batcher.stop()  # admitted work is finished first
+                await model.stop()  # admitted work is finished first
             app.state.models = app.state.served_openapi = None
             for executor in executors:
                 executor.shutdown(wait=True)

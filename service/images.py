@@ -48,14 +48,18 @@ def is_data_uri(value: str) -> bool:
     return DATA_URI.match(value) is not None
 
 
-def image_inputs(items: Sequence[Any], images_expected: bool) -> list[bytes] | None:
-    """The images of a request's inputs, as bytes; None for a request of texts (or token ids). A request is of images
-    when one of its items is an ImageItem, or when the model reads images (`images_expected`) and its strings are
-    data URIs; it may then hold images only (InvalidImage naming the first other input)."""
-    if not (any(isinstance(item, ImageItem) for item in items) or (
-            images_expected and all(isinstance(item, str) for item in items))):
+def image_inputs(items: Sequence[Any], reads: Sequence[str]) -> list[bytes | str] | None:
+    """The inputs of a request that holds images, each image as its bytes; None for a request of texts (or token
+    ids). `reads`: the model's modalities. A request holds images when one of its items is an ImageItem, or a data URI
+    for a model that reads images; an image-only model's strings are all read as images (InvalidImage naming the first
+    that is not one). A two-tower model reads both: its other strings are texts, kept as given, beside the images."""
+    images, texts = "image" in reads, "text" in reads
+    if not any(isinstance(item, ImageItem) or (images and isinstance(item, str) and is_data_uri(item))
+               for item in items) and (texts or not all(isinstance(item, str) for item in items)):
         return None
-    return [_image(item, index) for index, item in enumerate(items)]
+    both = images and texts
+    return [item if both and isinstance(item, str) and not is_data_uri(item) else _image(item, index)
+            for index, item in enumerate(items)]
 
 
 def _image(item: Any, index: int) -> bytes:
@@ -64,8 +68,9 @@ def _image(item: Any, index: int) -> bytes:
     elif isinstance(item, str) and is_data_uri(item):
         value = item
     else:
-        raise InvalidImage(f"input {index} is not an image: a request of images holds images only, each a data URI "
-                           '(data:image/png;base64,...) or {"image": ...}')
+        raise InvalidImage(f"input {index} is not an image: a request of images holds images (and, for a model that "
+                           'reads both, texts) only, each image a data URI (data:image/png;base64,...) or '
+                           '{"image": ...}')
     return decoded(value, index)
 
 

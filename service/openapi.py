@@ -28,7 +28,7 @@ from inference.registry import ModelRegistry
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
          **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
          "/embed_sparse": "sparse", "/classify_tokens": "tokens", "/v1/multi-vector": "multi_vector",
-         "/maxsim": "multi_vector"}
+         "/maxsim": "multi_vector", "/zero-shot-image-classification": "zero_shot"}
 INFER_PATHS = ("/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer")
 
 
@@ -71,7 +71,7 @@ def bounds(models: ModelRegistry) -> Bounds:
         frozenset().union(*(m.tasks for m in listed)), tuple(outputs), tuple(common),
         all(instruction_of(m.prompts) is not None for m in manifests),
         tuple(name for name in listed[0].adapters if all(name in m.adapters for m in listed)),
-        frozenset(m.modality for m in manifests),
+        frozenset(modality for m in listed for modality in m.modalities),
     )
 
 
@@ -85,7 +85,8 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
     return NEEDS.get(path, "embed") in set(tasks)
 
 
-IMAGE_INPUTS = {"OpenAIEmbeddingRequest": "input", "EmbedRequest": "inputs"}  # the inputs that may be images
+IMAGE_INPUTS = {"OpenAIEmbeddingRequest": "input", "EmbedRequest": "inputs",  # the inputs that may be images
+                "AttentionRequest": "inputs"}
 PROMPTED = {"EmbedRequest": "prompt_name", "OpenAIEmbeddingRequest": "prompt_name", "EmbedAllRequest": "prompt_name",
             "SimilarityParameters": "prompt_name"}
 INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's

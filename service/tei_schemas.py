@@ -91,8 +91,11 @@ class PredictRequest(Truncation):
 
 
 class SimilarityInput(_Strict):
-    source_sentence: Text = Field(description="The text the others are compared with.")
-    sentences: Texts = Field(description="Texts compared with source_sentence.")
+    source_sentence: Text = Field(description="The text the others are compared with; for a model that reads images "
+                                  "(GET /info: `modalities`), an image's data URI (data:image/png;base64,...).")
+    sentences: Texts = Field(description="Texts compared with source_sentence (cosine similarity); for a model that "
+                             "reads images, data URIs of images too (a two-tower model: images and texts in one "
+                             "space, CLIP's and SigLIP's image-text similarity).")
 
 
 class SimilarityParameters(TruncationFields, Prompted):

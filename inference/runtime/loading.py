@@ -63,6 +63,12 @@ class LoadedBundle:
     variants: dict[str, str] = field(default_factory=dict)  # graph kind -> variant
     variant_reason: str = ""  # why the fast graph's variant was chosen
     images: ImageProcessing | None = None  # an image model's steps from bytes to pixel values (its bundle's file)
+    image_tower: LoadedBundle | None = None  # a two-tower model's (CLIP, SigLIP) image encoder: its own bundle
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """What the model reads: text, image, or both (a two-tower model: texts here, images by its image tower)."""
+        return (self.manifest.modality,) + (("image",) if self.image_tower is not None else ())
 
     @property
     def tokenizer(self) -> TextTokenizer:
@@ -81,6 +87,12 @@ class LoadedBundle:
         assert self.manifest.image is not None
         return ImageSequence(pixels, self.manifest.image.tokens)
 
+    def probe_inputs(self, count: int, text: str) -> list[Input]:
+        """`count` copies of `text`'s ids, or of a grey image for an image model: warm-up and probe runs."""
+        if self.text_tokenizer is None:
+            return [_probe(self.manifest, None)] * count
+        return [TokenSequence(e.ids) for e in self.text_tokenizer.encode([text] * count, truncate=True)]
+
     def run_batch(
         self, kind: BatchKind, sequences: Sequence[Input], adapters: Sequence[int] | None = None,
     ) -> list[Outputs]:
@@ -94,7 +106,7 @@ class LoadedBundle:
         a cross-encoder (one label, pairs through PAIRS) or a multi-vector model (MaxSim); sparse a masked-LM
         bundle's SPLADE vectors or a multi-vector model's lexical weights (bge-m3's); multi_vector the token
         vectors of a late-interaction model; tokens a token classifier's labels; attention with an attention
-        graph; embed_all with the token vectors."""
+        graph; embed_all with the token vectors; zero_shot a two-tower model (its images against label texts)."""
         graphs, m = self.graphs, self.manifest
         classify = m.task == "classify" and bool(m.labels)
         multi = self.multi_outputs
@@ -102,7 +114,7 @@ class LoadedBundle:
                "rerank": (classify and len(m.labels) == 1 and PAIRS.graph in graphs) or "multi_vectors" in multi,
                "sparse": SPARSE.graph in graphs or "token_weights" in multi, "multi_vector": "multi_vectors" in multi,
                "tokens": TOKEN_LOGITS.graph in graphs, "attention": "attention" in graphs,
-               "embed_all": TOKENS.graph in graphs}
+               "embed_all": TOKENS.graph in graphs, "zero_shot": m.pair is not None}
         return frozenset(task for task, able in can.items() if able)
 
     @property
@@ -152,6 +164,8 @@ def load_bundle(
         log.warning("provider auto: onnxruntime offers CUDA but a session did not run on it (%s); serving on CPU",
                     reason)
         loaded = _open(bundle_dir, manifest, "cpu", options, kinds, opened)
+    if manifest.pair is not None:  # verified with the bundle (bundle.verify)
+        loaded.image_tower = load_bundle(bundle_dir / manifest.pair.image_tower, options, kinds, opened)
     log.info("loaded %s %s on %s, variants %s: %s", manifest.name, manifest.version, loaded.provider,
              loaded.variants, loaded.variant_reason)
     return loaded

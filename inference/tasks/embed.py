@@ -20,7 +20,7 @@ from inference.prompts import InputType, prompt_text
 from inference.results import Embeddings, Scores, Span, Token
 from inference.runtime.graphs import FAST, TOKENS
 from inference.runtime.tokenize import Direction, Encoded
-from inference.served import ServedModel
+from inference.served import ServedModel, all_or_none
 
 
 async def embed(
@@ -42,15 +42,39 @@ async def embed(
 
 
 async def embed_images(
-    model: ServedModel, images: Sequence[bytes], *, normalize: bool = True, dimensions: int | None = None,
+    model: ServedModel, items: Sequence[bytes | str], *, normalize: bool = True, dimensions: int | None = None,
 ) -> Embeddings:
     """An image model's pooled vectors, one per image (its bytes: PNG, JPEG, WebP or GIF), prepared by the bundle's
-    steps; L2-normalised when asked, cut to `dimensions` (then renormalised). The tokens run are the images'."""
-    check_dimensions(dimensions, model.bundle.manifest.embedding_size)
+    steps; L2-normalised when asked, cut to `dimensions` (then renormalised). The tokens run are the images'. A
+    two-tower model's images go to its image tower, and its texts among them (str items, Jina's mixed inputs) to its
+    text tower, each with its default prompt: both into the one space, answered in the items' order."""
+    tower = model.for_images()
+    check_dimensions(dimensions, tower.bundle.manifest.embedding_size)
+    images = [item for item in items if isinstance(item, bytes)]
+    texts = [item for item in items if isinstance(item, str)]
+    runs = [_image_vectors(tower, images)] if images else []
+    if texts:
+        prompt = prompt_text(model.bundle.manifest, None, None, None, model.adapter)
+        runs.append(_pooled(model, texts, "embeddings", None, "right", None, prompt))
+    done = iter(await all_or_none(runs))
+    image_values, image_tokens, _ = next(done) if images else (None, 0, None)
+    text_values, text_tokens, _ = next(done) if texts else (None, 0, None)
+    rows = _in_order(items, image_values, text_values)  # (N, D)
+    return Embeddings(postprocess.embeddings(rows, normalize, dimensions), image_tokens + text_tokens, None)
+
+
+async def _image_vectors(
+    model: ServedModel, images: Sequence[bytes],
+) -> tuple[np.ndarray, int, list[list[Span]] | None]:
+    """(N, D) pooled vectors of the images, and their tokens (an image model's max_length: its tokens per image)."""
     outputs = (await model.run_images(images, [FAST]))[FAST]
-    values = np.stack([o["embeddings"] for o in outputs])  # (N, D)
-    tokens = len(images) * model.bundle.manifest.max_length  # an image model's max_length: its tokens per image
-    return Embeddings(postprocess.embeddings(values, normalize, dimensions), tokens, None)
+    return np.stack([o["embeddings"] for o in outputs]), len(images) * model.bundle.manifest.max_length, None
+
+
+def _in_order(items: Sequence[bytes | str], images: np.ndarray | None, texts: np.ndarray | None) -> np.ndarray:
+    """The images' rows and the texts' rows interleaved back into the items' order (N, D)."""
+    rows = {bytes: iter(images if images is not None else ()), str: iter(texts if texts is not None else ())}
+    return np.stack([next(rows[type(item)]) for item in items])
 
 
 async def classify(

@@ -33,7 +33,7 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
 
 async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
-    images = image_inputs(inputs, served.bundle.images is not None)
+    images = image_inputs(inputs, served.modalities)
     run = _data(served, body, inputs) if images is None else _image_data(served, body, images)
     data, tokens = await job(run)
     return {
@@ -85,9 +85,10 @@ async def _data(
 
 
 async def _image_data(
-    served: ServedModel, body: OpenAIEmbeddingRequest, images: list[bytes],
+    served: ServedModel, body: OpenAIEmbeddingRequest, images: list[bytes | str],
 ) -> tuple[list[dict[str, Any]], int]:
-    """One embedding per image, in order; `usage` counts each image's tokens (its patches, class token, registers)."""
+    """One embedding per image (and per text beside them, for a two-tower model), in order; `usage` counts each
+    image's tokens (its patches, class token, registers) and each text's."""
     refuse_text_fields(body)
     encode = base64_floats if body.encoding_format == "base64" else (lambda v: v)
     result = await embed.embed_images(served, images, normalize=served.bundle.manifest.normalize,

@@ -66,8 +66,9 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "variant": {"served": bundle.variants.get("fast"), "reason": bundle.variant_reason},
         "graphs": [{"file": g.file, "kind": g.kind, "variant": g.variant, "sha256": g.sha256} for g in m.graphs],
         "tokenizer_sha256": m.tokenizer_sha256, "pooling": m.pooling, "normalize": m.normalize,
-        "modalities": [m.modality],  # what its inputs are: text (token ids) or image (pixel values)
-        "image": m.image.model_dump() if m.image is not None else None,  # an image model's size and tokens
+        "modalities": list(served.modalities),  # what it reads: text (token ids), image (pixel values) or both
+        "image": images.image.model_dump() if (images := served.for_images().bundle.manifest).image else None,
+        "pair": m.pair.model_dump() if m.pair is not None else None,  # a two-tower model's scale, bias and scoring
         "architecture": m.architecture, "task": m.task, "tasks": sorted(served.tasks), "hidden_size": m.hidden_size,
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
         "max_length": m.max_length, "attention_windows": m.attention_windows, "causal": m.causal,

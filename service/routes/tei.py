@@ -167,7 +167,7 @@ def _sequence(one: list[str]) -> str | tuple[str, str]:
 
 
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
-    images = image_inputs(as_list(body.inputs), served.bundle.images is not None)
+    images = image_inputs(as_list(body.inputs), served.modalities)
     if images is not None:
         refuse_text_fields(body)
         return (await core.embed_images(served, images, normalize=body.normalize, dimensions=body.dimensions)).vectors
@@ -181,6 +181,12 @@ async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
 
 async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
     parameters = body.parameters or SimilarityParameters.model_validate({})
+    items = image_inputs([body.inputs.source_sentence, *body.inputs.sentences], served.modalities)
+    if items is not None:  # images (data URIs), and a two-tower model's texts beside them: one space
+        refuse_text_fields(body)
+        refuse_text_fields(parameters)
+        vectors = (await core.embed_images(served, items)).vectors  # (1 + N, E) unit vectors
+        return vectors[1:] @ vectors[0]
     return await core.similarity(
         served, body.inputs.source_sentence, body.inputs.sentences, truncate=parameters.truncate,
         direction=direction(parameters), prompt_name=parameters.prompt_name, instruction=parameters.instruction,
