@@ -5,18 +5,26 @@ cap checked on the token counts before any graph runs. An attention graph that t
 is run for only those asked for (its batch kind names them: inference.runtime.graphs.BatchKind); an older one computes
 every map, and the chosen ones are selected from its answer.
 
+An image model's maps (`image_attention`) are over the image's fixed tokens: the class token, the registers, then one
+per patch, row by row (`PatchGrid` says where each lies); they go through `ServedModel.run_images` with the same
+selection, the same caps (an image counts as its tokens) and the same aggregations (rollout's row 0: the rollout from
+the class token).
+
 Shape letters: N inputs, D hidden, C labels, L layers, H heads, l and h the chosen ones, n real tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+import numpy as np
+
+from bundle.manifest import Manifest
 from inference import postprocess
-from inference.errors import OutOfRange
+from inference.errors import OutOfRange, Unsupported
 from inference.limits import AttentionQuery, Inputs, check_attention_size, check_finite
-from inference.results import AttentionMap, GraphOutputs
+from inference.results import AttentionMap, GraphOutputs, Token
 from inference.runtime.graphs import ATTENTION, FAST, VIEWS, BatchKind, Outputs
 from inference.runtime.tokenize import Direction, Encoded
 from inference.served import Check, ServedModel
@@ -96,10 +104,75 @@ def attention_cap(model: ServedModel, query: AttentionQuery | None) -> Check | N
 
 def attention_maps(encoded: list[Encoded], outputs: list[Outputs], query: AttentionQuery) -> list[AttentionMap]:
     """Runs in the executor: select, aggregate, and check the finiteness of what is answered (once)."""
-    maps = []
-    for index, (e, out) in enumerate(zip(encoded, outputs, strict=True)):
-        chosen = postprocess.select(out["attentions"], query.layers, query.heads)  # (l, h, n, n)
-        values = postprocess.aggregate(chosen, query.aggregation)
-        check_finite(values, "attentions", index)  # probabilities in [0, 1]: no overflow in a float16 cast
-        maps.append(AttentionMap(tokens(e), values))
-    return maps
+    return [one_map(tokens(e), out, query, index)
+            for index, (e, out) in enumerate(zip(encoded, outputs, strict=True))]
+
+
+def one_map(named: list[Token], out: Outputs, query: AttentionQuery, index: int) -> AttentionMap:
+    """One input's maps selected and aggregated, checked finite (input `index` named if not)."""
+    chosen = postprocess.select(out["attentions"], query.layers, query.heads)  # (l, h, n, n)
+    values = postprocess.aggregate(chosen, query.aggregation)
+    check_finite(values, "attentions", index)  # probabilities in [0, 1]: no overflow in a float16 cast
+    return AttentionMap(named, values)
+
+
+# -- images ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PatchGrid:
+    """Where an image model's tokens lie: `first` tokens before the patches (the class token when `class_token`,
+    then the registers), then `rows` x `cols` patches read row by row, each `patch_size` pixels square of the
+    `height` x `width` image the model reads (the bundle's one size)."""
+
+    rows: int
+    cols: int
+    first: int
+    class_token: bool
+    patch_size: int
+    height: int
+    width: int
+
+    def names(self) -> list[str]:
+        """Each token's name, in order: "[CLS]", "[REG 0]", ..., "patch 0,0", "patch 0,1", ... ("patch row,col")."""
+        lead = ["[CLS]"] if self.class_token else []
+        lead += [f"[REG {r}]" for r in range(self.first - len(lead))]
+        return lead + [f"patch {r},{c}" for r in range(self.rows) for c in range(self.cols)]
+
+    def tokens(self) -> list[Token]:
+        """The tokens as a map's answer lists them: id the position, special all but the patches."""
+        return [Token(i, name, 0, 0, i < self.first) for i, name in enumerate(self.names())]
+
+
+def patch_grid(manifest: Manifest) -> PatchGrid:
+    """An image model's grid, from its manifest's image section and model config (a class token unless the config
+    says none: SigLIP's)."""
+    spec = manifest.image
+    assert spec is not None, "an image model's manifest has an image section"
+    rows, cols = spec.height // spec.patch_size, spec.width // spec.patch_size
+    return PatchGrid(rows, cols, spec.tokens - rows * cols, bool(manifest.model_config_.get("class_token", True)),
+                     spec.patch_size, spec.height, spec.width)
+
+
+async def image_attention(
+    model: ServedModel, images: Sequence[bytes], query: AttentionQuery,
+) -> tuple[PatchGrid, list[AttentionMap]]:
+    """An image model's grid and, per image (its bytes), its tokens and maps, as `attention` gives a text's: the
+    query and the caps checked before any image is decoded (each image counts as its tokens). A two-tower model's
+    images go to its image tower (`ServedModel.for_images`), whose maps they are."""
+    model = model.for_images()
+    if model.bundle.manifest.image is None:
+        raise Unsupported(f"model {model.name} reads texts, not images; send it texts (GET /info lists each model's "
+                          "modalities)")
+    grid = patch_grid(model.bundle.manifest)
+    check_attention_query(model, query)
+    maps_kind, left = attention_run(model, query)
+    placeholders = [Encoded(np.zeros(grid.first + grid.rows * grid.cols, dtype=np.int64))] * len(images)
+    check = attention_cap(model, query)
+    if check is not None:
+        check(placeholders)  # the caps count tokens: an image's are fixed
+    outputs = (await model.run_images(images, [maps_kind]))[maps_kind]
+    return grid, await model.off_loop(image_maps, grid.tokens(), outputs, left)
+
+
+def image_maps(named: list[Token], outputs: list[Outputs], query: AttentionQuery) -> list[AttentionMap]:
+    """Runs in the executor: each image's maps, as `attention_maps` gives a text's."""
+    return [one_map(named, out, query, index) for index, out in enumerate(outputs)]

@@ -1,13 +1,16 @@
 // @ts-check
 // The attention explorer: loads the served models' facts, runs the texts, and wires the page's forms and
 // controls to the modules that own them (models.js: the model and task chosen; attentionviews.js: the views and
-// their controls; maxsimform.js: the MaxSim view; messages.js: the message line; state.js: what they share).
+// their controls; imageform.js and imageview.js: an image model's image and its view; maxsimform.js: the MaxSim
+// view; messages.js: the message line; state.js: what they share).
 // Every failure (a 4xx/5xx answer, a text over a cap, no server) ends as a message on the page; nothing is
 // left blank.
 
 import { setApiKey } from "./api.js";
 import { classify, showAnswers } from "./answers.js";
 import { render, syncControls, wireViews } from "./attentionviews.js";
+import { wireImage } from "./imageform.js";
+import { showImage } from "./imageview.js";
 import { checkTexts, currentTexts } from "./inputs.js";
 import { keepLink, linkProblem, readLink } from "./link.js";
 import { runMaxSim } from "./maxsimform.js";
@@ -20,6 +23,10 @@ let runs = 0; // each run's number: the labels of an older run are dropped too
 
 async function run() {
   if (state.served.models.length === 0 && !(await loadFacts())) return;
+  if (facts.images) {
+    await showImage();
+    return;
+  }
   const chosen = currentTexts();
   const problem = checkTexts(chosen);
   if (problem) {
@@ -75,6 +82,7 @@ function wire() {
   ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); runMaxSim(); });
   ui.task.addEventListener("change", () => { useModel(facts.model, ui.task.value); run(); runMaxSim(); });
   ui.maxsimForm.addEventListener("submit", (e) => { e.preventDefault(); runMaxSim(); });
+  wireImage(showImage);
   wireViews();
 }
 

@@ -3,9 +3,10 @@
 // combination chosen (the tabs, the pickers, the options), drawn again when a control changes, and exported as
 // PNG or JSON. #views carries data-state="loading" | "ready" | "error" | "unavailable" (the model chosen has no
 // attention graph) and, once drawn, data-model and data-task: the model its views are of, and its task ("" for
-// the bare base).
+// the bare base). An image model's view is imageview.js's, drawn with the same controls.
 
 import { downloadCanvas, downloadText } from "./exporter.js";
+import { renderImage } from "./imageview.js";
 import { fail, showMessage } from "./messages.js";
 import { tabs, ui } from "./page.js";
 import { facts, settings, state } from "./state.js";
@@ -18,6 +19,10 @@ import { attentionBody, draw, fetchAttention, makePanels, mapTitle } from "./vie
 let generation = 0; // each render's number: answers to an older one are dropped
 
 export async function render() {
+  if (facts.images) {
+    await renderImage();
+    return;
+  }
   if (state.texts.length === 0) return;
   const mine = ++generation;
   if (!facts.attention) {
@@ -70,10 +75,12 @@ export function syncControls() {
   ui.head.value = String(settings.head);
   ui.combine.value = settings.combine;
   const none = !facts.attention;
-  ui.layer.disabled = none || settings.combine === "rollout" || settings.view === "grid";
-  ui.head.disabled = none || settings.combine !== "none" || settings.view === "grid";
-  ui.combine.disabled = none || settings.view === "grid";
-  ui.renormalise.disabled = none || !settings.hideSpecial;
+  const grid = settings.view === "grid" && !facts.images; // an image model's one view draws one map
+  ui.layer.disabled = none || settings.combine === "rollout" || grid;
+  ui.head.disabled = none || settings.combine !== "none" || grid;
+  ui.combine.disabled = none || grid;
+  ui.hideSpecial.disabled = facts.images; // the image view draws the patches only
+  ui.renormalise.disabled = none || facts.images || !settings.hideSpecial;
   ui.exportPng.disabled = none;
   ui.exportJson.disabled = none;
 }

@@ -23,6 +23,7 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {string[]} [tasks] what it can be asked (embed, attention, multi_vector, ...)
  * @property {number} [max_input_chars] characters per text this model takes (ATTNSERVE_MAX_INPUT_CHARS, or unset
  *   its default for the model's max length)
+ * @property {string[]} [modalities] what it reads: ["text"], ["image"] or both (a two-tower model)
  */
 
 /**
@@ -49,6 +50,7 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {string[]} adapters its tasks (LoRA adapters), which a request's `task` names; empty for none
  * @property {string} task the task chosen, one of `adapters`; "" for none: the bare base model
  * @property {boolean} multiVector whether it gives token vectors for late interaction (/maxsim answers for it)
+ * @property {boolean} images whether it reads images only (an image model: the page takes an image, not texts)
  */
 
 /** @returns {Promise<Served>} */
@@ -75,6 +77,7 @@ export function factsOf(served, name, task = "") {
     causal: entry.causal ?? false,
     maxChars: entry.max_input_chars ?? served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,
     adapters, task: adapters.includes(task) ? task : "", multiVector: (entry.tasks ?? []).includes("multi_vector"),
+    images: (entry.modalities ?? []).join() === "image",
   };
 }
 
@@ -102,6 +105,7 @@ export function describe(facts) {
   const causal = facts.causal ? " · causal: each token sees only itself and the tokens before it" : "";
   const tasks = facts.adapters.length ? ` · tasks: ${facts.adapters.join(", ")}` : "";
   const late = facts.multiVector ? " · token vectors: MaxSim below" : "";
-  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · up to ${facts.maxLength}`
-    + ` tokens · ${labels}${tasks}${attention}${late}`;
+  const size = facts.images ? `${facts.maxLength} tokens an image (class token and patches)` : `up to ${facts.maxLength} tokens`;
+  return `${facts.model} · ${facts.numLayers} layers × ${facts.numHeads} heads${causal}${windows} · ${size}`
+    + ` · ${labels}${tasks}${attention}${late}`;
 }

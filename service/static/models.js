@@ -5,6 +5,7 @@
 
 import { syncControls } from "./attentionviews.js";
 import { describe, factsOf, layerKind, loadServed } from "./facts.js";
+import { useInputsOf } from "./imageform.js";
 import { clearMaxSim } from "./maxsimform.js";
 import { fail } from "./messages.js";
 import { ui } from "./page.js";
@@ -40,6 +41,7 @@ export function useModel(name, task = facts.task) {
   fillSelect(ui.layer, facts.numLayers, settings.layer, (i) => layerKind(facts, i));
   fillSelect(ui.head, facts.numHeads, settings.head);
   fillTasks();
+  useInputsOf(facts);
   ui.modelInfo.textContent = describe(facts);
   ui.answers.replaceChildren();
   clearMaxSim();

@@ -12,7 +12,7 @@ export const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", h
 
 /** @type {Facts} the chosen model's */
 export const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false,
-  maxChars: Infinity, labels: [], attention: false, adapters: [], task: "", multiVector: false };
+  maxChars: Infinity, labels: [], attention: false, adapters: [], task: "", multiVector: false, images: false };
 
 /**
  * @type {{
@@ -20,9 +20,13 @@ export const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxL
  *   texts: string[],
  *   shown: {answer: import("./views.js").Answer | null, drawings: import("./views.js").Drawing[]},
  *   pair: import("./link.js").Pair | null,
+ *   image: {uri: string, name: string} | null,
+ *   query: number | null,
  * }}
  * served: every served model, from /info (none until it answered); texts: the texts last run; shown: what the
- * views show; pair: the query and document the MaxSim view last drew
+ * views show; pair: the query and document the MaxSim view last drew; image: the image an image model was given last
+ * (a data URI, and its file's name); query: the token whose row of the map the image view draws (null: the class
+ * token, or the first patch where there is none)
  */
 export const state = { served: { models: [], maxChars: Infinity }, texts: [], shown: { answer: null, drawings: [] },
-  pair: null };
+  pair: null, image: null, query: null };

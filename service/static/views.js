@@ -28,7 +28,8 @@ import { decodeItem, viewOf } from "./matrix.js";
  */
 
 /**
- * An /attention request body, less the `model` and `task` (api.withModel adds them).
+ * An /attention request body, less the `model` and `task` (api.withModel adds them). An image model's inputs are
+ * images as data URIs.
  * @typedef {object} AttentionBody
  * @property {string[]} inputs
  * @property {"base64"} encoding
@@ -38,9 +39,18 @@ import { decodeItem, viewOf } from "./matrix.js";
  * @property {"mean" | "max" | "rollout"} [aggregation]
  */
 
-/** @typedef {{items: Item[], text: string}} Answer an /attention answer decoded, and the exact text it came in */
+/**
+ * Where an image model's tokens lie (an /attention answer's `grid`): `first` tokens before the patches (the class
+ * token, registers), then rows x cols patches row by row, each patch_size pixels of the height x width image.
+ * @typedef {{rows: number, cols: number, first: number, class_token: boolean, patch_size: number, height: number,
+ *   width: number}} PatchGrid
+ */
+/**
+ * An /attention answer decoded, the exact text it came in, and an image model's grid (null for texts).
+ * @typedef {{items: Item[], text: string, grid: PatchGrid | null}} Answer
+ */
 /** @typedef {{panel: HTMLElement, figure: HTMLElement, readout: HTMLElement}} Panel */
-/** @typedef {Grid | Heatmap | Lines} Drawing */
+/** @typedef {Grid | Heatmap | Lines | import("./patches.js").Patches} Drawing */
 
 /** @type {Map<string, Answer>} request body (JSON) -> its answer; the last few */
 const cache = new Map();
@@ -74,7 +84,8 @@ export async function fetchAttention(body, facts) {
   let answer = cache.get(key);
   if (answer === undefined) {
     const { json, text } = await call("/attention", request);
-    answer = { items: /** @type {{data: WireItem[]}} */ (json).data.map(decodeItem), text };
+    const wire = /** @type {{data: WireItem[], grid?: PatchGrid}} */ (json);
+    answer = { items: wire.data.map(decodeItem), text, grid: wire.grid ?? null };
     cache.set(key, answer);
     const oldest = cache.keys().next().value;
     if (cache.size > CACHE_SIZE && oldest !== undefined) cache.delete(oldest);
@@ -134,11 +145,12 @@ function tokenNote(text, tokens, hideSpecial) {
 }
 
 /**
+ * A new element of `tag`, of class `className`, holding `text` when given.
  * @param {string} tag
  * @param {string} className
  * @param {string} [text]
  */
-function element(tag, className, text) {
+export function element(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
   if (text !== undefined) node.textContent = text;
