@@ -131,9 +131,9 @@ def _build(model: LoadedModel, tmp: Path, chosen: list[str], name: str, version:
 
 def _write_tokenizer(model: LoadedModel, tmp: Path) -> Path:
     """The bundle's tokenizer.json: the source's, byte for byte, or an LLM reranker's, its prompt's prefix and suffix
-    in the post-processor (model.lm_scorer)."""
+    in the post-processor (model.lm_scorer), or a SigLIP text tower's, converted from its SentencePiece model."""
     tokenizer = tmp / "tokenizer.json"
-    if model.pair_format is None:
+    if model.pair_format is None and (model.path / "tokenizer.json").is_file():
         shutil.copyfile(model.path / "tokenizer.json", tokenizer)
     else:
         model.tokenizer.save(str(tokenizer))

@@ -35,6 +35,7 @@ from model.config import EncoderConfig
 from model.encoder import Encoder
 from model.families import Family, family_of, rename
 from model.sentence import SentenceModules, load_weights, read_json, read_sentence_modules
+from model.sentencepiece import SPIECE, siglip_tokenizer
 from model.tokenizer import load_tokenizer
 from model.towers import SCALARS, tower_config
 
@@ -90,10 +91,12 @@ def _load(path: Path, sentence: bool, bge_m3: bool, tower: str | None = None,
 
 
 def _tokenizer(path: Path, family: Family) -> Tokenizer | None:
-    """tokenizer.json: required for a text encoder, none for a vision one; a text tower of a pair may lack it (SigLIP
-    ships a SentencePiece model, which the export converts): LoadedModel.tokenizer then says so."""
-    if family.modality == "vision" or (family.pair and not (path / "tokenizer.json").is_file()):
+    """tokenizer.json: required for a text encoder, none for a vision one; a text tower of a pair may lack it: SigLIP
+    ships a SentencePiece model, converted here (model.sentencepiece), and without one LoadedModel.tokenizer says so."""
+    if family.modality == "vision":
         return None
+    if family.pair and not (path / "tokenizer.json").is_file():
+        return siglip_tokenizer(path) if (path / SPIECE).is_file() else None
     return load_tokenizer(_require(path, "tokenizer.json"))
 
 

@@ -108,7 +108,7 @@ def test_export_requirements_are_the_cpu_images_plus_the_exporter() -> None:
              if line and not line.startswith("#")]
     assert lines[0] == "-r requirements-cpu.txt"
     assert not [line for line in lines if line.startswith(("torch", "onnxruntime"))]  # torch apart, the CPU onnxruntime
-    assert {line.split("==")[0] for line in lines[1:]} >= {"onnx", "onnxscript", "safetensors"}
+    assert {line.split("==")[0] for line in lines[1:]} >= {"onnx", "onnxscript", "safetensors", "sentencepiece"}
 
 
 def test_export_image_copies_the_export_side_and_installs_nothing_at_run_time() -> None:
