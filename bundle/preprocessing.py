@@ -2,7 +2,7 @@
 no torch), as transformers' Pillow-based image processors read it (`AutoImageProcessor.from_pretrained(directory,
 backend="pil")`, formerly `use_fast=False`).
 
-Three processors, named by image_processor_type (or, in older files, feature_extractor_type with FeatureExtractor in
+Four processors, named by image_processor_type (or, in older files, feature_extractor_type with FeatureExtractor in
 place of ImageProcessor; a Fast or Pil suffix names the same steps):
 
     processor            defaults for the keys a file leaves out
@@ -10,11 +10,12 @@ place of ImageProcessor; a Fast or Pil suffix names the same steps):
                          an int `size` is a square
     BitImageProcessor    (DINOv2's) resize the shortest edge to 224 bicubic, centre crop 224 x 224; CLIP's mean and
     CLIPImageProcessor   std; RGB conversion; an int `size` is the shortest edge (default_to_square false)
+    SiglipImageProcessor resize to {height, width} 224 x 224 bicubic; no crop; mean = std = 0.5; RGB conversion
 
 Every processor rescales by rescale_factor (1/255) and normalises by default. `size` is {height, width} (the image
 resized to exactly that) or {shortest_edge} (the shorter side to that, the longer one in proportion, rounded down);
 crop_size is {height, width} (an int: a square). resample is Pillow's filter number (0 nearest, 1 Lanczos, 2
-bilinear, 3 bicubic, 4 box, 5 Hamming). What the three processors would do and these steps do not is refused, naming
+bilinear, 3 bicubic, 4 box, 5 Hamming). What the four processors would do and these steps do not is refused, naming
 the field: another processor type, a size with longest_edge or max_height / max_width, do_pad, a mean or std of
 other than three channels. Keys those processors do not read are ignored, as they ignore them.
 
@@ -47,6 +48,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {  # each processor's class attributes: wh
     },
     "BitImageProcessor": _CLIP_DEFAULTS,
     "CLIPImageProcessor": _CLIP_DEFAULTS,
+    "SiglipImageProcessor": {
+        "do_resize": True, "size": {"height": 224, "width": 224}, "resample": 3, "do_center_crop": False,
+        "crop_size": None, "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+        "image_mean": IMAGENET_STANDARD, "image_std": IMAGENET_STANDARD, "do_convert_rgb": True,
+        "default_to_square": False,
+    },
 }
 
 
@@ -84,7 +91,7 @@ def read_processing(config: dict[str, Any]) -> ImageProcessing:
     processor = processor_type(config)
     fields = {**DEFAULTS[processor], **{k: v for k, v in config.items() if v is not None}}
     if fields.get("do_pad"):
-        raise ValueError("do_pad is not supported: ViT, BiT and CLIP processors are read without padding")
+        raise ValueError("do_pad is not supported: ViT, BiT, CLIP and SigLIP processors are read without padding")
     resize_to, shortest_edge = _size(fields) if fields["do_resize"] else (None, None)
     resample = int(fields["resample"])
     if resample not in RESAMPLE_FILTERS:

@@ -124,7 +124,8 @@ def served_size(config: EncoderConfig, image_size: ImageSize | None) -> ImageSiz
 
 def output_shapes(config: EncoderConfig, kind: str, image_size: ImageSize | None = None) -> dict[str, list[str | int]]:
     """Symbolic shape of each output: named axes are dynamic, integers are fixed (a vision graph's tokens)."""
-    T: str | int = config.image_tokens(*served_size(config, image_size)) if config.vision else "sequence"
+    T: str | int = config.image_tokens(*served_size(config, image_size)) if config.vision else \
+        config.max_length if config.pad_to_max_length else "sequence"  # SigLIP's text: its fixed length
     shapes: dict[str, list[str | int]] = {
         "embeddings": ["batch", config.embedding_size],
         "token_embeddings": ["batch", T, config.d_model],
@@ -154,6 +155,9 @@ class GraphModule(nn.Module):
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 token_type_ids: Tensor | None = None, adapter: Tensor | None = None, layers: Tensor | None = None,
                 heads: Tensor | None = None, pixel_values: Tensor | None = None) -> tuple[Tensor, ...]:
+        if self.encoder.config.pad_to_max_length:
+            assert input_ids is not None and attention_mask is not None
+            input_ids, attention_mask = fixed_length(input_ids, attention_mask, self.encoder.config)
         out = self.encoder(input_ids, attention_mask, token_type_ids, output_attentions="attentions" in self.names,
                            adapter=adapter, layers=layers, heads=heads, pixel_values=pixel_values)
         if attention_mask is None:  # an image's tokens: every one real
@@ -165,6 +169,15 @@ class GraphModule(nn.Module):
         if "sparse" in self.names:
             values["sparse"] = sparse_vector(out.logits, attention_mask)  # type: ignore[arg-type]  # (B, V)
         return tuple(values[name] for name in self.names)  # type: ignore[misc]
+
+
+def fixed_length(input_ids: Tensor, attention_mask: Tensor, config: EncoderConfig) -> tuple[Tensor, Tensor]:
+    """(B, T) ids -> (B, P) ids padded with pad_token_id to the config's max_length P, every position attended: a text
+    tower trained on texts padded to max_length and read with no mask (SigLIP's, as its processor feeds it), read so
+    whatever padding a batch brings (padding positions get pad_token_id, then the row goes on to P)."""
+    ids = torch.where(attention_mask.bool(), input_ids, config.pad_token_id)  # (B, T)
+    ids = nn.functional.pad(ids, (0, config.max_length - ids.shape[1]), value=config.pad_token_id)  # (B, P)
+    return ids, torch.ones_like(ids)
 
 
 def example_inputs(config: EncoderConfig, token_types: bool = True,

@@ -70,10 +70,11 @@ TOKEN_OUTPUTS = ("token_embeddings", "token_logits", "multi_vectors", "token_wei
 
 
 def real_tokens(batch: Batch) -> np.ndarray:
-    """(B, T) 1 where a token is real: the attention mask, or for an image every token (export.graphs)."""
-    if "attention_mask" in batch.inputs:
-        return batch.inputs["attention_mask"]
-    return np.ones(batch.expected["token_embeddings"].shape[:2], dtype=np.int64)
+    """(B, T) 1 where a token is real: the attention mask, or every token for an image and for a text tower read at
+    its fixed length (SigLIP's: its outputs are longer than its inputs, every position read; export.graphs)."""
+    shape = batch.expected["token_embeddings"].shape[:2]  # (B, T)
+    mask = batch.inputs.get("attention_mask")
+    return mask if mask is not None and mask.shape == shape else np.ones(shape, dtype=np.int64)
 
 
 def real_positions(name: str, value: np.ndarray, mask: np.ndarray) -> np.ndarray:

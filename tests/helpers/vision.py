@@ -214,5 +214,19 @@ def save_clip(directory: Path, shape: str = "small") -> torch.nn.Module:
     return model
 
 
+def save_siglip(directory: Path, shape: str = "small", **text: Any) -> torch.nn.Module:
+    """A random SiglipModel (save_pair; `text`: its text_config fields) with SigLIP's tokenizer files, spiece.model and
+    tokenizer_config.json (tests/helpers/siglip.py; no tokenizer.json, as SigLIP checkpoints ship), and a
+    SiglipImageProcessor at the vision tower's size; returns the model."""
+    from tests.helpers.siglip import train_spiece, write_siglip_config
+
+    model = save_pair(directory, "siglip", shape=shape, **text)
+    write_siglip_config(train_spiece(directory, VOCAB),
+                        model_max_length=model.config.text_config.max_position_embeddings)
+    side = model.config.vision_config.image_size
+    transformers.SiglipImageProcessor(size={"height": side, "width": side}).save_pretrained(directory)
+    return model
+
+
 WORDS = ["a", "photo", "of", "the", "cat", "dog", "bird", "red", "green", "blue", "grey", "square", "stripes", "on",
          "sky", "sea", "and", "with", "picture", "drawing", ".", ",", "!"]

@@ -38,6 +38,7 @@ CONFIGS = {
     "bit-crop-past-the-image": {**BIT, "size": {"shortest_edge": 24}, "crop_size": {"height": 40, "width": 30}},
     "clip-no-rescale": {"image_processor_type": "CLIPImageProcessor", "do_rescale": False, "resample": 2,
                         "size": {"shortest_edge": 20}, "crop_size": 20},
+    "siglip": {"image_processor_type": "SiglipImageProcessor", "size": {"height": 36, "width": 44}},
 }
 SIZES = [(64, 48), (31, 97), (130, 45), (17, 17)]  # (width, height): landscape, portrait, wide, small
 
@@ -161,7 +162,8 @@ def test_images_the_core_does_not_read_are_refused_with_their_code(data: bytes, 
 
 @pytest.mark.parametrize("config,message", [
     ({"image_processor_type": "ConvNextImageProcessor"}, "'ConvNextImageProcessor' is not supported; supported: "
-                                                          "ViTImageProcessor, BitImageProcessor, CLIPImageProcessor"),
+                                                          "ViTImageProcessor, BitImageProcessor, CLIPImageProcessor, "
+                                                          "SiglipImageProcessor"),
     ({}, "'none named' is not supported"),
     ({**VIT, "size": {"shortest_edge": 20, "longest_edge": 40}}, "size .* is not supported"),
     ({**VIT, "do_pad": True}, "do_pad is not supported"),

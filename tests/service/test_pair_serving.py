@@ -1,8 +1,9 @@
-"""A CLIP pair served as one model (its bundle holds both towers: export.pairs): texts, images and both mixed on
-/v1/embeddings and /embed, image-text /similarity and /zero-shot-image-classification, each equal to transformers
-(CLIPModel's get_text_features and get_image_features on its tokenizer's ids and its Pillow processor's pixels, and
-the zero-shot-image-classification pipeline) to 1e-5; /info lists both modalities and the pair's scoring; what a
-text-only model cannot do is refused by name, and the server keeps serving.
+"""CLIP and SigLIP pairs served each as one model (its bundle holds both towers: export.pairs): texts, images and both
+mixed on /v1/embeddings and /embed, image-text /similarity and /zero-shot-image-classification, each equal to
+transformers (the model's get_text_features and get_image_features on its tokenizer's ids, as its processor pads them,
+and its Pillow processor's pixels; the zero-shot-image-classification pipeline) to 1e-5; /info lists both modalities
+and the pair's scoring; what a text-only model cannot do is refused by name, and the server keeps serving. SigLIP's
+text tower has 64 positions, the length the pipeline pads SigLIP's texts to.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from PIL import Image
 
 from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, post_ok, serving
-from tests.helpers.vision import save_clip
+from tests.helpers.vision import save_clip, save_siglip
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -46,21 +47,32 @@ def data_uri(data: bytes) -> str:
     return f"data:image/png;base64,{base64.b64encode(data).decode()}"
 
 
+PAIRS = ("clip", "siglip")
+
+
 @pytest.fixture(scope="module")
-def clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.nn.Module]:
-    root = tmp_path_factory.mktemp("clip")
-    model = save_clip(root / "source")
-    export_bundle(root / "source", root / "bundle", variants=["fp32"])
-    return root / "source", root / "bundle", model
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, torch.nn.Module]]:
+    """Each pair's (checkpoint, bundle, reference model)."""
+    out = {}
+    for pair in PAIRS:
+        root = tmp_path_factory.mktemp(pair)
+        model = save_clip(root / "source") if pair == "clip" else save_siglip(root / "source",
+                                                                                 max_position_embeddings=64)
+        export_bundle(root / "source", root / "bundle", variants=["fp32"])
+        out[pair] = (root / "source", root / "bundle", model)
+    return out
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(clip: tuple[Path, Path, Any], tiny_bundle: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving([f"clip={clip[1]}", f"text={tiny_bundle}"], intra_op_threads=1, cache_bytes=0) as (_, served):
+async def client(pairs: dict[str, tuple[Path, Path, Any]], tiny_bundle: Path) -> AsyncIterator[httpx.AsyncClient]:
+    bundles = [f"{pair}={bundle}" for pair, (_, bundle, _) in pairs.items()] + [f"text={tiny_bundle}"]
+    async with serving(bundles, intra_op_threads=1, cache_bytes=0) as (_, served):
         yield served
 
 
-def tokenizer(source: Path) -> Any:
+def tokenizer(pair: str, source: Path) -> Any:
+    if pair == "siglip":
+        return transformers.SiglipTokenizer.from_pretrained(source)
     return transformers.PreTrainedTokenizerFast(tokenizer_file=str(source / "tokenizer.json"), pad_token="<pad>")
 
 
@@ -72,52 +84,64 @@ def features(rows: Any) -> np.ndarray:
     return getattr(rows, "pooler_output", rows).numpy()  # transformers 5: an output object; 4: the tensor
 
 
-def references(clip: tuple[Path, Path, Any], texts: list[str], images: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """transformers' text and image embeddings (CLIPModel's features, not normalised, as the bundle's `normalize`
-    false serves them on /v1/embeddings): its tokenizer, its Pillow processor."""
-    source, _, model = clip
-    batch = tokenizer(source)(texts, padding=True, return_tensors="pt")
-    processor = transformers.CLIPImageProcessor.from_pretrained(source)
+def references(pair: str, pairs: dict[str, Any], texts: list[str], images: list[bytes]) -> tuple[
+        np.ndarray, np.ndarray]:
+    """transformers' text and image embeddings (the features, not normalised, as the bundle's `normalize` false
+    serves them on /v1/embeddings): its tokenizer as its processor calls it (SigLIP: padded to max_length, no mask),
+    its Pillow processor."""
+    source, _, model = pairs[pair]
+    padding = {"padding": "max_length", "max_length": 64} if pair == "siglip" else {"padding": True}
+    batch = tokenizer(pair, source)(texts, truncation=True, return_tensors="pt", **padding)
+    if pair == "siglip":
+        batch = {"input_ids": batch["input_ids"]}
+    processor = transformers.AutoImageProcessor.from_pretrained(source, use_fast=False)
     pixels = processor([Image.open(io.BytesIO(data)) for data in images], return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         return features(model.get_text_features(**batch)), features(model.get_image_features(pixel_values=pixels))
 
 
-async def test_texts_images_and_both_embed_into_the_one_space(client: httpx.AsyncClient, clip: Any) -> None:
-    texts, images = references(clip, TEXTS, IMAGES)
-    answer = await post_ok(client, "/v1/embeddings", {"model": "clip", "input": TEXTS})
+@pytest.mark.parametrize("pair", PAIRS)
+async def test_texts_images_and_both_embed_into_the_one_space(client: httpx.AsyncClient, pairs: Any, pair: str) -> None:
+    texts, images = references(pair, pairs, TEXTS, IMAGES)
+    answer = await post_ok(client, "/v1/embeddings", {"model": pair, "input": TEXTS})
     assert np.abs(np.array([d["embedding"] for d in answer["data"]]) - texts).max() <= TOLERANCE
-    answer = await post_ok(client, "/v1/embeddings", {"model": "clip", "input": [data_uri(i) for i in IMAGES]})
+    answer = await post_ok(client, "/v1/embeddings", {"model": pair, "input": [data_uri(i) for i in IMAGES]})
     assert np.abs(np.array([d["embedding"] for d in answer["data"]]) - images).max() <= TOLERANCE
     mixed = [TEXTS[0], {"image": data_uri(IMAGES[1])}, TEXTS[2], data_uri(IMAGES[0])]
-    answer = await post_ok(client, "/v1/embeddings", {"model": "clip", "input": mixed})
+    answer = await post_ok(client, "/v1/embeddings", {"model": pair, "input": mixed})
     got = np.array([d["embedding"] for d in answer["data"]])
     assert np.abs(got - np.stack([texts[0], images[1], texts[2], images[0]])).max() <= TOLERANCE
-    vectors = await post_ok(client, "/embed", {"model": "clip", "inputs": [{"image": base64.b64encode(
+    vectors = await post_ok(client, "/embed", {"model": pair, "inputs": [{"image": base64.b64encode(
         IMAGES[0]).decode()}, TEXTS[1]]})
     assert np.abs(np.array(vectors) - unit(np.stack([images[0], texts[1]]))).max() <= TOLERANCE  # TEI's normalize
 
 
-async def test_similarity_of_an_image_with_texts(client: httpx.AsyncClient, clip: Any) -> None:
-    texts, images = references(clip, TEXTS, IMAGES[:1])
-    scores = await post_ok(client, "/similarity", {"model": "clip", "inputs": {
+@pytest.mark.parametrize("pair", PAIRS)
+async def test_similarity_of_an_image_with_texts(client: httpx.AsyncClient, pairs: Any, pair: str) -> None:
+    texts, images = references(pair, pairs, TEXTS, IMAGES[:1])
+    scores = await post_ok(client, "/similarity", {"model": pair, "inputs": {
         "source_sentence": data_uri(IMAGES[0]), "sentences": TEXTS}})
     assert np.abs(np.array(scores) - unit(texts) @ unit(images)[0]).max() <= TOLERANCE
 
 
+@pytest.mark.parametrize("pair", PAIRS)
 @pytest.mark.parametrize("template", [None, "a picture of a {}"])
-async def test_zero_shot_is_the_pipelines(client: httpx.AsyncClient, clip: Any, template: str | None) -> None:
-    """transformers' zero-shot-image-classification pipeline over the same model, tokenizer and processor."""
-    source, _, model = clip
-    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tokenizer(source),
-                                 image_processor=transformers.CLIPImageProcessor.from_pretrained(source))
+async def test_zero_shot_is_the_pipelines(client: httpx.AsyncClient, pairs: Any, pair: str,
+                                          template: str | None) -> None:
+    """transformers' zero-shot-image-classification pipeline over the same model, tokenizer and processor: CLIP's
+    scores a softmax over the labels, SigLIP's a sigmoid each."""
+    source, _, model = pairs[pair]
+    processor = transformers.AutoImageProcessor.from_pretrained(source, use_fast=False)
+    pipe = transformers.pipeline("zero-shot-image-classification", model=model, tokenizer=tokenizer(pair, source),
+                                 image_processor=processor)
     extra = {} if template is None else {"hypothesis_template": template}
     expected = pipe(Image.open(io.BytesIO(IMAGES[1])), candidate_labels=LABELS, **extra)
     got = await post_ok(client, "/zero-shot-image-classification", {
-        "model": "clip", "image": data_uri(IMAGES[1]), "candidate_labels": LABELS, **extra})
+        "model": pair, "image": data_uri(IMAGES[1]), "candidate_labels": LABELS, **extra})
     assert [g["label"] for g in got] == [e["label"] for e in expected]
     assert max(abs(g["score"] - e["score"]) for g, e in zip(got, expected, strict=True)) <= TOLERANCE
-    assert sum(g["score"] for g in got) == pytest.approx(1.0)  # CLIP: a softmax over the labels
+    total = sum(g["score"] for g in got)
+    assert total == pytest.approx(1.0) if pair == "clip" else abs(total - 1.0) > 1e-3  # softmax, or sigmoids
 
 
 async def test_info_and_what_is_refused(client: httpx.AsyncClient) -> None:
@@ -125,6 +149,7 @@ async def test_info_and_what_is_refused(client: httpx.AsyncClient) -> None:
     listed = {m["name"]: m for m in info["models"]}
     assert listed["clip"]["modalities"] == ["text", "image"] and listed["text"]["modalities"] == ["text"]
     assert listed["clip"]["pair"]["scoring"] == "softmax" and listed["clip"]["image"]["tokens"] == 17
+    assert listed["siglip"]["pair"]["scoring"] == "sigmoid" and listed["siglip"]["image"]["tokens"] == 16  # no CLS
     assert "zero_shot" in listed["clip"]["tasks"] and "zero_shot" not in listed["text"]["tasks"]
     body = {"image": data_uri(IMAGES[0]), "candidate_labels": LABELS}
     assert_error(await client.post("/zero-shot-image-classification", json={**body, "model": "text"}), 422,
@@ -134,5 +159,5 @@ async def test_info_and_what_is_refused(client: httpx.AsyncClient) -> None:
     assert_error(await client.post("/zero-shot-image-classification", json={
         **body, "model": "clip", "image": "https://example.com/cat.png"}), 422, "image_url_refused")
     assert_error(await client.post("/v1/embeddings", json={
-        "model": "clip", "input": [TEXTS[0], data_uri(IMAGES[0])], "prompt_name": "query"}), 422, "not_for_images")
-    await post_ok(client, "/v1/embeddings", {"model": "clip", "input": TEXTS[0]})  # still serving
+        "model": "siglip", "input": [TEXTS[0], data_uri(IMAGES[0])], "prompt_name": "query"}), 422, "not_for_images")
+    await post_ok(client, "/v1/embeddings", {"model": "siglip", "input": TEXTS[0]})  # still serving
