@@ -8,6 +8,7 @@ machine (jobs.local) or on a Ray cluster (jobs.ray).
     embedding.py  rows to vectors: bad rows set aside, `inference.postprocess` on the outputs
     windows.py    --chunking: documents cut by `inference.chunking.cut`, pooled by `chunking.pool`
     multivector.py  --outputs: a multi-vector bundle's dense, lexical and token vectors from one run
+    images.py     --images DIR, --image-column: image rows checked by the caps, decoded by the core, bad ones set aside
     tables.py     the output's Arrow schema and tables
     local.py      the job on one machine: parts, resume, progress
     ray.py        the same job on Ray Data

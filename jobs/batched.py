@@ -2,8 +2,8 @@
 `TextTokenizer.encode_ids` (truncated from the right, as `encode(truncate=True)` cuts), batched by
 `BatchQueue.next_batch` (the oldest row, then the rows nearest in length, under the token budget and the size
 cap) with at most `Batching.window` rows waiting, a queue of `BatchOptions.max_queue` kept full, and run by the
-loaded bundle's `Graph`. The plain job (jobs.embedding), --chunking's windows (jobs.windows) and --outputs
-(jobs.multivector) all run through `run_batched`.
+loaded bundle's `Graph`. The plain job (jobs.embedding), --chunking's windows (jobs.windows), --outputs
+(jobs.multivector) and images (jobs.images: `ImageSequence`s, queued as their tokens) all run through `run_batched`.
 
 Shape letters: T tokens of one row.
 """
@@ -19,7 +19,7 @@ import numpy as np
 from inference.errors import NonFiniteOutput
 from inference.limits import check_finite
 from inference.options import BatchOptions
-from inference.runtime.graphs import FAST, BatchKind, Graph, TokenSequence
+from inference.runtime.graphs import FAST, BatchKind, Graph, Input
 from inference.runtime.loading import LoadedBundle
 from inference.scheduling.batchqueue import BatchQueue
 from jobs.options import JobError
@@ -41,7 +41,7 @@ class Batching:
 @dataclass(eq=False)
 class _Item:
     index: int
-    sequence: TokenSequence
+    sequence: Input  # a text's ids, or an image's pixels (jobs.images)
     kind: BatchKind = FAST
 
     @property
@@ -59,7 +59,7 @@ def tokenize(bundle: LoadedBundle, texts: list[str], prompt: str = "") -> list[n
 
 
 def run_batched(
-    bundle: LoadedBundle, sequences: Iterable[TokenSequence], batching: Batching, graph: Graph | None = None,
+    bundle: LoadedBundle, sequences: Iterable[Input], batching: Batching, graph: Graph | None = None,
     adapter: int = 0,
 ) -> Iterator[list[tuple[int, dict[str, np.ndarray]]]]:
     """Batch by batch, the graph outputs of each sequence (run with adapter index `adapter`) with its index in

@@ -1,5 +1,8 @@
 """`attnserve embed INPUT... --bundle DIR --out OUT`: embed a corpus into Parquet, on one machine or with Ray.
 
+Texts by default; images with --images DIR (every image file under DIR) or --image-column (a column of image bytes
+or paths), embedded by an image model or a two-tower model's image tower (jobs.images), on one machine.
+
 The model flags (provider, variant, batching, threads) are the inference core's options (`inference.options`:
 LoadOptions, BatchOptions, RequestLimits), added by `attnserve.flags.add_flags` with their names, descriptions and
 ATTNSERVE_* variables, so `load_bundle` picks the variant and `BatchQueue.next_batch` forms the batches with them.
@@ -23,13 +26,14 @@ from inference.chunking import DEFAULT_OVERLAP
 from inference.errors import InferenceError
 from inference.options import BatchOptions, LoadOptions, RequestLimits, from_environment
 from jobs.batched import Batching
+from jobs.images import FORMAT as IMAGE_FOLDER
 from jobs.inputs import FORMATS, Columns, InputError
 from jobs.local import JobModel
-from jobs.options import Chunking, JobError, JobOutput
+from jobs.options import Chunking, ImageInput, JobError, JobOutput
 
 LOAD = ("provider", "variant", "allow_approximate", "intra_op_threads")
 BATCH = ("max_batch_tokens", "max_batch_size", "max_queue")
-LIMITS = ("max_windows_per_input",)
+LIMITS = ("max_windows_per_input", "max_image_bytes", "max_image_pixels")
 JOB_HELP = {  # where the job's use of an option differs from its description in inference.options
     "max_queue": "Rows waiting to be batched at once: the job forms batches by the core's BatchQueue from a "
                  "full queue of this size (nearest lengths under the token budget); larger cuts padding, costs a "
@@ -37,6 +41,10 @@ JOB_HELP = {  # where the job's use of an option differs from its description in
     "max_windows_per_input": "With --chunking: most windows one document may make (about tokens / (window - "
                              "overlap)); a document that makes more is a bad row, written to OUT/_rejects with "
                              "the reason.",
+    "max_image_bytes": "With images: most bytes of one image (a file's size, read before the file is); a larger "
+                       "image is a bad row, written to OUT/_rejects with the reason (image_too_large).",
+    "max_image_pixels": "With images: most pixels (width x height) of one image, read from its header before a pixel "
+                        "is decoded; a larger image is a bad row (image_too_large).",
 }
 EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -47,13 +55,13 @@ class Stopped(BaseException):
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0].split(": ", 1)[1])
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+    parser.add_argument("inputs", nargs="*", type=Path, metavar="INPUT",
                         help="JSONL, CSV, Parquet or plain-text files (one document a line), read in this order; "
-                             "a directory stands for its files, by name")
+                             "a directory stands for its files, by name (none with --images)")
     parser.add_argument("--out", type=Path, required=True, help="output directory of Parquet parts")
     parser.add_argument("--format", choices=sorted(set(FORMATS.values())),
                         help="input format (default: from each file's extension)")
-    parser.add_argument("--text-column", default="text", help="column (or JSON key) holding the text")
+    parser.add_argument("--text-column", help="column (or JSON key) holding the text (default: text)")
     parser.add_argument("--id-column", help="column (or JSON key) holding the id, written as a string "
                                             "(default: the row number, counted across the inputs from 0)")
     parser.add_argument("--classify", action="store_true",
@@ -87,6 +95,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--part-rows", type=int, default=10_000,
                         help="input rows per output part: the unit of progress kept after a kill")
     parser.add_argument("--overwrite", action="store_true", help="start afresh instead of resuming")
+    _image_flags(parser.add_argument_group("images (an image model, or a two-tower model's image tower; one machine)"))
     _chunking_flags(parser.add_argument_group("long documents (default: truncated to the model's max length)"))
     _model_flags(parser.add_argument_group("model (the inference core's options)"))
     _ray_flags(parser.add_argument_group("Ray"))
@@ -99,6 +108,17 @@ def _model_flags(group: argparse._ArgumentGroup) -> None:
     add_flags(group, LoadOptions, LOAD, JOB_HELP)
     add_flags(group, BatchOptions, BATCH, JOB_HELP)
     add_flags(group, RequestLimits, LIMITS, JOB_HELP)
+
+
+def _image_flags(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--images", type=Path, metavar="DIR",
+                       help="embed every PNG, JPEG, WebP and GIF file under DIR, at any depth (names starting with "
+                            "'.' skipped), in sorted path order; the id is the file's path under DIR (no INPUT)")
+    group.add_argument("--image-column", metavar="NAME",
+                       help="the INPUT files' rows are images: column (or JSON key) NAME holds each image's bytes "
+                            "(a Parquet binary column) or its path (a string); the id as for texts")
+    group.add_argument("--image-root", type=Path, metavar="DIR",
+                       help="with --image-column: where the paths are read from (default: the current directory)")
 
 
 def _chunking_flags(group: argparse._ArgumentGroup) -> None:
@@ -127,12 +147,12 @@ def _ray_flags(group: argparse._ArgumentGroup) -> None:
 def main(argv: list[str], prog: str = "attnserve embed") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
-        model, max_windows = _model(args)
+        model, limits = _model(args)
     except ValidationError as error:
         return report(prog, error)
     try:
         with _sigterm_stops():
-            print((_run_ray if args.ray else _run_local)(args, model, max_windows).line())
+            print((_run_ray if args.ray else _run_local)(args, model, limits).line())
     except (JobError, InputError, InferenceError) as error:  # InferenceError: what the model cannot do (an image
         print(f"{prog}: {error}", file=sys.stderr)  # model sent texts)
         return 2
@@ -147,39 +167,66 @@ class _Bundle(BaseModel):
     bundle: Path = Field(description="the bundle directory: --bundle, or ATTNSERVE_BUNDLE")
 
 
-def _model(args: argparse.Namespace) -> tuple[JobModel, int]:
+def _model(args: argparse.Namespace) -> tuple[JobModel, RequestLimits]:
     """The bundle and the core's options from the flags, then the ATTNSERVE_* variables (ValidationError names
-    a bad one); and the window cap."""
+    a bad one); and the caps on the rows (windows, images)."""
     bundle = from_environment(_Bundle, **given(args, ("bundle",))).bundle
     load = from_environment(LoadOptions, **given(args, LOAD))
     batch = from_environment(BatchOptions, **given(args, BATCH))
     limits = from_environment(RequestLimits, **given(args, LIMITS))
-    return JobModel(bundle, load, Batching.of(batch)), limits.max_windows_per_input
+    return JobModel(bundle, load, Batching.of(batch)), limits
 
 
-def _run_local(args: argparse.Namespace, model: JobModel, max_windows: int):
+def _run_local(args: argparse.Namespace, model: JobModel, limits: RequestLimits):
     from jobs.local import run
 
-    return run(_job(args, max_windows), model)
+    return run(_job(args, limits), model)
 
 
-def _run_ray(args: argparse.Namespace, model: JobModel, max_windows: int):
+def _run_ray(args: argparse.Namespace, model: JobModel, limits: RequestLimits):
     from jobs.ray import RayOptions, run_on_ray
 
     options = RayOptions(args.ray, args.ray_actors, args.ray_cpus_per_actor, args.ray_batch_rows)
-    return run_on_ray(_job(args, max_windows), model, options)
+    return run_on_ray(_job(args, limits), model, options)
 
 
-def _job(args: argparse.Namespace, max_windows: int):
+def _job(args: argparse.Namespace, limits: RequestLimits):
     from jobs.local import Job
 
     if args.part_rows < 1:
         raise JobError("--part-rows must be at least 1")
-    return Job(tuple(args.inputs), args.out, args.format, Columns(args.text_column, args.id_column),
-               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, max_windows),
+    inputs, fmt, column = _rows(args)
+    return Job(inputs, args.out, fmt, Columns(column, args.id_column),
+               JobOutput(args.normalize, args.classify, args.token_count, _chunking(args, limits.max_windows_per_input),
                          args.sparse, args.prompt_name, args.instruction, args.task, _outputs(args),
                          args.multi_dtype, args.input_type),
-               args.part_rows, args.overwrite)
+               args.part_rows, args.overwrite, _images(args, limits))
+
+
+def _rows(args: argparse.Namespace) -> tuple[tuple[Path, ...], str | None, str]:
+    """The inputs, their format and the column the rows are read from: --images DIR, or INPUT files of texts or
+    (--image-column) images; JobError for flags that do not go together."""
+    images = args.image_column is not None or args.images is not None
+    if images and args.text_column is not None:
+        raise JobError("--text-column is for texts; images are read from --images DIR or --image-column")
+    if args.image_root is not None and args.image_column is None:
+        raise JobError("--image-root goes with --image-column (a column of paths)")
+    if args.images is None:
+        if not args.inputs:
+            raise JobError("give INPUT files (texts, or images with --image-column) or --images DIR")
+        return tuple(args.inputs), args.format, args.image_column or args.text_column or "text"
+    given = [flag for flag, value in (("INPUT", args.inputs), ("--image-column", args.image_column),
+                                      ("--id-column", args.id_column), ("--format", args.format)) if value]
+    if given:
+        raise JobError(f"--images DIR reads the image files under DIR, each its path as its id: not with "
+                       f"{', '.join(given)}")
+    return (args.images,), IMAGE_FOLDER, "text"
+
+
+def _images(args: argparse.Namespace, limits: RequestLimits) -> ImageInput | None:
+    if args.images is None and args.image_column is None:
+        return None
+    return ImageInput.of(limits, args.image_root)
 
 
 def _outputs(args: argparse.Namespace) -> tuple[str, ...] | None:

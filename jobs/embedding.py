@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from bundle.manifest import Manifest
 from inference import postprocess
-from inference.runtime.graphs import Graph, TokenSequence
+from inference.runtime.graphs import Graph, Outputs, TokenSequence
 from inference.runtime.loading import LoadedBundle
 from inference.tasks.sparse import nonzero
 from jobs.batched import Batching, finite, run_batched, tokenize
@@ -71,16 +72,21 @@ def embed(
             results[index] = result
         if on_batch is not None:
             on_batch(len(batch))
-    vectors = postprocess.stacked(results, "embeddings") if results else np.zeros((0, bundle.manifest.embedding_size))
+    return values(bundle.manifest, results, np.array([s.shape[0] for s in sequences], dtype=np.int32), output)
+
+
+def values(manifest: Manifest, results: list[Outputs], tokens: np.ndarray, output: JobOutput) -> dict[str, np.ndarray]:
+    """The rows' values from their graph outputs, texts' and images' alike: embeddings (N, D), tokens (N,), and
+    scores (N, C) and sparse vectors when asked."""
+    vectors = postprocess.stacked(results, "embeddings") if results else np.zeros((0, manifest.embedding_size))
     finite(vectors, "embeddings")
-    values = {"embeddings": postprocess.embeddings(vectors, output.normalize, None),  # (N, D)
-              "tokens": np.array([s.shape[0] for s in sequences], dtype=np.int32)}  # (N,)
+    out = {"embeddings": postprocess.embeddings(vectors, output.normalize, None), "tokens": tokens}  # (N, D), (N,)
     if output.classify:
-        logits = postprocess.stacked(results, "logits") if results else np.zeros((0, len(bundle.manifest.labels)))
-        values["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
+        logits = postprocess.stacked(results, "logits") if results else np.zeros((0, len(manifest.labels)))
+        out["scores"] = postprocess.scores(logits).astype(np.float32)  # (N, C)
     if output.sparse:
-        values["sparse"] = [nonzero(r["sparse"]) for r in results]  # type: ignore[assignment]
-    return values
+        out["sparse"] = [nonzero(r["sparse"]) for r in results]  # type: ignore[assignment]
+    return out
 
 
 def _graph(bundle: LoadedBundle, output: JobOutput) -> Graph:

@@ -4,9 +4,10 @@ The bundle is loaded by `inference.runtime.loading.load_bundle` (verified, provi
 policy, sessions opened with `LoadOptions`), with the fast graph only. The input is read as one row stream in bounded
 chunks and cut into parts of `part_rows` input rows; each part's good rows are embedded by the core's
 functions (jobs.embedding; with --chunking, window by window: jobs.windows), written atomically, then recorded
-in `_job.json` (jobs.parts). Memory holds one part at a time, whatever the size of the corpus. A re-run
-with the same arguments skips the recorded parts' rows and goes on; its output equals an uninterrupted
-run's, part for part.
+in `_job.json` (jobs.parts). Images (`Job.images`: --images DIR or --image-column) take the same path,
+embedded by jobs.images with the image model (a two-tower bundle's image tower). Memory holds one part at a
+time, whatever the size of the corpus. A re-run with the same arguments skips the recorded parts' rows and
+goes on; its output equals an uninterrupted run's, part for part.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import pyarrow as pa
 from inference.errors import StartupError
 from inference.options import BatchOptions, LoadOptions
 from inference.runtime.loading import LoadedBundle, load_bundle
-from jobs import embedding, inputs, multivector, parts, tables, windows
+from jobs import embedding, images, inputs, multivector, parts, tables, windows
 from jobs.batched import Batching
 from jobs.inputs import Chunk, Columns, Source
-from jobs.options import JobError, JobOutput, prompt_of, recorded
+from jobs.options import ImageInput, JobError, JobOutput, prompt_of, recorded
 from jobs.progress import Progress
 
 READ_ROWS = 4096  # rows read from an input at a time
@@ -41,6 +42,7 @@ class Job:
     output: JobOutput = field(default_factory=JobOutput)
     part_rows: int = 10_000
     overwrite: bool = False
+    images: ImageInput | None = None  # the rows are images (--images DIR, format "images"; --image-column); None: texts
 
 
 @dataclass(frozen=True)
@@ -70,13 +72,19 @@ class JobModel:
     batching: Batching = field(default_factory=lambda: Batching.of(BatchOptions()))
 
 
-def open_bundle(model: JobModel, output: JobOutput) -> LoadedBundle:
+def open_bundle(model: JobModel, output: JobOutput, image_input: ImageInput | None = None) -> LoadedBundle:
     """The bundle with its fast graph only (the job embeds: no attention session), checked for what the
-    output asks of it."""
+    output asks of it, of texts or (`image_input`) of images."""
     try:
         bundle = load_bundle(model.bundle, model.load, kinds=("fast",))
     except StartupError as error:
         raise JobError(f"cannot load the bundle: {error.message}") from None
+    if image_input is not None:
+        images.check(bundle, output)
+        return bundle
+    if bundle.text_tokenizer is None:
+        raise JobError(f"{bundle.manifest.name} is an image model: it embeds images, not texts (give --images DIR, "
+                       "or --image-column COLUMN: docs/jobs.md)")
     if output.classify and not bundle.manifest.labels:
         raise JobError("--classify: this model has no classification head (manifest.json labels is empty)")
     multivector.check(bundle.manifest, output)  # first: --sparse with --outputs is refused as such
@@ -97,15 +105,19 @@ def check_sparse(task: str, output: JobOutput) -> None:
 
 
 def output_schema(bundle: LoadedBundle, job: Job) -> pa.Schema:
-    m = bundle.manifest
-    return tables.schema(tables.id_type(job.columns.id is not None), m.embedding_size, list(m.labels),
+    """The parts' schema; the fingerprint is the bundle's (a two-tower model's images and texts share it, as the
+    server's x-model-fingerprint does), the width and labels the model's that embeds the rows."""
+    m = (images.tower(bundle) if job.images is not None else bundle).manifest
+    named = job.columns.id is not None or job.format == images.FORMAT  # a file's path is its id
+    return tables.schema(tables.id_type(named), m.embedding_size, list(m.labels),
                          job.output, bundle.fingerprint, m.multi_vector.size if m.multi_vector else 0)
 
 
 def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
-    bundle = open_bundle(model, job.output)
-    job = replace(job, output=windows.resolve(job.output, bundle.tokenizer, bundle.manifest))  # recorded resolved
-    sources = inputs.plan(list(job.inputs), job.format, job.columns)
+    bundle = open_bundle(model, job.output, job.images)
+    if job.images is None:
+        job = replace(job, output=windows.resolve(job.output, bundle.tokenizer, bundle.manifest))  # recorded resolved
+    sources = plan(job)
     state = parts.prepare(job.out, job_args(job, sources, bundle, model), job.overwrite)
     skip = len(state.parts) * job.part_rows
     total = None if any(s.rows is None for s in sources) else sum(s.rows or 0 for s in sources)
@@ -114,7 +126,7 @@ def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
     pa.array([0])  # pyarrow imports pandas (where installed) at its first list conversion: start-up, paid here
     try:
         if not state.done:
-            chunks = inputs.read(sources, job.columns, min(READ_ROWS, job.part_rows), skip)
+            chunks = read(job, sources, min(READ_ROWS, job.part_rows), skip)
             started = _clocks()  # a part's seconds: reading, embedding and writing it, start-up aside
             for index, part in enumerate(in_parts(chunks, job.part_rows), start=len(state.parts)):
                 state.parts.append(run_part(bundle, job, index, part, model.batching, progress, started))
@@ -127,18 +139,44 @@ def run(job: Job, model: JobModel, stream: TextIO = sys.stderr) -> Summary:
     return summary(state, job.out)
 
 
+def plan(job: Job) -> list[Source]:
+    """The job's inputs: --images DIR as one source of its image files, or files of rows."""
+    if job.format != images.FORMAT:
+        return inputs.plan(list(job.inputs), job.format, job.columns)
+    if job.images is None or len(job.inputs) != 1:
+        raise JobError("--images reads one directory of images")
+    return [images.folder_source(job.inputs[0])]
+
+
+def read(job: Job, sources: list[Source], chunk_rows: int, skip: int) -> Iterator[Chunk]:
+    if job.format == images.FORMAT:
+        return images.read_folder(sources[0].path, chunk_rows, skip)
+    return inputs.read(sources, job.columns, chunk_rows, skip)
+
+
 def run_part(bundle: LoadedBundle, job: Job, index: int, part: Chunk, batching: Batching, progress: Progress,
              started: tuple[float, float]) -> parts.PartRecord:
-    prompt = prompt_of(bundle.manifest, job.output)
-    good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, job.output, prompt))
-    progress.advance(len(rejects))
-    values = windows.embed(bundle, [part.texts[i] for i in good], job.output, batching, progress.advance)
-    labels = list(bundle.manifest.labels)
+    if job.images is not None:
+        embedder = images.tower(bundle)
+        good, rejects, values = images.embed_part(embedder, part, job.output, batching, job.images, progress.advance)
+    else:
+        embedder = bundle
+        good, rejects, values = _embed_texts(bundle, job.output, part, batching, progress)
+    labels = list(embedder.manifest.labels)
     table = tables.table([part.ids[i] for i in good], values, labels, output_schema(bundle, job))
     parts.write_part(job.out, index, table, rejects)
     wall, cpu = (now - then for now, then in zip(_clocks(), started, strict=True))
     return parts.PartRecord(len(part), len(good), len(rejects), int(values["tokens"].sum()), round(wall, 3),
                             round(cpu, 3))
+
+
+def _embed_texts(bundle: LoadedBundle, output: JobOutput, part: Chunk, batching: Batching,
+                 progress: Progress) -> tuple[list[int], list[dict[str, Any]], dict[str, Any]]:
+    """The part's good rows, its rejects and the good rows' values (jobs.embedding, jobs.windows)."""
+    prompt = prompt_of(bundle.manifest, output)
+    good, rejects = embedding.split(part, windows.too_long(bundle.tokenizer, output, prompt))
+    progress.advance(len(rejects))
+    return good, rejects, windows.embed(bundle, [part.texts[i] for i in good], output, batching, progress.advance)
 
 
 def _clocks() -> tuple[float, float]:
@@ -179,17 +217,28 @@ def job_args(job: Job, sources: list[Source], bundle: LoadedBundle, model: JobMo
     """What decides the output, as recorded in _job.json: a re-run resumes only when all of it is unchanged."""
     m = bundle.manifest
     graph = m.graph("fast", bundle.variants["fast"])
-    return {
-        "inputs": [_identity(s.path) for s in sources], "formats": [s.format for s in sources],
+    args = {
+        "inputs": [_identity(s) for s in sources], "formats": [s.format for s in sources],
         "text_column": job.columns.text, "id_column": job.columns.id, "output": recorded(job.output),
         "part_rows": job.part_rows, "batching": asdict(model.batching),
         "model": f"{m.name} {m.version}", "provider": bundle.provider, "variant": bundle.variants["fast"],
         "graph_sha256": graph.content_sha256 if graph else None, "tokenizer_sha256": m.tokenizer_sha256,
-        "prompt": prompt_of(m, job.output),
     }
+    return args | (_image_args(bundle, job.images) if job.images is not None else {"prompt": prompt_of(m, job.output)})
 
 
-def _identity(path: Path) -> dict[str, Any]:
+def _image_args(bundle: LoadedBundle, image_input: ImageInput) -> dict[str, Any]:
+    """An image job's record besides the rest: its caps and root, the image model's graph and preprocessing."""
+    image = images.tower(bundle)
+    graph = image.manifest.graph("fast", image.variants["fast"])
+    return {"images": image_input.recorded(), "image_graph_sha256": graph.content_sha256 if graph else None,
+            "preprocessor_sha256": image.manifest.input_file[1]}
+
+
+def _identity(source: Source) -> dict[str, Any]:
+    if source.format == images.FORMAT:
+        return images.identity(source.path)
+    path = source.path
     if not inputs.is_file(path):
         return {"path": str(path)}  # a pipe: a re-run must feed the same rows
     stat = path.stat()

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bundle.manifest import Manifest
 from inference import rules
 from inference.chunking import Mode
 from inference.errors import NoInstruction, UnknownAdapter, UnknownPrompt
+from inference.options import RequestLimits
 from inference.prompts import prompt_text
 
 OnBatch = Callable[[int], None]  # told how many rows each batch finished (progress)
@@ -58,6 +60,25 @@ class JobOutput:
     outputs: tuple[str, ...] | None = None  # --outputs of a multi-vector bundle (jobs.multivector); None: dense as ever
     multi_dtype: str = "float32"  # the token vectors' type in Parquet: float32 or float16
     input_type: str = "document"  # a multi-vector model's texts read as queries or documents
+
+
+@dataclass(frozen=True)
+class ImageInput:
+    """The rows are images (jobs.images), each checked by the server's caps (`RequestLimits.max_image_bytes`,
+    `max_image_pixels`) before it is decoded; an image over them is a bad row."""
+
+    max_bytes: int = RequestLimits.model_fields["max_image_bytes"].default
+    max_pixels: int = RequestLimits.model_fields["max_image_pixels"].default
+    root: Path | None = None  # where a value that is a path (a string) is read from; None: the current directory
+
+    @classmethod
+    def of(cls, limits: RequestLimits, root: Path | None = None) -> ImageInput:
+        return cls(limits.max_image_bytes, limits.max_image_pixels, root)
+
+    def recorded(self) -> dict[str, Any]:
+        """As _job.json records it: the caps decide which rows are rejected, the root which files are read."""
+        return {"max_bytes": self.max_bytes, "max_pixels": self.max_pixels,
+                "root": None if self.root is None else str(self.root.resolve())}
 
 
 # Fields a job's record (_job.json) leaves out at their defaults, so a job begun before they existed still resumes

@@ -111,6 +111,8 @@ def read_file(batch: pa.Table, columns: inputs.Columns, out: str, chunk_rows: in
 
 
 def run_on_ray(job: Job, model: JobModel, options: RayOptions) -> Summary:
+    if job.images is not None:
+        raise JobError("--ray embeds texts; a job over images (--images, --image-column) runs on one machine")
     import ray
 
     sources = inputs.plan(list(job.inputs), job.format, job.columns)

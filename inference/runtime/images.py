@@ -65,6 +65,8 @@ def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
         image = Image.open(io.BytesIO(data))
     except Image.DecompressionBombError as error:
         raise InvalidImage(f"the image is too large to decode: {error}", code="image_too_large") from error
+    except Image.UnidentifiedImageError:  # its message names the buffer's address: nothing for the caller
+        raise InvalidImage("the bytes are not an image Pillow can read (no known format's header)") from None
     except _UNREADABLE as error:
         raise InvalidImage(f"the bytes are not an image Pillow can read: {error}") from error
     if image.format not in FORMATS:

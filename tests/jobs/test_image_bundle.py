@@ -1,5 +1,6 @@
-"""A corpus job of texts on an image bundle: `attnserve embed` reads texts (a folder or a Parquet column of images
-is still to come, docs/vision.md), so an image model says so in one line, exit status 2, no traceback."""
+"""A corpus job of texts on an image bundle: an image model embeds images (--images DIR, --image-column:
+tests/jobs/test_image_corpus.py), so texts sent to one are refused in one line naming the image flags, exit status 2,
+no traceback."""
 
 from __future__ import annotations
 
@@ -19,4 +20,4 @@ def test_texts_on_an_image_model_are_refused_in_one_line(tmp_path: Path, capsys:
     status = main(["--bundle", str(tmp_path / "bundle"), "--out", str(tmp_path / "out"), "--intra-op-threads", "1",
                    str(tmp_path / "texts.txt")])
     error = capsys.readouterr().err
-    assert status == 2 and "is an image model" in error and "Traceback" not in error
+    assert status == 2 and "is an image model" in error and "--images DIR" in error and "Traceback" not in error
