@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -50,6 +49,7 @@ from pydantic import (
     model_validator,
 )
 
+from bundle.inputs import ImageSpec, PairSpec, Strict, check_plain_name
 from bundle.multi_vector import MultiVectorSpec
 
 SCHEMA_VERSION = 6
@@ -66,17 +66,13 @@ Task = Literal["embed", "classify", "tokens", "sparse"]
 Variant = Literal["fp32", "fp32-opt", "int8", "int8-dynamic", "fp16"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
-
-class TensorSpec(_Strict):
+class TensorSpec(Strict):
     name: str
     dtype: str  # onnx element type name: "int64", "float32", "float16"
     shape: list[str | int]  # symbolic axes by name, fixed axes by size
 
 
-class Measured(_Strict):
+class Measured(Strict):
     """What export measured of one graph on one provider."""
 
     batch_max_abs_diff: float  # embeddings and logits of texts run alone vs in mixed, padded batches
@@ -88,7 +84,7 @@ class Measured(_Strict):
         return self.batch_max_abs_diff <= BATCH_INVARIANCE_TOLERANCE
 
 
-class GraphEntry(_Strict):
+class GraphEntry(Strict):
     file: str
     sha256: str
     kind: GraphKind
@@ -105,13 +101,13 @@ class GraphEntry(_Strict):
     @field_validator("file")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        return _check_plain_name(value)
+        return check_plain_name(value)
 
     @field_validator("data_files")
     @classmethod
     def _plain_data_names(cls, value: dict[str, str]) -> dict[str, str]:
         for name in value:
-            _check_plain_name(name)
+            check_plain_name(name)
         return value
 
     @model_serializer(mode="wrap")
@@ -134,7 +130,7 @@ class GraphEntry(_Strict):
         return digest.hexdigest()
 
 
-class AdapterEntry(_Strict):
+class AdapterEntry(Strict):
     """One LoRA adapter of the bundle; its index in the graphs' `adapter` input is its place in the list + 1."""
 
     name: str
@@ -147,48 +143,14 @@ class AdapterEntry(_Strict):
     bytes: int  # float32 bytes of its low-rank matrices
 
 
-class ImageSpec(_Strict):
-    """What an image model's graphs read (schema 5): images prepared by the bundle's preprocessor file
-    (bundle.preprocessing) into pixel values of one size, and the tokens each becomes."""
-
-    preprocessor: str = "preprocessor_config.json"
-    preprocessor_sha256: str
-    channels: int = Field(gt=0)
-    height: int = Field(gt=0)
-    width: int = Field(gt=0)
-    patch_size: int = Field(gt=0)
-    tokens: int = Field(gt=0)  # per image: the class token, registers and one per patch
-
-    @field_validator("preprocessor")
-    @classmethod
-    def _plain_preprocessor(cls, value: str) -> str:
-        return _check_plain_name(value)
-
-
-class PairSpec(_Strict):
-    """A two-tower model's image tower and the pair's scoring (schema 6): logits = exp(logit_scale) * the cosine of an
-    image's and a text's embeddings + logit_bias, read per image as a softmax over the texts (CLIP) or each through a
-    sigmoid (SigLIP), as transformers' CLIPModel and SiglipModel score."""
-
-    image_tower: str = "image"  # a directory inside this bundle, itself a bundle (modality image)
-    logit_scale: float
-    logit_bias: float | None = None
-    scoring: Literal["softmax", "sigmoid"]
-
-    @field_validator("image_tower")
-    @classmethod
-    def _plain_directory(cls, value: str) -> str:
-        return _check_plain_name(value)
-
-
-class Source(_Strict):
+class Source(Strict):
     path: str
     kind: str  # "attnserve" checkpoint, "hf-<family>" (e.g. "hf-bert"), "sentence-transformers" or "bge-m3" directory,
     # or a ColBERT checkpoint: "pylate" folder or "colbert-ai" checkpoint (model/colbert.py)
     sha256: str
 
 
-class Manifest(_Strict):
+class Manifest(Strict):
     schema_version: int = SCHEMA_VERSION
     name: str
     version: str
@@ -305,7 +267,7 @@ class Manifest(_Strict):
     @field_validator("tokenizer")
     @classmethod
     def _plain_tokenizer(cls, value: str | None) -> str | None:
-        return value if value is None else _check_plain_name(value)
+        return value if value is None else check_plain_name(value)
 
     @property
     def attention_windows(self) -> list[int | None]:
@@ -352,11 +314,3 @@ class Manifest(_Strict):
     @classmethod
     def read(cls, bundle_dir: Path) -> Manifest:
         return cls.model_validate_json((bundle_dir / MANIFEST_NAME).read_text())
-
-
-def _check_plain_name(value: str) -> str:
-    """Bundle files are plain names: no directories, no way out of the bundle."""
-    if not value or value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:
-        raise ValueError(f"{value!r} is not a plain file name inside the bundle")
-    return value
-

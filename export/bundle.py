@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bundle.files import sha256_file, staged_directory
-from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, PairSpec, Source, TensorSpec
+from bundle.inputs import PairSpec
+from bundle.manifest import MANIFEST_NAME, GraphEntry, Manifest, Source, TensorSpec
 from bundle.variants import DEFAULT_VARIANTS
 from bundle.verify import verify_bundle
 from export import int8 as int8_static

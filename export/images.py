@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bundle.files import sha256_file
-from bundle.manifest import ImageSpec
+from bundle.inputs import ImageSpec
 from bundle.preprocessing import FILE_NAME, ImageProcessing, read_processing
 from model.config import EncoderConfig
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bundle.manifest import PairSpec
+from bundle.inputs import PairSpec
 from export.refusals import ExportError
 from model.config import EncoderConfig
 from model.families.towers import PAIRS
