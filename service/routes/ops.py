@@ -69,6 +69,7 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "modalities": list(served.modalities),  # what it reads: text (token ids), image (pixel values) or both
         "image": images.image.model_dump() if (images := served.for_images().bundle.manifest).image else None,
         "pair": m.pair.model_dump() if m.pair is not None else None,  # a two-tower model's scale, bias and scoring
+        "image_tower": image_tower(served),
         "architecture": m.architecture, "task": m.task, "tasks": sorted(served.tasks), "hidden_size": m.hidden_size,
         "embedding_size": m.embedding_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
         "max_length": m.max_length, "attention_windows": m.attention_windows, "causal": m.causal,
@@ -78,6 +79,17 @@ def model_info(served: ServedModel) -> dict[str, Any]:
         "adapters": list(served.adapters),  # the LoRA adapters a request's `task` (or a name base:task) may name
         **char_caps(served),
     }
+
+
+def image_tower(served: ServedModel) -> dict[str, Any] | None:
+    """A two-tower model's image tower: its layers, heads and tokens an image, and its variants (the explorer draws
+    its maps over an image's patches); None for every other model."""
+    if served.image_tower is None:
+        return None
+    tower = served.image_tower.bundle
+    m = tower.manifest
+    return {"num_layers": m.num_layers, "num_heads": m.num_heads, "hidden_size": m.hidden_size,
+            "max_length": m.max_length, "variants": tower.variants, "tasks": sorted(served.image_tower.tasks)}
 
 
 def char_caps(served: ServedModel) -> dict[str, int | None]:

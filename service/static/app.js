@@ -80,7 +80,7 @@ function wire() {
   ui.compare.addEventListener("change", () => { ui.textBBox.hidden = !ui.compare.checked; });
   ui.keyForm.addEventListener("submit", (e) => { e.preventDefault(); useKey(); });
   ui.model.addEventListener("change", () => { useModel(ui.model.value); run(); runMaxSim(); });
-  ui.task.addEventListener("change", () => { useModel(facts.model, ui.task.value); run(); runMaxSim(); });
+  ui.task.addEventListener("change", () => { useModel(facts.key, ui.task.value); run(); runMaxSim(); });
   ui.maxsimForm.addEventListener("submit", (e) => { e.preventDefault(); runMaxSim(); });
   wireImage(showImage);
   wireViews();

@@ -24,6 +24,10 @@ import { reach, reachInWords } from "./matrix.js";
  * @property {number} [max_input_chars] characters per text this model takes (ATTNSERVE_MAX_INPUT_CHARS, or unset
  *   its default for the model's max length)
  * @property {string[]} [modalities] what it reads: ["text"], ["image"] or both (a two-tower model)
+ * @property {{num_layers: number, num_heads: number, max_length: number, variants: Record<string, string>,
+ *   tasks: string[]}} [image_tower] a two-tower model's image tower (CLIP, SigLIP)
+ * @property {string} [key] the page's own name for an entry: the served name, or for a two-tower model's image side
+ *   the name and " · images" (loadServed lists that side as a model of its own)
  */
 
 /**
@@ -38,6 +42,7 @@ import { reach, reachInWords } from "./matrix.js";
  * The chosen model's facts, as the views, the requests and the checks read them.
  * @typedef {object} Facts
  * @property {string} model its served name
+ * @property {string} key its entry in the model picker: the served name, or a two-tower model's image side's
  * @property {number} modelCount how many models the server serves (requests name the model only when several)
  * @property {number} numLayers
  * @property {number} numHeads
@@ -57,7 +62,21 @@ import { reach, reachInWords } from "./matrix.js";
 export async function loadServed() {
   const { json } = await call("/info");
   const info = /** @type {{models: ModelInfo[], limits: {max_input_chars: number}}} */ (json);
-  return { models: info.models, maxChars: info.limits.max_input_chars };
+  return { models: info.models.flatMap(sides), maxChars: info.limits.max_input_chars };
+}
+
+/**
+ * A served model as the page lists it: itself, and after a two-tower model its image side (the image tower's
+ * layers, heads and tokens; requests name the model, whose images go to that tower).
+ * @param {ModelInfo} entry
+ * @returns {ModelInfo[]}
+ */
+function sides(entry) {
+  const tower = entry.image_tower;
+  if (!tower) return [{ ...entry, key: entry.name }];
+  const images = { ...entry, ...tower, key: `${entry.name} · images`, modalities: ["image"], labels: [], adapters: [],
+    attention_windows: undefined, causal: false };
+  return [{ ...entry, key: entry.name }, images];
 }
 
 /**
@@ -69,10 +88,11 @@ export async function loadServed() {
  * @returns {Facts}
  */
 export function factsOf(served, name, task = "") {
-  const entry = served.models.find((m) => m.name === name) ?? served.models[0];
+  const entry = served.models.find((m) => (m.key ?? m.name) === name) ?? served.models[0];
   const adapters = entry.adapters ?? [];
   return {
-    model: entry.name, modelCount: served.models.length, numLayers: entry.num_layers, numHeads: entry.num_heads,
+    model: entry.name, key: entry.key ?? entry.name, modelCount: served.models.length, numLayers: entry.num_layers,
+    numHeads: entry.num_heads,
     maxLength: entry.max_length, windows: entry.attention_windows ?? Array(entry.num_layers).fill(null),
     causal: entry.causal ?? false,
     maxChars: entry.max_input_chars ?? served.maxChars, labels: entry.labels, attention: "attention" in entry.variants,

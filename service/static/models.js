@@ -15,8 +15,8 @@ import { facts, settings, state } from "./state.js";
 export async function loadFacts() {
   try {
     state.served = await loadServed();
-    useModel(facts.model);
-    fillModels(state.served.models.map((m) => m.name));
+    useModel(facts.key || facts.model);
+    fillModels(state.served.models.map((m) => m.key ?? m.name));
     ui.keyForm.hidden = true;
     return true;
   } catch (error) {
@@ -31,7 +31,7 @@ export async function loadFacts() {
  * the model has it, else the bare base): the layer and head pickers list its layers and heads (the layer and head
  * chosen are kept where it has them), the task picker its tasks (hidden when it has none), its line is shown, and
  * the answers of the model or task before are cleared.
- * @param {string} name
+ * @param {string} name its entry in the picker (`Facts.key`)
  * @param {string} [task] "" for none: the bare base model
  */
 export function useModel(name, task = facts.task) {
@@ -51,7 +51,7 @@ export function useModel(name, task = facts.task) {
 /** @param {string[]} names */
 function fillModels(names) {
   ui.modelBox.hidden = names.length < 2;
-  ui.model.replaceChildren(...names.map((name) => new Option(name, name, false, name === facts.model)));
+  ui.model.replaceChildren(...names.map((name) => new Option(name, name, false, name === facts.key)));
 }
 
 // The task picker: none (the bare base) and then each of the model's adapters; hidden for a model without any.

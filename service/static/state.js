@@ -11,7 +11,7 @@
 export const settings = { view: "heatmap", layer: 0, head: 0, combine: "none", hideSpecial: false, renormalise: false };
 
 /** @type {Facts} the chosen model's */
-export const facts = { model: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false,
+export const facts = { model: "", key: "", modelCount: 0, numLayers: 0, numHeads: 0, maxLength: 0, windows: [], causal: false,
   maxChars: Infinity, labels: [], attention: false, adapters: [], task: "", multiVector: false, images: false };
 
 /**

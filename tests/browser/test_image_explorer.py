@@ -1,6 +1,7 @@
 """The explorer on image models, in Chromium against one real server of two random-weight image bundles
 (tests/helpers/vision.py: a ViT reading 32 x 32 pixels, a 4 x 4 grid after its class token, served first; a DINOv2
-with four registers reading 24 x 40, a 3 x 5 grid after five tokens). The page takes an image from its file input or
+with four registers reading 24 x 40, a 3 x 5 grid after five tokens) and a CLIP pair, whose image side the model
+picker lists as an entry of its own. The page takes an image from its file input or
 dropped on its box, draws the chosen map's row of the class token over the image's patches, and a patch clicked
 shows that patch's row. The overlay is read back from the page, cell by cell: the values it says it drew (its data-*
 attributes) against /attention's, fetched here with httpx, and each cell's colour, read from the canvas, against the
@@ -23,10 +24,10 @@ from PIL import Image
 from export.bundle import export_bundle
 from tests.browser.watch import WAIT_MS, Watched
 from tests.helpers.process import running
-from tests.helpers.vision import save_image_model
+from tests.helpers.vision import save_clip, save_image_model
 
 TOLERANCE = 6e-4  # float16 rounding of values <= 1 (at most 2**-11 relative)
-DINOV2 = "dinov2"
+DINOV2, CLIP = "dinov2", "clip"
 
 # Per cell of the overlay canvas, whether the colour at its centre is the page's colour for `values[k]` on [0, max].
 COLOURS = """async (canvas, values) => {
@@ -65,7 +66,10 @@ def image_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     for case in ("vit-small", "dinov2-registers-small"):
         save_image_model(root / case / "source", case)
         export_bundle(root / case / "source", root / case / "bundle", variants=["fp32"])
-    bundles = ("--bundle", f"{DINOV2}={root / 'dinov2-registers-small' / 'bundle'}")
+    save_clip(root / CLIP / "source")
+    export_bundle(root / CLIP / "source", root / CLIP / "bundle", variants=["fp32"])
+    bundles = ("--bundle", f"{DINOV2}={root / 'dinov2-registers-small' / 'bundle'}",
+               "--bundle", f"{CLIP}={root / CLIP / 'bundle'}")
     with running(root / "vit-small" / "bundle", root / "server.log", *bundles) as server:
         yield server.url
 
@@ -166,3 +170,22 @@ def test_a_file_that_is_not_an_image_is_refused_on_the_page(watched: Watched, im
     watched.page.wait_for_selector("#views[data-state=error]", state="attached", timeout=WAIT_MS)
     assert "input 0" in (watched.page.text_content("#message") or "")
     watched.assert_clean(expected_statuses=(422,))
+
+
+def test_a_pair_s_image_side_is_an_entry_of_the_picker(watched: Watched, image_server: str) -> None:
+    """A two-tower model is listed twice: its texts (the text tower) and its images (the image tower's layers, heads
+    and grid); the image side's requests name the model, whose images go to its image tower."""
+    watched.page.goto(f"{image_server}/explore")
+    watched.page.wait_for_selector("#views[data-state=idle]", state="attached", timeout=WAIT_MS)
+    options = watched.page.eval_on_selector_all("#model option", "options => options.map(o => o.value)")
+    assert options[-2:] == [CLIP, f"{CLIP} · images"]
+    watched.page.select_option("#model", CLIP)
+    assert watched.page.is_visible("#text-a") and not watched.page.is_visible("#image-form")
+    watched.page.select_option("#model", f"{CLIP} · images")
+    assert watched.page.is_visible("#image-form") and not watched.page.is_visible("#text-a")
+    watched.page.set_input_files("#image-file", files=[{"name": "noise.png", "mimeType": "image/png", "buffer": PNG}])
+    wait_drawn(watched, "noise.png", "layer 0 · head 0", CLIP)
+    grid, f32, f16 = maps(image_server, CLIP, PNG, "image/png", layers=[0], heads=[0])
+    assert (grid["rows"], grid["cols"], grid["first"]) == (4, 4, 1)
+    check_overlay(watched, grid, f32, f16, query=0)
+    watched.assert_clean()
