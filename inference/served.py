@@ -39,11 +39,10 @@ from typing import Any, TypeVar
 
 from inference import chunking, rules
 from inference.chunking import Window
-from inference.errors import InferenceError, InvalidImage, NotReady, UnknownAdapter, Unsupported
+from inference.errors import InferenceError, NotReady, UnknownAdapter, Unsupported
 from inference.limits import Inputs, check_images, check_inputs
 from inference.options import RequestLimits
 from inference.runtime.graphs import ATTENTION, FAST, MULTI, VIEWS, BatchKind, Input, Outputs, TokenSequence
-from inference.runtime.images import pixel_values
 from inference.runtime.loading import LoadedBundle
 from inference.runtime.tokenize import Direction, Encoded
 from inference.scheduling import timing
@@ -199,25 +198,11 @@ class ServedModel:
         check_images(self.limits, images)
         with self.batcher.admit(len(images) * len(kinds), self._caller()) as ticket:
             started = time.perf_counter()
-            sequences = await self.off_loop(self._prepare, images)
+            sequences = await self.off_loop(self.bundle.prepare_images, images, self.limits.max_image_pixels, self.name)
             self._tokenized(time.perf_counter() - started)
             self._admitted(sum(len(s) for s in sequences))
             runs = await all_or_none([self.submit(ticket, kind, sequences) for kind in kinds])
         return dict(zip(kinds, runs, strict=True))
-
-    def _prepare(self, images: Sequence[bytes]) -> list[Input]:
-        """Each image's pixel values (inference/runtime/images.py), as the batcher queues them."""
-        steps = self.bundle.images
-        if steps is None:  # a text model's own: inference.tasks send images to `for_images()`
-            raise Unsupported(f"model {self.name} reads texts, not images; an image model embeds images "
-                              "(GET /info lists each model's modality)")
-        out: list[Input] = []
-        for index, data in enumerate(images):
-            try:
-                out.append(self.bundle.image_input(pixel_values(data, steps, self.limits.max_image_pixels)))
-            except InvalidImage as error:
-                raise InvalidImage(f"input {index}: {error}", code=error.code) from None
-        return out
 
     async def run_sequences(
         self, sequences: list[TokenSequence], kinds: Sequence[BatchKind],

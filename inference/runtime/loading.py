@@ -24,7 +24,7 @@ from bundle.manifest import GraphEntry, Manifest
 from bundle.preprocessing import ImageProcessing
 from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
 from bundle.weights import Weights
-from inference.errors import StartupError, Unsupported
+from inference.errors import InvalidImage, StartupError, Unsupported
 from inference.options import LoadOptions
 from inference.runtime.graphs import (
     MULTI,
@@ -41,7 +41,7 @@ from inference.runtime.graphs import (
     Outputs,
     TokenSequence,
 )
-from inference.runtime.images import load_processing
+from inference.runtime.images import load_processing, pixel_values
 from inference.runtime.tokenize import TextTokenizer, load_tokenizer
 from inference.runtime.variants import choose_attention_variant, choose_provider, choose_variant
 
@@ -86,6 +86,20 @@ class LoadedBundle:
         """One prepared image as the batcher queues it, with the tokens it becomes."""
         assert self.manifest.image is not None
         return ImageSequence(pixels, self.manifest.image.tokens)
+
+    def prepare_images(self, images: Sequence[bytes], max_pixels: int, name: str) -> list[Input]:
+        """Each image's pixel values by the bundle's steps (inference/runtime/images.py), as the batcher queues them;
+        InvalidImage naming the input, Unsupported for a text model (served as `name`)."""
+        if self.images is None:  # a text model's own: inference.tasks send images to `ServedModel.for_images()`
+            raise Unsupported(f"model {name} reads texts, not images; an image model embeds images "
+                              "(GET /info lists each model's modality)")
+        out: list[Input] = []
+        for index, data in enumerate(images):
+            try:
+                out.append(self.image_input(pixel_values(data, self.images, max_pixels)))
+            except InvalidImage as error:
+                raise InvalidImage(f"input {index}: {error}", code=error.code) from None
+        return out
 
     def probe_inputs(self, count: int, text: str) -> list[Input]:
         """`count` copies of `text`'s ids, or of a grey image for an image model: warm-up and probe runs."""
