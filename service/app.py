@@ -26,6 +26,7 @@ from inference.runtime.loading import LoadedBundle
 from inference.scheduling.fairqueue import Priority
 from service.callers import Callers, single_key
 from service.errors import describe_validation, error_body_for, for_status, headers_of, status_of
+from service.fetch import fetcher_of
 from service.hot import HotRoutes
 from service.keysfile import KeysFile
 from service.metrics import Metrics
@@ -46,6 +47,7 @@ from service.routes import (
     zero_shot,
 )
 from service.settings import Settings
+from service.uploads import ImageRequests
 
 log = logging.getLogger(__name__)
 ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or compares)
@@ -53,6 +55,7 @@ ADMITTED_PATHS = frozenset({  # routes that use the batcher (POST / embeds or co
     "/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score", "/embed_sparse", "/classify_tokens",
     "/v1/multi-vector", "/maxsim", "/v2/embed", "/zero-shot-image-classification",
 })
+UPLOADS = {upload.path: upload for upload in (*tei.UPLOADS, *openai.UPLOADS, *zero_shot.UPLOADS)}  # multipart too
 V2_INFER = re.compile(r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/infer$")  # and these, naming their model
 
 
@@ -77,6 +80,8 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     hot = {route.path: route for route in (*tei.HOT, *openai.HOT, *rerank.HOT)}
     # inside CORS and the edge, before FastAPI's own layers
     app.add_middleware(HotRoutes, routes=hot, models=lambda: app.state.models, render=render_error)
+    app.add_middleware(ImageRequests, uploads=UPLOADS, models=lambda: app.state.models, fetcher=fetcher_of(settings),
+                       render=render_error)  # multipart images as JSON; image URLs (service.uploads, service.fetch)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
@@ -120,7 +125,8 @@ def _served_openapi(app: FastAPI) -> Callable[[], dict[str, Any]]:
             return routes_document()
         if getattr(app.state, "served_openapi", None) is None:
             settings: Settings = app.state.settings
-            app.state.served_openapi = served_document(routes_document(), bounds(models), settings.max_inputs)
+            app.state.served_openapi = served_document(routes_document(), bounds(models), settings.max_inputs,
+                                                       UPLOADS.values())
         return app.state.served_openapi  # type: ignore[no-any-return]
 
     return openapi

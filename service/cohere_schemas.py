@@ -1,6 +1,8 @@
 """Cohere's embed API (POST /v2/embed, what the Cohere SDK's ClientV2.embed and the integrations built on it send):
-its request and its `embeddings_by_type` answer. `texts`, or an image model's `images` (data URIs, input_type image);
-`inputs` (mixed parts), `max_tokens` and `priority` are refused by name (422); the schema says they take null only."""
+its request and its `embeddings_by_type` answer. `texts`, an image model's `images` (data URIs, input_type image), or
+`inputs` (each one part, text or image_url: a two-tower model takes both in one request; a part is one embedding, no
+fused text-and-image vector is made); `max_tokens` and `priority` are refused by name (422); the schema says they take
+null only."""
 
 from __future__ import annotations
 
@@ -30,7 +32,33 @@ def _refused(what: str) -> BeforeValidator:
 
 
 DataUri = Annotated[str, Field(pattern=r"^data:image/[a-zA-Z0-9.+-]+;base64,")]
-NoInputs = Annotated[None, _refused("inputs (image parts)")]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CohereText(_Part):
+    type: Literal["text"]
+    text: Text
+
+
+class CohereImageUrl(_Part):
+    url: DataUri = Field(description="The image as a data URI (data:image/png;base64,...); URLs are not fetched.")
+
+
+class CohereImage(_Part):
+    type: Literal["image_url"]
+    image_url: CohereImageUrl
+
+
+class CohereInput(_Part):
+    content: Annotated[list[Annotated[CohereText | CohereImage, Field(discriminator="type")]],
+                       Field(min_length=1, max_length=1)] = Field(description=(
+        "One part: a text or an image. Each input is embedded into a vector of its own; an input of several parts "
+        "(Cohere's fused text-and-image embedding) is not served."))
+
+
 NoMaxTokens = Annotated[None, _refused("max_tokens")]
 NoPriority = Annotated[None, _refused("priority (send the X-Priority header)")]
 
@@ -43,8 +71,11 @@ class CohereEmbedRequest(BaseModel):
     images: Annotated[list[DataUri], Field(min_length=1)] | None = Field(None, description=(
         "An image model's images (GET /info: `modalities`), each a data URI (data:image/png;base64,...), instead of "
         "`texts`; embedding_types int8 and uint8 are refused for them (their ranges are calibrated on texts)."))
-    inputs: NoInputs = Field(None, description="Not served: mixed text and image inputs "
-                                                          "are refused (422); send `texts`.")
+    inputs: Annotated[list[CohereInput], Field(min_length=1)] | None = Field(None, description=(
+        "Instead of `texts` or `images`: inputs of one part each, {\"content\": [{\"type\": \"text\", \"text\": ...}]} "
+        "or {\"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": data URI}}]}, answered in order. Texts "
+        "alone are embedded as `texts` are; with images among them (a two-tower model's, GET /info: `modalities`), "
+        "input_type, truncate and int8 / uint8 are refused."))
     input_type: CohereInputType | None = Field(None, description=(
         "search_query: the model's prompt named query; search_document: its prompt named document (else passage); "
         "classification, clustering: its prompt of that name (EmbeddingGemma's have one); a model without such a "
@@ -62,9 +93,9 @@ class CohereEmbedRequest(BaseModel):
 
     @model_validator(mode="after")
     def _texts_or_images(self) -> CohereEmbedRequest:
-        """One of texts and images; input_type image with images only, and only it with them."""
-        if (self.texts is None) == (self.images is None):
-            raise ValueError("send `texts` or `images` (one of them)")
+        """One of texts, images and inputs; input_type image with images only, and only it with them."""
+        if [self.texts, self.images, self.inputs].count(None) != 2:
+            raise ValueError("send `texts`, `images` or `inputs` (one of them)")
         if (self.input_type == "image") != (self.images is not None) and self.input_type is not None:
             raise ValueError("input_type image goes with `images`, and `images` take input_type image or none")
         return self

@@ -59,6 +59,10 @@ class OpenAIEmbeddingRequest(BaseModel):
     prompt_name: Text | None = Field(None, description=PROMPT_NAME)
     instruction: Instruction | None = Field(None, description=INSTRUCTION)
     task: Text | None = Field(None, description=TASK)
+    modality: Literal["text", "image"] | None = Field(None, description=(
+        "Infinity's: image reads every input as an image (a data URI, bare base64 or an {\"image\": ...} item), "
+        "text every one as a text (a data URI too). Default: by the inputs' shape (data URIs and image items are "
+        "images, for a model that reads images)."))
 
 
 class OpenAIEmbedding(BaseModel):

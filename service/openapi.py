@@ -24,6 +24,7 @@ from inference import rules
 from inference.chunking import pair_window, window_size
 from inference.prompts import instruction_of, longest_prompt
 from inference.registry import ModelRegistry
+from service.uploads import Upload, form_schema
 
 NEEDS = {"/classify": "classify", "/predict": "classify", "/attention": "attention", "/embed_all": "embed_all",
          **dict.fromkeys(("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"), "rerank"),
@@ -86,7 +87,7 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
 
 
 IMAGE_INPUTS = {"OpenAIEmbeddingRequest": "input", "EmbedRequest": "inputs",  # the inputs that may be images
-                "AttentionRequest": "inputs"}
+                "AttentionRequest": "inputs", "ClassifyRequest": "inputs"}
 PROMPTED = {"EmbedRequest": "prompt_name", "OpenAIEmbeddingRequest": "prompt_name", "EmbedAllRequest": "prompt_name",
             "SimilarityParameters": "prompt_name"}
 INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's
@@ -97,16 +98,19 @@ LISTS = {"EmbedRequest": "inputs", "ClassifyRequest": "inputs", "AttentionReques
          "EmbedSparseRequest": "inputs", "ClassifyTokensRequest": "inputs", "CohereEmbedRequest": "texts"}
 
 
-def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> dict[str, Any]:
-    """`base` (the routes' document) as the served models accept it."""
+def served_document(
+    base: dict[str, Any], served: Bounds, max_inputs: int, uploads: Iterable[Upload] = (),
+) -> dict[str, Any]:
+    """`base` (the routes' document) as the served models accept it; `uploads` take multipart where they do."""
     doc = copy.deepcopy(base)
     doc["paths"] = {path: item for path, item in doc["paths"].items() if answerable(path, served.tasks)}
     schemas = doc["components"]["schemas"]
     for name, field in LISTS.items():
         if name in schemas:  # similarity: the source sentence is an input too
             _cap_lists(schemas[name]["properties"][field], max_inputs - (name == "SimilarityInput"))
-    if "CohereEmbedRequest" in schemas:  # its images are inputs too
-        _cap_lists(schemas["CohereEmbedRequest"]["properties"]["images"], max_inputs)
+    if "CohereEmbedRequest" in schemas:  # its images and its parts are inputs too
+        for field in ("images", "inputs"):
+            _cap_lists(schemas["CohereEmbedRequest"]["properties"][field], max_inputs)
     for name, field in (("EmbedRequest", "dimensions"), ("OpenAIEmbeddingRequest", "dimensions"),
                         ("CohereEmbedRequest", "output_dimension")):
         if name in schemas:
@@ -122,8 +126,11 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
             _modalities(schemas[name]["properties"][field], served.modalities)
     if "image" not in served.modalities:
         schemas.pop("ImageItem", None)
+    else:
+        _uploads(doc, uploads, max_inputs)
     if "CohereEmbedRequest" in schemas:
-        _cohere_modalities(schemas["CohereEmbedRequest"], served.modalities)
+        _cohere_modalities(schemas, served.modalities)
+    _modality_field(schemas, served.modalities)
     _cap(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], served.vocabulary - 1)
     _cap(schemas["DecodeRequest"]["properties"]["ids"], served.vocabulary - 1)
     if "AttentionRequest" in schemas and "/attention" in doc["paths"]:
@@ -144,6 +151,16 @@ def served_document(base: dict[str, Any], served: Bounds, max_inputs: int) -> di
     return doc
 
 
+def _uploads(doc: dict[str, Any], uploads: Iterable[Upload], max_inputs: int) -> None:
+    """Where an image model is served, the upload routes take multipart/form-data beside JSON (service.uploads)."""
+    for upload in uploads:
+        if upload.path in doc["paths"]:
+            content = doc["paths"][upload.path]["post"]["requestBody"]["content"]
+            ref = content["application/json"]["schema"]["$ref"]
+            request = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
+            content["multipart/form-data"] = {"schema": form_schema(upload, ref, request, max_inputs)}
+
+
 def _modalities(node: dict[str, Any], modalities: frozenset[str]) -> None:
     """The inputs of the modalities served: the list that holds images (ImageItem) only where an image model is
     served; texts as lists and token ids only where a text model is (an image model also takes one data URI)."""
@@ -154,20 +171,41 @@ def _modalities(node: dict[str, Any], modalities: frozenset[str]) -> None:
                                                  "text" in modalities or b.get("type") == "string")]
 
 
-def _cohere_modalities(schema: dict[str, Any], modalities: frozenset[str]) -> None:
-    """Cohere's embed takes `texts` or `images`: where only one modality is served, that field is required and the
-    other null only, and input_type offers only what goes with it (image with images)."""
+def _cohere_modalities(schemas: dict[str, Any], modalities: frozenset[str]) -> None:
+    """Cohere's embed takes `texts`, `images` or `inputs`: where only one modality is served, `inputs` offers only
+    its parts, the other modality's field is null only, one of the served one's field and `inputs` is given, and
+    input_type offers only what goes with it (image with images)."""
     if len(modalities) != 1:
-        return  # both: either field, as the request says
+        return  # both: any field, as the request says
     given, other = ("images", "texts") if "image" in modalities else ("texts", "images")
+    part = "CohereImage" if given == "images" else "CohereText"
+    items = schemas["CohereInput"]["properties"]["content"]["items"]
+    items["oneOf"] = [branch for branch in items["oneOf"] if branch["$ref"].endswith(f"/{part}")]
+    items["discriminator"]["mapping"] = {k: v for k, v in items["discriminator"]["mapping"].items()
+                                         if v.endswith(f"/{part}")}
+    schemas.pop("CohereText" if part == "CohereImage" else "CohereImage", None)
+    if part == "CohereText":
+        schemas.pop("CohereImageUrl", None)
+    schema = schemas["CohereEmbedRequest"]
     properties = schema["properties"]
-    schema["required"] = sorted({*schema.get("required", []), given})
-    properties[given]["anyOf"] = [b for b in properties[given]["anyOf"] if b.get("type") != "null"]
-    properties[given].pop("default", None)
+    schema["oneOf"] = [_one_given(given, "inputs"), _one_given("inputs", given)]  # the request's own rule
     properties[other] = {"type": "null", "default": None, "description": properties[other].get("description", "")}
     for branch in properties["input_type"]["anyOf"]:
         if "enum" in branch:
             branch["enum"] = [v for v in branch["enum"] if (v == "image") == (given == "images")]
+
+
+def _one_given(field: str, instead: str) -> dict[str, Any]:
+    """A branch of "one of two nullable fields": `field` given, not null, and `instead` absent or null."""
+    return {"required": [field], "properties": {field: {"not": {"type": "null"}}, instead: {"type": "null"}}}
+
+
+def _modality_field(schemas: dict[str, Any], modalities: frozenset[str]) -> None:
+    """Infinity's `modality` on /v1/embeddings offers only what the served models read."""
+    node = schemas["OpenAIEmbeddingRequest"]["properties"]["modality"]
+    for branch in node["anyOf"]:
+        if "enum" in branch:
+            branch["enum"] = [v for v in branch["enum"] if v in modalities]
 
 
 def _cap(node: Any, most: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -73,6 +74,18 @@ class Settings(ServingOptions, HubOptions, BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated origins allowed by CORS; empty means no CORS headers.",
     )
+    image_url_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Hosts whose http and https image URLs the server fetches, as `HOST` (any "
+        "port) or `HOST:PORT`, comma-separated or the flag repeated; every other URL is refused (422 "
+        "image_url_refused). Empty (the default): no URL is fetched. A server that fetches what a caller names can be "
+        "made to reach what the caller cannot (SSRF): list only hosts that serve images to anyone. No redirect is "
+        "followed and no proxy used; max_image_bytes and image_fetch_timeout_s bound each fetch (docs/vision.md).",
+    )
+    image_fetch_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds one image URL (image_url_hosts) has to answer with all its bytes, from "
+        "connecting; past it the request is refused (422 image_fetch_timeout). The URLs of one request are fetched "
+        "side by side.",
+    )
     log_format: Literal["text", "json"] = Field("text", description="Log lines as plain text or one JSON object each.")
     access_log: bool = Field(
         False, description="One log line per request (method, path, status; uvicorn's access log). Off by default: "
@@ -88,6 +101,13 @@ class Settings(ServingOptions, HubOptions, BaseSettings):
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str | list):
             return split_items(value)
+        return value
+
+    @field_validator("image_url_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str | list):
+            return [host_entry(item) for item in split_items(value)]
         return value
 
     @field_validator("bundle", mode="before")
@@ -121,6 +141,22 @@ class Settings(ServingOptions, HubOptions, BaseSettings):
                                  f"(/v2/models/NAME/infer); serve it under one, as ALIAS={model}")
         self.check_rerankers(served)
         return self
+
+
+def host_entry(item: object) -> object:
+    """A host of image_url_hosts as URLs are matched against it: lower case, `HOST` or `HOST:PORT` (an IPv6 address
+    in brackets); what is not one is refused at start."""
+    if not isinstance(item, str):
+        return item
+    entry = item.strip().lower()
+    parts = urlsplit(f"http://{entry}")
+    try:
+        parts.port  # noqa: B018 (ValueError for a port that is not one)
+    except ValueError:
+        entry = ""
+    if not parts.hostname or parts.netloc != entry or "@" in entry:
+        raise ValueError(f"image URL host {item!r} is not a host or host:port (an IPv6 address in brackets)")
+    return entry
 
 
 def _served_bundle(item: object) -> object:

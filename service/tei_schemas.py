@@ -53,7 +53,10 @@ class EmbedRequest(Truncation, Chunked, Prompted):
 
 
 class ClassifyRequest(Truncation, Chunked):
-    inputs: TextInputs
+    inputs: TextInputs | ImageItem | Annotated[list[ImageItem | Text], Field(min_length=1)] = Field(
+        description="A text or a list of texts; an image classifier's (GET /info: `modalities`) images instead: "
+        "{\"image\": data URI or base64}, or a list of such items or of data URIs (data:image/png;base64,...). A "
+        "request of images holds images only; chunking, tasks and truncation do not apply to them.")
     top_k: Positive | None = Field(None, description="Return only the k best labels per input (default: all).")
     raw_scores: StrictBool = Field(False, description=RAW_SCORES)
 

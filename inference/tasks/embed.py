@@ -14,7 +14,7 @@ import numpy as np
 
 from inference import chunking, postprocess
 from inference.chunking import Chunking
-from inference.errors import NoInstruction
+from inference.errors import NoInstruction, Unsupported
 from inference.limits import Inputs, check_dimensions, check_embed_all_size, check_inputs
 from inference.prompts import InputType, prompt_text
 from inference.results import Embeddings, Scores, Span, Token
@@ -86,6 +86,19 @@ async def classify(
     labels = require_labels(model)
     values, _, spans = await _pooled(model, inputs, "logits", truncate, direction, chunked, prompt="")
     return Scores(postprocess.scores(values, function), labels, spans)
+
+
+async def classify_images(
+    model: ServedModel, images: Sequence[bytes | str], *, function: postprocess.ScoreFunction | None = None,
+) -> Scores:
+    """An image classifier's (ViTForImageClassification's) scores over its labels per image, by `function` as
+    `classify` scores texts."""
+    tower = model.for_images()
+    labels = require_labels(tower)
+    if any(isinstance(item, str) for item in images):
+        raise Unsupported(f"model {model.name} classifies images only; send each input as an image")
+    outputs = (await tower.run_images(images, [FAST]))[FAST]  # type: ignore[arg-type]  # bytes only, checked above
+    return Scores(postprocess.scores(np.stack([o["logits"] for o in outputs]), function), labels, None)
 
 
 async def similarity(

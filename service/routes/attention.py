@@ -15,7 +15,7 @@ from inference.served import ServedModel
 from inference.tasks import attention as core
 from service.attention_schemas import AttentionRequest, AttentionResponse
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
-from service.images import image_inputs, refuse_text_fields
+from service.images import fetching, image_inputs, refuse_text_fields
 from service.routes.common import INFERENCE_ERRORS, as_list, direction, errors, json_response
 from service.wire import attention_item
 
@@ -34,7 +34,7 @@ async def attention(body: AttentionRequest, pick: PickDep, job: JobDep, model: M
     would pass the attention cap are refused (422) before any work."""
     served = pick(body.model, model)
     query = AttentionQuery(body.layers, body.heads, body.aggregation, body.encoding, body.dtype)
-    images = image_inputs(as_list(body.inputs), served.modalities)
+    images = await fetching(lambda: image_inputs(as_list(body.inputs), served.modalities))
     if images is not None:
         refuse_text_fields(body)
         return json_response(await _image_answer(served, only_images(images), query, job))

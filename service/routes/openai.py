@@ -12,9 +12,10 @@ from inference.served import ServedModel
 from inference.tasks import embed
 from service.dependencies import Job, JobDep, ModelsDep, PickDep, require_json
 from service.hot import HotRoute
-from service.images import image_inputs, refuse_text_fields
+from service.images import fetching, modality_inputs, refuse_text_fields
 from service.openai_schemas import OpenAIEmbeddingRequest, OpenAIEmbeddingResponse, OpenAIModelList
 from service.routes.common import INFERENCE_ERRORS, chunking, errors, json_response
+from service.uploads import Upload
 from service.wire import base64_floats, span
 
 router = APIRouter(tags=["openai"])
@@ -33,7 +34,7 @@ async def create_embeddings(body: OpenAIEmbeddingRequest, pick: PickDep, job: Jo
 
 async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, job: Job[Any]) -> Any:
     inputs: list[Any] = [body.input] if isinstance(body.input, str) or _is_id_list(body.input) else body.input
-    images = image_inputs(inputs, served.modalities)
+    images = await fetching(lambda: modality_inputs(inputs, served.modalities, body.modality))
     run = _data(served, body, inputs) if images is None else _image_data(served, body, images)
     data, tokens = await job(run)
     return {
@@ -44,6 +45,7 @@ async def embeddings_answer(body: OpenAIEmbeddingRequest, served: ServedModel, j
 
 # Answered on the short path when well formed (service.hot); the model is named by the body only.
 HOT = (HotRoute("/v1/embeddings", OpenAIEmbeddingRequest, embeddings_answer, model_query=False),)
+UPLOADS = (Upload("/v1/embeddings", OpenAIEmbeddingRequest, "input"),)  # images as multipart (service.uploads)
 
 
 @router.get("/v1/models", response_model=OpenAIModelList, responses=errors(401, 503),

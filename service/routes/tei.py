@@ -15,7 +15,7 @@ from inference.tasks import rerank as pairs
 from service import wire
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.hot import HotRoute
-from service.images import image_inputs, refuse_text_fields
+from service.images import fetching, image_inputs, refuse_text_fields
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
@@ -39,6 +39,7 @@ from service.tei_schemas import (
     Token,
     TokenizeRequest,
 )
+from service.uploads import Upload
 
 router = APIRouter(tags=["text-embeddings-inference"], dependencies=[Depends(require_json)])
 Embeddings = list[list[float]] | list[list[EmbeddingWindow]]
@@ -61,12 +62,17 @@ async def embed_answer(body: EmbedRequest, served: ServedModel, job: Job[Any]) -
 async def classify(body: ClassifyRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """Per input, labels with scores, best first: softmax over the labels, or the sigmoid of a model's single
     logit (a cross-encoder's), or raw logits; with chunking=windows, per input its windows, each with its span
-    and scores."""
+    and scores. An image classifier (ViTForImageClassification) is sent images, as /embed takes them."""
     return json_response(await classify_answer(body, pick(body.model, model, adapter=body.task), job))
 
 
 async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[Any]) -> Any:
     function: ScoreFunction | None = "none" if body.raw_scores else None
+    images = await fetching(lambda: image_inputs(as_list(body.inputs), served.modalities))
+    if images is not None:  # an image classifier's (ViTForImageClassification's)
+        refuse_text_fields(body)
+        scores = await job(core.classify_images(served, images, function=function))
+        return [wire.labels(r) for r in scores.ranked(body.top_k)]
     chunked = chunking(body, served)
     result = await job(core.classify(served, as_list(body.inputs), truncate=body.truncate,
                                      direction=direction(body), function=function, chunked=chunked))
@@ -149,6 +155,8 @@ HOT = (
     HotRoute("/embed", EmbedRequest, embed_answer),
     HotRoute("/classify", ClassifyRequest, classify_answer, task="classify"),
 )
+# The routes that take images uploaded as multipart/form-data, as their JSON request (service.uploads).
+UPLOADS = (Upload("/embed", EmbedRequest, "inputs"), Upload("/classify", ClassifyRequest, "inputs"))
 
 
 def _predict_texts(inputs: str | list[str] | list[list[str]]) -> tuple[list[Any], bool]:
@@ -167,7 +175,7 @@ def _sequence(one: list[str]) -> str | tuple[str, str]:
 
 
 async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
-    images = image_inputs(as_list(body.inputs), served.modalities)
+    images = await fetching(lambda: image_inputs(as_list(body.inputs), served.modalities))
     if images is not None:
         refuse_text_fields(body)
         return (await core.embed_images(served, images, normalize=body.normalize, dimensions=body.dimensions)).vectors
@@ -181,7 +189,8 @@ async def _embed(served: ServedModel, body: EmbedRequest) -> Any:
 
 async def _similarity(served: ServedModel, body: SimilarityRequest) -> Any:
     parameters = body.parameters or SimilarityParameters.model_validate({})
-    items = image_inputs([body.inputs.source_sentence, *body.inputs.sentences], served.modalities)
+    compared = [body.inputs.source_sentence, *body.inputs.sentences]
+    items = await fetching(lambda: image_inputs(compared, served.modalities))
     if items is not None:  # images (data URIs), and a two-tower model's texts beside them: one space
         refuse_text_fields(body)
         refuse_text_fields(parameters)

@@ -11,16 +11,18 @@ from pydantic import BaseModel, Field
 
 from inference.tasks.zero_shot import DEFAULT_TEMPLATE, zero_shot
 from service.dependencies import JobDep, ModelQuery, PickDep, needs, require_json
-from service.images import decoded
+from service.images import decoded, fetching
 from service.routes.common import INFERENCE_ERRORS, errors, json_response
 from service.schemas import Text, _Request
+from service.uploads import Upload
 
 router = APIRouter(tags=["images"], dependencies=[Depends(require_json), Depends(needs("zero_shot"))])
 
 
 class ZeroShotRequest(_Request):
     image: str = Field(description="The image: a data URI (data:image/png;base64,...) or its bare base64. PNG, JPEG, "
-                       "WebP or GIF (its first frame). URLs are refused, never fetched.")
+                       "WebP or GIF (its first frame). An http(s) URL is fetched only from a host the server lists "
+                       "(ATTNSERVE_IMAGE_URL_HOSTS); other URLs are refused.")
     candidate_labels: Annotated[list[Text], Field(min_length=1)] = Field(
         description="The labels the image is scored against, each written into hypothesis_template.")
     hypothesis_template: Text = Field(DEFAULT_TEMPLATE, description="The text each label is written into, where its "
@@ -40,5 +42,10 @@ async def classify_image(body: ZeroShotRequest, pick: PickDep, job: JobDep, mode
     pipeline gives them: logits = exp(logit_scale) * cosine(image, text) + logit_bias, a softmax over the labels
     (CLIP) or a sigmoid each (SigLIP). Only a two-tower model can (GET /info: `pair`)."""
     served = pick(body.model, model)
-    scores = await job(zero_shot(served, decoded(body.image, 0), body.candidate_labels, body.hypothesis_template))
+    image = await fetching(lambda: decoded(body.image, 0))
+    scores = await job(zero_shot(served, image, body.candidate_labels, body.hypothesis_template))
     return json_response([{"label": label, "score": score} for label, score in scores])
+
+
+# Also as multipart/form-data: -F file=@cat.png -F candidate_labels=cat -F candidate_labels=dog (service.uploads)
+UPLOADS = (Upload("/zero-shot-image-classification", ZeroShotRequest, "image"),)

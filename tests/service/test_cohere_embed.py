@@ -101,13 +101,27 @@ async def test_output_dimension_and_truncate(client, reference) -> None:
     assert_error(refused, 422, "input_too_long")
 
 
-@pytest.mark.parametrize(("field", "value"), [("max_tokens", 8), ("priority", 1),
-                                               ("inputs", [{"content": [{"type": "text", "text": "x"}]}])])
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 8), ("priority", 1)])
 async def test_what_is_not_served_is_refused_by_name(client, field, value) -> None:
     body = {"texts": ["x"], field: value}
     error = assert_error(await client.post("/v2/embed", json=body), 422, "validation_error")
     assert field in error["message"] and "not supported" in error["message"]
     assert (await client.post("/v2/embed", json={"texts": ["x"], field: None})).status_code == 200  # null: absent
+
+
+async def test_inputs_of_text_parts_are_texts(client) -> None:
+    """`inputs` of one text part each answer what `texts` answers (input_type and truncate apply); an input of two
+    parts (Cohere's fused embedding), or inputs beside texts, are refused."""
+    texts = ["a first text", "the second, longer text"]
+    asked = {"input_type": "search_query", "embedding_types": ["float", "int8"]}
+    plain = await post_ok(client, "/v2/embed", {"texts": texts, **asked})
+    parts = await post_ok(client, "/v2/embed", {"inputs": [{"content": [{"type": "text", "text": t}]} for t in texts],
+                                                **asked})
+    assert parts["embeddings"] == plain["embeddings"] and parts["texts"] is None
+    two = [{"content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]
+    assert_error(await client.post("/v2/embed", json={"inputs": two}), 422, "validation_error")
+    both = {"texts": ["x"], "inputs": [{"content": [{"type": "text", "text": "x"}]}]}
+    assert "one of them" in assert_error(await client.post("/v2/embed", json=both), 422)["message"]
 
 
 async def test_images_and_input_type_image_are_for_an_image_model(client) -> None:
@@ -125,7 +139,7 @@ async def test_unknown_fields_and_types_and_no_texts_are_refused(client) -> None
     assert "colour" in unknown["message"]
     kind = assert_error(await client.post("/v2/embed", json={"texts": ["x"], "embedding_types": ["int4"]}), 422)
     assert "embedding_types" in kind["message"]
-    assert "`texts` or `images`" in assert_error(await client.post("/v2/embed", json={}), 422)["message"]
+    assert "`texts`, `images` or `inputs`" in assert_error(await client.post("/v2/embed", json={}), 422)["message"]
 
 
 async def test_the_cohere_sdk_reads_the_answer(family_export, client) -> None:
@@ -147,8 +161,11 @@ async def test_the_document_states_the_types(client) -> None:
     schema = document["components"]["schemas"]["CohereEmbedRequest"]["properties"]
     assert set(schema["embedding_types"]["items"]["enum"]) == {"float", "int8", "uint8", "binary", "ubinary",
                                                               "base64"}
-    for refused in ("images", "inputs", "max_tokens", "priority"):  # what the server refuses, the schema does not allow
+    for refused in ("images", "max_tokens", "priority"):  # what the server refuses, the schema does not allow
         assert schema[refused]["type"] == "null", schema[refused]
     assert "image" not in str(schema["input_type"]["anyOf"])
-    assert document["components"]["schemas"]["CohereEmbedRequest"]["required"] == ["texts"]
+    request = document["components"]["schemas"]["CohereEmbedRequest"]
+    assert "required" not in request and [branch["required"] for branch in request["oneOf"]] == [["texts"], ["inputs"]]
+    parts = document["components"]["schemas"]["CohereInput"]["properties"]["content"]["items"]
+    assert [branch["$ref"] for branch in parts["oneOf"]] == ["#/components/schemas/CohereText"]  # no image parts
     assert schema["output_dimension"]["anyOf"][0]["maximum"] == 16  # the served model's width

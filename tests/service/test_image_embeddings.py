@@ -192,7 +192,10 @@ async def test_the_document_offers_images_only_where_an_image_model_is_served(
         assert branches(document) == ["string", "images"]
         assert branches(document, "EmbedRequest", "inputs") == ["string", "images", "images"]
         cohere = document["components"]["schemas"]["CohereEmbedRequest"]
-        assert "images" in cohere["required"] and cohere["properties"]["texts"]["type"] == "null"
+        assert [branch["required"] for branch in cohere["oneOf"]] == [["images"], ["inputs"]]
+        assert cohere["properties"]["texts"]["type"] == "null"
+        parts = document["components"]["schemas"]["CohereInput"]["properties"]["content"]["items"]["oneOf"]
+        assert [branch["$ref"] for branch in parts] == ["#/components/schemas/CohereImage"]
 
 
 async def test_the_answer_cache_keys_an_image_by_its_pixels(exported: dict[str, tuple[Path, Path, Any]]) -> None:

@@ -90,7 +90,8 @@ def references(pair: str, pairs: dict[str, Any], texts: list[str], images: list[
     serves them on /v1/embeddings): its tokenizer as its processor calls it (SigLIP: padded to max_length, no mask),
     its Pillow processor."""
     source, _, model = pairs[pair]
-    padding = {"padding": "max_length", "max_length": 64} if pair == "siglip" else {"padding": True}
+    length = model.config.text_config.max_position_embeddings  # the served max length: texts are cut there
+    padding = {"padding": "max_length" if pair == "siglip" else True, "max_length": length}
     batch = tokenizer(pair, source)(texts, truncation=True, return_tensors="pt", **padding)
     if pair == "siglip":
         batch = {"input_ids": batch["input_ids"]}
@@ -161,3 +162,23 @@ async def test_info_and_what_is_refused(client: httpx.AsyncClient) -> None:
     assert_error(await client.post("/v1/embeddings", json={
         "model": "siglip", "input": [TEXTS[0], data_uri(IMAGES[0])], "prompt_name": "query"}), 422, "not_for_images")
     await post_ok(client, "/v1/embeddings", {"model": "siglip", "input": TEXTS[0]})  # still serving
+
+
+async def test_cohere_inputs_and_infinity_modality(client: httpx.AsyncClient, pairs: Any) -> None:
+    """Cohere's `inputs` of one part each (texts and image_url parts in one request, in order) and Infinity's
+    `modality` (image: bare base64 read as images; text: a data URI read as a text) on a pair, against transformers."""
+    uri = data_uri(IMAGES[0])
+    texts, images = references("clip", pairs, [TEXTS[1], uri], IMAGES)
+    inputs = [{"content": [{"type": "image_url", "image_url": {"url": uri}}]},
+              {"content": [{"type": "text", "text": TEXTS[1]}]}]
+    answer = await post_ok(client, "/v2/embed", {"model": "clip", "inputs": inputs})
+    assert np.abs(np.array(answer["embeddings"]["float"]) - np.stack([images[0], texts[0]])).max() <= TOLERANCE
+    assert_error(await client.post("/v2/embed", json={"model": "clip", "inputs": inputs, "input_type": "search_query"}),
+                 422, "not_for_images")
+    bare = [base64.b64encode(data).decode() for data in IMAGES]
+    answer = await post_ok(client, "/v1/embeddings", {"model": "clip", "input": bare, "modality": "image"})
+    assert np.abs(np.array([d["embedding"] for d in answer["data"]]) - images).max() <= TOLERANCE
+    answer = await post_ok(client, "/v1/embeddings", {"model": "clip", "input": [uri], "modality": "text"})
+    assert np.abs(np.array(answer["data"][0]["embedding"]) - texts[1]).max() <= TOLERANCE
+    assert_error(await client.post("/v1/embeddings", json={"model": "clip", "input": [{"image": uri}],
+                                                           "modality": "text"}), 422, "invalid_image")
