@@ -67,13 +67,15 @@ def create_app(settings: Settings, loaded: LoadedBundle | Sequence[LoadedBundle]
     callers, keys_file = _callers(settings, metrics)
     # FastAPI's own OpenTelemetry hooks are off: attnserve's telemetry is /metrics and the timing headers, and
     # with the hooks on, every request asks the OpenTelemetry globals (an environment read) whether to trace.
-    app = FastAPI(title="attnserve", version=__version__, lifespan=_lifespan(settings, bundles, metrics, keys_file),
-                  telemetry={"tracing": False, "metrics": False, "logs": False})
+    app = FastAPI(title="attnserve", version=__version__, telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.settings, app.state.metrics, app.state.models = settings, metrics, None  # models: once started
     app.state.callers = callers
     for module in (openai, cohere, tei, rerank, sparse, multivector, token_labels, attention, zero_shot, ops, oip,
                    explore):
         app.include_router(module.router)
+    # The app's lifespan, set after the routers: each include_router wraps the lifespan in one more layer (for the
+    # routers' own, which ours have none of), and a failed start-up's traceback then ran to pages of those frames.
+    app.router.lifespan_context = _lifespan(settings, bundles, metrics, keys_file)
     app.openapi = _served_openapi(app)  # type: ignore[method-assign]
     for exc_type in (InferenceError, StarletteHTTPException, RequestValidationError):
         app.add_exception_handler(exc_type, handle_error)

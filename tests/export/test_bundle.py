@@ -139,7 +139,7 @@ def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> N
 
 def test_schema_1_to_4_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
     """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts, schema 4 the pad id,
-    schema 5 the modality; older manifests still verify, with the values they implied, a schema 4 one must state its
+    schema 5 the modality, schema 6 the pairs; older manifests still verify, with the values they implied, a schema 4 one must state its
     pad id, and an unknown schema does not verify."""
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
@@ -170,9 +170,9 @@ def test_schema_1_to_4_bundles_still_read_and_newer_ones_are_refused(tiny_bundle
     (copy / "manifest.json").write_text(json.dumps({**manifest, "labels": []}))
     read = verify_bundle(copy)
     assert all(not g.measured for g in read.graphs) and read.task == "embed"
-    manifest["schema_version"] = 6
+    manifest["schema_version"] = 7
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match="schema_version 6 is not supported"):
+    with pytest.raises(BundleError, match="schema_version 7 is not supported"):
         verify_bundle(copy)
 
 
