@@ -87,7 +87,7 @@ def answerable(path: str, tasks: Iterable[str]) -> bool:
 
 
 IMAGE_INPUTS = {"OpenAIEmbeddingRequest": "input", "EmbedRequest": "inputs",  # the inputs that may be images
-                "AttentionRequest": "inputs", "ClassifyRequest": "inputs"}
+                "AttentionRequest": "inputs", "ClassifyRequest": "inputs", "PredictRequest": "inputs"}
 PROMPTED = {"EmbedRequest": "prompt_name", "OpenAIEmbeddingRequest": "prompt_name", "EmbedAllRequest": "prompt_name",
             "SimilarityParameters": "prompt_name"}
 INSTRUCTED = ("EmbedRequest", "OpenAIEmbeddingRequest", "EmbedAllRequest", "SimilarityParameters")  # and /v2's

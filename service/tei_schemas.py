@@ -84,10 +84,12 @@ class PredictParameters(_Strict):
 
 
 class PredictRequest(Truncation):
-    inputs: Text | One | Annotated[list[One], Field(min_length=1)] = Field(
+    inputs: Text | One | Annotated[list[One], Field(min_length=1)] | ImageItem | Annotated[
+            list[ImageItem], Field(min_length=1)] = Field(
         description="A text, [text] or a pair [text, text]: answered with one list of labels; or a batch [[text], "
         "[text, text], ...]: one list per input. Pairs go through the tokenizer's pair template (with token "
-        "type ids where the model has them).",
+        "type ids where the model has them). An image classifier's (GET /info: `modalities`) images instead: "
+        "{\"image\": data URI or base64} (one list of labels) or a list of them (one list per image).",
     )
     raw_scores: StrictBool = Field(False, description=RAW_SCORES)
     parameters: PredictParameters | None = None

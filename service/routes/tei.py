@@ -15,7 +15,7 @@ from inference.tasks import rerank as pairs
 from service import wire
 from service.dependencies import Job, JobDep, ModelQuery, PickDep, needs, require_json
 from service.hot import HotRoute
-from service.images import fetching, image_inputs, refuse_text_fields
+from service.images import ImageItem, fetching, image_inputs, refuse_text_fields
 from service.routes.common import (
     INFERENCE_ERRORS,
     TOKENIZE_ERRORS,
@@ -86,12 +86,19 @@ async def classify_answer(body: ClassifyRequest, served: ServedModel, job: Job[A
 async def predict(body: PredictRequest, pick: PickDep, job: JobDep, model: ModelQuery = None) -> Response:
     """TEI's classification: a text, [text] or a pair [text, text] gets one list of labels and scores, best
     first; a batch [[text], [text, text], ...] one list per input (pairs through the tokenizer's pair template).
-    `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends."""
+    `parameters` (top_k, function_to_apply) is what `InferenceClient.text_classification` sends. An image
+    classifier is sent `{"image": ...}` items (one, or a list: one list of labels per image)."""
     served = pick(body.model, model, adapter=body.task)
-    texts, single = _predict_texts(body.inputs)
     parameters = body.parameters
     function = parameters.function_to_apply if parameters and parameters.function_to_apply else None
     function = function or ("none" if body.raw_scores else None)
+    if isinstance(body.inputs, ImageItem) or (isinstance(body.inputs, list) and isinstance(body.inputs[0], ImageItem)):
+        refuse_text_fields(body)
+        images = await fetching(lambda: image_inputs(as_list(body.inputs), served.modalities))
+        result = await job(core.classify_images(served, images or [], function=function))
+        scores = [wire.labels(r) for r in result.ranked(parameters.top_k if parameters else None)]
+        return json_response(scores[0] if isinstance(body.inputs, ImageItem) else scores)
+    texts, single = _predict_texts(body.inputs)  # type: ignore[arg-type]  # texts and pairs: images answered above
     if any(isinstance(t, tuple) for t in texts):
         result, _ = await job(pairs.score_pairs(served, texts, truncate=body.truncate, direction=direction(body),
                                                 function=function))

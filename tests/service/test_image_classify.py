@@ -1,6 +1,6 @@
-"""An image classifier (ViTForImageClassification) on TEI's POST /classify: images as /embed takes them, per image its
-labels and scores best first, equal to transformers' image-classification pipeline (its Pillow processor, the model)
-within 1e-5; top_k, raw scores and what is refused for images.
+"""An image classifier (ViTForImageClassification) on TEI's POST /classify (and /predict): images as /embed takes
+them, per image its labels and scores best first, equal to transformers' image-classification pipeline (its Pillow
+processor, the model) within 1e-5; top_k, raw scores and what is refused for images.
 """
 
 from __future__ import annotations
@@ -73,6 +73,18 @@ async def test_labels_and_scores_are_the_pipelines(client: httpx.AsyncClient, cl
         logits = model(pixel_values=pixels).logits[0].numpy()
     by_label = {a["label"]: a["score"] for a in raw[0]}
     assert max(abs(by_label[model.config.id2label[i]] - v) for i, v in enumerate(logits)) <= TOLERANCE
+
+
+async def test_predict_takes_image_items(client: httpx.AsyncClient) -> None:
+    """TEI's /predict: one {"image": ...} item answers one list of labels, a list of them one list per image, the
+    same as /classify's."""
+    classified = await post_ok(client, "/classify", {"inputs": [data_uri(IMAGES[0]), data_uri(IMAGES[1])]})
+    one = await post_ok(client, "/predict", {"inputs": {"image": data_uri(IMAGES[1])}})
+    both = await post_ok(client, "/predict", {"inputs": [{"image": data_uri(i)} for i in IMAGES],
+                                             "parameters": {"top_k": 2}})
+    assert one == classified[1] and both == [labels[:2] for labels in classified]
+    assert_error(await client.post("/predict", json={"inputs": {"image": data_uri(IMAGES[0])}, "truncate": True}),
+                 422, "not_for_images")
 
 
 async def test_what_classifying_images_refuses(client: httpx.AsyncClient) -> None:
