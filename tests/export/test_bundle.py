@@ -139,8 +139,8 @@ def test_broken_manifest_names_the_field(tiny_bundle: Path, tmp_path: Path) -> N
 
 def test_schema_1_to_4_bundles_still_read_and_newer_ones_are_refused(tiny_bundle: Path, tmp_path: Path) -> None:
     """Schema 2 added `measured`, schema 3 the architecture, task, embedding size and prompts, schema 4 the pad id,
-    schema 5 the modality, schema 6 the pairs; older manifests still verify, with the values they implied, a schema 4 one must state its
-    pad id, and an unknown schema does not verify."""
+    schema 5 the modality, schema 6 the pairs; older manifests still verify, with the values they implied, a schema 4
+    one must state its pad id, and an unknown schema does not verify."""
     copy = Path(shutil.copytree(tiny_bundle, tmp_path / "b"))
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["schema_version"] == 6 and "batch_max_abs_diff" in manifest["graphs"][0]["measured"]["cpu"]
