@@ -28,7 +28,7 @@ from bundle.verify import BundleError, verify_bundle
 from export.bundle import export_bundle
 from export.refusals import ExportError
 from inference.runtime.images import load_processing, pixel_values
-from tests.helpers.vision import save_clip, save_siglip
+from tests.helpers.vision import save_clip, save_clip_tokenizer, save_pair, save_siglip
 
 TOLERANCE = 1e-5
 TEXTS = ["a photo of a cat", "a red square.", "the sky and the sea with stripes on a blue dog picture", "a"]
@@ -122,3 +122,20 @@ def test_what_a_pair_export_refuses_and_verify_checks(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a plain file name"):
         Manifest.model_validate({**manifest.model_dump(by_alias=True),
                                  "pair": {**manifest.pair.model_dump(), "image_tower": "../elsewhere"}})
+
+
+def test_a_text_tower_alone_is_a_text_bundle(tmp_path: Path) -> None:
+    """CLIPTextModelWithProjection without its image tower: a text bundle with no pair section, pooled at the end token,
+    its graph equal to transformers' text_embeds."""
+    reference = save_pair(tmp_path / "source", "clip", "text")
+    save_clip_tokenizer(tmp_path / "source")
+    manifest = export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
+    assert manifest.modality == "text" and manifest.pair is None and manifest.pooling == "end_token"
+    assert not (tmp_path / "bundle" / "image").exists()
+    tokenizer = Tokenizer.from_file(str(tmp_path / "bundle" / "tokenizer.json"))
+    tokenizer.enable_truncation(manifest.max_length)
+    feeds = pad([e.ids for e in tokenizer.encode_batch(TEXTS)], manifest.pad_id)
+    with torch.no_grad():
+        expected = reference(input_ids=torch.from_numpy(feeds["input_ids"]),
+                             attention_mask=torch.from_numpy(feeds["attention_mask"])).text_embeds.numpy()
+    assert np.abs(run(tmp_path / "bundle", feeds) - expected).max() <= TOLERANCE

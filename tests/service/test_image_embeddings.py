@@ -246,3 +246,17 @@ async def test_the_cohere_sdk_embeds_images(exported: dict[str, tuple[Path, Path
             served = (await http.post("/v1/embeddings", json={"input": [uri]})).json()
     assert np.array_equal(np.asarray(answer.embeddings.float_, dtype=np.float32),
                           np.asarray([served["data"][0]["embedding"]], dtype=np.float32))
+
+
+async def test_the_openai_client_embeds_data_uris(exported: dict[str, tuple[Path, Path, Any]]) -> None:
+    """The official OpenAI client's embeddings.create with data URIs as its inputs: the vectors /v1/embeddings gives."""
+    openai = pytest.importorskip("openai")
+    uris = [data_uri(IMAGES[0]), data_uri(IMAGES[1], "image/jpeg")]
+    async with uvicorn_here(exported["vit-small"][1]) as (_, url):
+        answer = await openai.AsyncOpenAI(api_key="unused", base_url=f"{url}/v1").embeddings.create(
+            model="vit-small", input=uris)
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:  # the server runs in this event loop
+            served = (await http.post("/v1/embeddings", json={"input": uris})).json()
+    got = np.asarray([row.embedding for row in answer.data], dtype=np.float32)  # the client asks for base64
+    assert np.array_equal(got, np.asarray([row["embedding"] for row in served["data"]], dtype=np.float32))
+    assert answer.usage.prompt_tokens == served["usage"]["prompt_tokens"]
