@@ -26,6 +26,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +34,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from bench.procs import Server, launch, terminate, wait_ready
 
 API = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<revision>[^/]+)$")
 RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<path>.+)$")
@@ -220,3 +225,16 @@ def torch_blocked(directory: Path) -> tuple[dict[str, str], Path]:
     (shim / "torch" / "__init__.py").write_text(
         f"open({str(mark)!r}, 'w').close()\nraise ImportError('torch is blocked in this test')\n")
     return {"PYTHONPATH": str(shim)}, mark
+
+
+def serve_by_name(work: Path, env: dict[str, str], repo: str, ready_s: float) -> Server:
+    """`attnserve serve --model REPO` (fp32, the cache under `work`, one session thread) started and ready, its log
+    beside the others in `work`; the test fails with the log when it is not ready in `ready_s`."""
+    argv = [sys.executable, "-m", "attnserve", "serve", f"--model={repo}", "--variants", "fp32", "--cache-dir",
+            str(work / "cache"), "--intra-op-threads", "1", "--port", "{port}"]
+    server = launch("attnserve", argv, work / f"serve-{len(list(work.glob('serve-*')))}.log", env)
+    if not wait_ready(server, ready_s):
+        status = terminate(server)
+        pytest.fail(f"not ready (exit status {status}):\n{server.log()}")
+    return server
+

@@ -23,8 +23,8 @@ import transformers
 from PIL import Image
 from transformers.image_utils import load_image
 
-from bench.procs import Server, launch, terminate, wait_ready
-from tests.helpers.hub import FakeHub, hub_env, torch_blocked
+from bench.procs import Server, terminate
+from tests.helpers.hub import FakeHub, hub_env, serve_by_name, torch_blocked
 from tests.helpers.vision import save_vision
 
 REPO = "org/dinov2-tiny"
@@ -63,16 +63,6 @@ def hub(work: Path) -> Iterator[tuple[FakeHub, np.ndarray]]:
     fake.stop()
 
 
-def serve(work: Path, env: dict[str, str], ready_s: float) -> Server:
-    argv = [sys.executable, "-m", "attnserve", "serve", f"--model={REPO}", "--variants", "fp32", "--cache-dir",
-            str(work / "cache"), "--intra-op-threads", "1", "--port", "{port}"]
-    server = launch("attnserve", argv, work / f"serve-{len(list(work.glob('serve-*')))}.log", env)
-    if not wait_ready(server, ready_s):
-        status = terminate(server)
-        pytest.fail(f"not ready (exit status {status}):\n{server.log()}")
-    return server
-
-
 def vectors(server: Server) -> np.ndarray:
     items = [f"data:image/jpeg;base64,{base64.b64encode(p).decode()}" for p in PHOTOS]
     response = httpx.post(server.url + "/v1/embeddings", json={"model": REPO, "input": items}, timeout=60)
@@ -83,7 +73,7 @@ def vectors(server: Server) -> np.ndarray:
 def test_an_image_model_is_served_by_its_name_then_without_torch(hub: tuple[FakeHub, np.ndarray], work: Path) -> None:
     fake, expected = hub
     for env, ready_s in ((hub_env(fake, work), 300.0), (hub_env(fake, work, **torch_blocked(work)[0]), 60.0)):
-        server = serve(work, env, ready_s)
+        server = serve_by_name(work, env, REPO, ready_s)
         try:
             got = vectors(server)
             assert got.shape == expected.shape and float(np.abs(got - expected).max()) <= 1e-5

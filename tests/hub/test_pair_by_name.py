@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import base64
 import io
-import sys
 from pathlib import Path
 
 import httpx
 import numpy as np
-import pytest
 import torch
 import transformers
 from PIL import Image
 
-from bench.procs import Server, launch, terminate, wait_ready
+from bench.procs import Server, terminate
 from export.bundle import export_bundle
-from tests.helpers.hub import FakeHub, hub_env
+from tests.helpers.hub import FakeHub, hub_env, serve_by_name
 from tests.helpers.vision import save_siglip
 
 REPO, BUNDLE_REPO = "org/siglip-tiny", "org/siglip-tiny-attnserve"
@@ -34,16 +32,6 @@ def photo() -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def serve(work: Path, env: dict[str, str], repo: str, ready_s: float) -> Server:
-    argv = [sys.executable, "-m", "attnserve", "serve", f"--model={repo}", "--variants", "fp32", "--cache-dir",
-            str(work / "cache"), "--intra-op-threads", "1", "--port", "{port}"]
-    server = launch("attnserve", argv, work / f"serve-{len(list(work.glob('serve-*')))}.log", env)
-    if not wait_ready(server, ready_s):
-        status = terminate(server)
-        pytest.fail(f"not ready (exit status {status}):\n{server.log()}")
-    return server
 
 
 def embeddings(server: Server, inputs: list[str]) -> np.ndarray:
@@ -70,7 +58,7 @@ def test_a_siglip_pair_by_name_and_its_bundle_as_a_repository(tmp_path: Path) ->
     fake.start()
     try:
         for repo in (REPO, BUNDLE_REPO):
-            server = serve(tmp_path, hub_env(fake, tmp_path), repo, 300.0)
+            server = serve_by_name(tmp_path, hub_env(fake, tmp_path), repo, 300.0)
             try:
                 assert np.abs(embeddings(server, TEXTS) - texts).max() <= 1e-5
                 uri = f"data:image/png;base64,{base64.b64encode(photo()).decode()}"
