@@ -228,5 +228,21 @@ def save_siglip(directory: Path, shape: str = "small", **text: Any) -> torch.nn.
     return model
 
 
+def vit_and_clip(factory: Any) -> tuple[Path, Path]:
+    """A small ViT's bundle and a CLIP pair's (fp32), built once for the run (tests.helpers.shared.once) and served or
+    read by the image tests; each source directory ("vit", "clip") is beside its bundle."""
+    from export.bundle import export_bundle
+    from tests.helpers.shared import once
+
+    def build(root: Path) -> tuple[Path, Path]:
+        save_image_model(root / "vit", "vit-small")
+        export_bundle(root / "vit", root / "vit-bundle", variants=["fp32"])
+        save_clip(root / "clip")
+        export_bundle(root / "clip", root / "clip-bundle", variants=["fp32"])
+        return root / "vit-bundle", root / "clip-bundle"
+
+    return once(factory, "vit-and-clip", build)
+
+
 WORDS = ["a", "photo", "of", "the", "cat", "dog", "bird", "red", "green", "blue", "grey", "square", "stripes", "on",
          "sky", "sea", "and", "with", "picture", "drawing", ".", ",", "!"]

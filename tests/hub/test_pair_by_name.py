@@ -3,7 +3,9 @@ pair, spiece.model and tokenizer_config.json and no tokenizer.json, preprocessor
 random weights at a tiny shape) on the loopback hub; `attnserve serve --model NAME` downloads it, converts its
 tokenizer, exports both towers into one bundle in the cache and serves it: texts and images over HTTP equal
 transformers' features. The bundle, published as a repository of its own, is fetched with its image tower's
-directory, verified and served as it is.
+directory, verified and served as it is. About 45 s on 2 cores, so the heavy tier's (make reliability); a pair's
+export, serving and explorer keep their tests in make test, and a model by name its own
+(tests/hub/test_serve_by_name.py, tests/hub/test_image_by_name.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import torch
 import transformers
 from PIL import Image
@@ -23,6 +26,7 @@ from export.bundle import export_bundle
 from tests.helpers.hub import FakeHub, hub_env, serve_by_name
 from tests.helpers.vision import save_siglip
 
+pytestmark = pytest.mark.heavy
 REPO, BUNDLE_REPO = "org/siglip-tiny", "org/siglip-tiny-attnserve"
 TEXTS = ["a photo of a cat", "two dogs on the street"]
 

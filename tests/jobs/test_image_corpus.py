@@ -21,7 +21,6 @@ import transformers
 from PIL import Image
 from transformers.image_utils import load_image
 
-from export.bundle import export_bundle
 from inference.options import LoadOptions
 from inference.runtime.loading import load_bundle
 from jobs.cli import main
@@ -29,7 +28,8 @@ from jobs.inputs import Columns
 from jobs.local import Job, run
 from jobs.options import ImageInput, JobError, JobOutput
 from jobs.tables import FINGERPRINT_KEY
-from tests.helpers.vision import save_clip, save_image_model
+from tests.helpers.shared import reloaded
+from tests.helpers.vision import vit_and_clip
 from tests.jobs.corpus import job_model, output, rejects, vectors
 
 TOLERANCE = 1e-5
@@ -61,11 +61,9 @@ def folder(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.nn.Module]:
-    """(source, bundle, reference model) of the small ViT."""
-    root = tmp_path_factory.mktemp("vit")
-    model = save_image_model(root / "source", "vit-small")
-    export_bundle(root / "source", root / "bundle", variants=["fp32"])
-    return root / "source", root / "bundle", model
+    """(source, bundle, reference model) of the run's small ViT (tests.helpers.vision.vit_and_clip)."""
+    bundle = vit_and_clip(tmp_path_factory)[0]
+    return bundle.parent / "vit", bundle, reloaded(transformers.ViTModel, bundle.parent / "vit")
 
 
 def reference(model: torch.nn.Module, source: Path, images: list[bytes], clip: bool = False) -> np.ndarray:
@@ -179,20 +177,19 @@ def test_cli_embeds_a_folder_and_refuses_what_is_for_texts(vit: Any, tiny_bundle
         assert message in error and "Traceback" not in error, (argv, error)
 
 
-@pytest.mark.slow  # a CLIP pair's export: both towers built and gated
-def test_a_clip_pairs_images_go_to_its_image_tower(tmp_path: Path) -> None:
+def test_a_clip_pairs_images_go_to_its_image_tower(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     """The pair's image tower embeds the images (get_image_features), under the pair's fingerprint."""
-    model = save_clip(tmp_path / "source")
-    export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
+    bundle = vit_and_clip(tmp_path_factory)[1]
+    model = reloaded(transformers.CLIPModel, bundle.parent / "clip")
     images = tmp_path / "images"
     images.mkdir()
     for index, fmt in enumerate(("PNG", "JPEG", "WEBP")):
         (images / f"{index}.{fmt.lower()}").write_bytes(picture(index, fmt))
-    _run(tmp_path / "bundle", tmp_path / "out", (images,), "images")
+    _run(bundle, tmp_path / "out", (images,), "images")
     table = output(tmp_path / "out")
     ids = table.column("id").to_pylist()
-    expected = reference(model, tmp_path / "source", [(images / name).read_bytes() for name in ids], clip=True)
+    expected = reference(model, bundle.parent / "clip", [(images / name).read_bytes() for name in ids], clip=True)
     np.testing.assert_allclose(vectors(table), expected, atol=TOLERANCE, rtol=0)
-    pair = load_bundle(tmp_path / "bundle", LoadOptions(intra_op_threads=1), kinds=("fast",))
+    pair = load_bundle(bundle, LoadOptions(intra_op_threads=1), kinds=("fast",))
     metadata = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata
     assert metadata[FINGERPRINT_KEY].decode() == pair.fingerprint

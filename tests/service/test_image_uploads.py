@@ -21,10 +21,8 @@ import pytest
 import pytest_asyncio
 from PIL import Image
 
-from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, post_ok, serving
-from tests.helpers.shared import once
-from tests.helpers.vision import save_clip, save_image_model
+from tests.helpers.vision import vit_and_clip
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 LABELS = ["cat", "dog", "red square"]
@@ -49,18 +47,6 @@ def data_uri(data: bytes) -> str:
 def files(*images: bytes, name: str = "file") -> list[tuple[str, tuple[str, bytes, str]]]:
     """What `curl -F file=@0.png -F file=@1.png` sends."""
     return [(name, (f"{i}.png", data, "image/png")) for i, data in enumerate(images)]
-
-
-def vit_and_clip(factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A ViT's bundle and a CLIP pair's, built once for the run (tests/service/test_image_urls.py serves them too)."""
-    def build(root: Path) -> tuple[Path, Path]:
-        save_image_model(root / "vit", "vit-small")
-        export_bundle(root / "vit", root / "vit-bundle", variants=["fp32"])
-        save_clip(root / "clip")
-        export_bundle(root / "clip", root / "clip-bundle", variants=["fp32"])
-        return root / "vit-bundle", root / "clip-bundle"
-
-    return once(factory, "vit-and-clip", build)
 
 
 @pytest.fixture(scope="module")

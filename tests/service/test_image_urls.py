@@ -27,7 +27,8 @@ from service.cli import read_settings
 from service.settings import Settings
 from tests.helpers.process import free_port
 from tests.helpers.serving import assert_error, post_ok, serving
-from tests.service.test_image_uploads import IMAGES, LABELS, noise, vit_and_clip
+from tests.helpers.vision import vit_and_clip
+from tests.service.test_image_uploads import IMAGES, LABELS, noise
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TIMEOUT_S, IMAGE_CAP, MOST = 1.0, 40_000, 3
