@@ -45,7 +45,7 @@ CHROMIUM ?= /usr/bin/chromium
 # them into node_modules/ for `make test` only (`make serve` needs no Node.js). Reinstalled when either file changes.
 NODE_STAMP := node_modules/.installed-$(shell cat package.json package-lock.json | sha256sum | cut -c1-12)
 
-.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-minilm bundle-rerank reliability bench bench-minilm bench-lengths bench-images image image-check clean
+.PHONY: install install-test install-mpnet install-gemma serve test lint lint-js bundle bundle-minilm bundle-rerank reliability bench bench-minilm bench-decoder bench-lengths bench-images image image-check clean
 
 install: $(STAMP)
 
@@ -167,6 +167,24 @@ bench: $(TEST_STAMP) $(BUNDLE)/manifest.json
 	$(if $(BENCH_EXPORT),$(BIN)/python -m bench.large_export --preset $(BENCH_EXPORT) --variants $(VARIANTS),@echo "BENCH_EXPORT is empty: the export phase skipped")
 	$(if $(strip $(HEAD_BUNDLES)),$(BIN)/python -m bench.heads $(HEAD_BUNDLES),@echo "no $(RERANK_BUNDLE) or $(SPARSE_BUNDLE): rerank and sparse scenarios skipped")
 	$(MAKE) bench-images
+
+# The decoder bench (docs/performance.md, scenarios h and i): a Qwen3-Embedding-0.6B-shaped bundle with seeded random
+# weights (bench.large_export's preset, written under build/ and exported once), against the bare engine and the naive
+# server (Infinity cannot pool by the last token). One 8 x 512 batch takes 30 s or more on two cores, so each pass of h
+# runs for several (DECODER_DURATION: h 300 s, i 20 s), and the service's queue timeout is raised past a batch: at its
+# default (30 s) the second caller's texts would be refused while the first caller's batch runs. About an hour on two
+# cores, with 3 passes; the bundle needs about 5 GB under bundles/ and the source 2.4 GB under build/.
+DECODER_BUNDLE ?= bundles/qwen3-0.6b-random
+DECODER_SOURCE ?= build/qwen3-0.6b-random-source
+DECODER_DURATION ?= 20,h=300
+$(DECODER_BUNDLE)/manifest.json: | $(STAMP)
+	test -f $(DECODER_SOURCE)/tokenizer.json || \
+		$(BIN)/python -m bench.large_export --preset qwen3-embedding-0.6b --source-only $(DECODER_SOURCE)
+	$(BIN)/attnserve export $(DECODER_SOURCE) --out $(DECODER_BUNDLE) --variants fp32
+
+bench-decoder: $(TEST_STAMP) $(DECODER_BUNDLE)/manifest.json
+	ATTNSERVE_QUEUE_TIMEOUT_S=600 $(BIN)/python -m bench --bundle $(DECODER_BUNDLE) --variants fp32 --scenarios h,i \
+		--no-grid --no-traffic --no-infinity --duration $(DECODER_DURATION) $(BENCH_ARGS)
 
 # The image scenario (docs/vision.md): a random-weight DINOv2-S/14 shaped bundle, built on the first run (torch),
 # served images per second at 1 and 32 images a request against the bare graph.

@@ -30,16 +30,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", "--variant", default="all",
                         help="comma-separated variants to serve and measure, or 'all' present in the bundle "
                              "(fp32, fp32-opt, int8); --quick defaults to int8 (else fp32)")
-    parser.add_argument("--duration", type=float, help="seconds per load scenario (default 10, --quick 2)")
+    parser.add_argument("--duration", type=durations, default={},
+                        help="seconds of each pass of a load scenario on each server (default 10, --quick 2), "
+                             "or per scenario: '20,h=300' gives h 300 s and the others 20. A pass ends when the "
+                             "requests in flight at its end are answered, and its warm-up (a quarter of it, at most "
+                             "2 s) waits for each caller's first answer; a scenario whose one request takes long "
+                             "(h on make bench-decoder's 0.6B model: 30 s or more per 8 x 512 batch) needs a "
+                             "duration of several requests, which that target passes")
+    parser.add_argument("--passes", type=int,
+                        help="passes of each scenario (default 3, --quick 1): each through every server, in an "
+                             "order reversed every other pass, then the engine reference; figures are medians "
+                             "over the passes, printed with their lowest and highest")
     parser.add_argument("--scenarios", default="a,b,c,d,e,g",
-                        help="comma-separated subset of a,b,c,d,e,g (e also runs e-embed); 'none' for engine only")
+                        help="comma-separated subset of a,b,c,d,e,g,h,i (e also runs e-embed; h and i are the "
+                             "decoder's: make bench-decoder); 'none' for engine only")
     parser.add_argument("--quick", action="store_true", help="smoke run: short durations, targets' shapes only")
     parser.add_argument("--route", choices=("embed", "openai"), default="embed",
                         help="embedding route for load: /embed (TEI) or /v1/embeddings (OpenAI)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline server")
     parser.add_argument("--no-infinity", action="store_true",
-                        help="skip Infinity (infinity-emb on onnxruntime, in its own venv under build/peers, "
-                             "made on first use)")
+                        help="skip both Infinity peers (infinity-emb on onnxruntime, in its own venv under "
+                             "build/peers, made on first use): on the bundle's graph, and infinity-user, the "
+                             "bundle's source model exported by optimum-cli as a user serves it")
     parser.add_argument("--no-traffic", action="store_true",
                         help="skip the mixed-traffic figures (priorities, fair shares, the answer cache: bench.mixed)")
     parser.add_argument("--no-grid", action="store_true",
@@ -47,6 +59,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results.jsonl",
                         help="JSON-lines file results are appended to")
     return parser.parse_args(argv)
+
+
+def durations(spec: str) -> dict[str, float]:
+    """--duration's value, "10" or "20,h=300": seconds of each pass by scenario ("": every other one)."""
+    found = {}
+    for part in spec.split(","):
+        name, _, seconds = part.rpartition("=")
+        if name.strip() not in ("", *SCENARIOS) or float(seconds) <= 0:
+            raise ValueError(part)
+        found[name.strip()] = float(seconds)
+    return found
 
 
 def pick_variants(spec: str, manifest: Manifest, quick: bool) -> list[str]:
@@ -66,7 +89,7 @@ def pick_scenarios(spec: str) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown:
-        sys.exit(f"unknown scenarios {unknown}; choose from a,b,c,d,e,g")
+        sys.exit(f"unknown scenarios {unknown}; choose from {','.join(k for k in SCENARIOS if k != 'e-embed')}")
     return [x for s in names for x in ((s, "e-embed") if s == "e" else (s,))]
 
 
@@ -105,22 +128,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _plan(args: argparse.Namespace, manifest: Manifest) -> runner.Plan:
-    duration = args.duration or (2.0 if args.quick else 10.0)
+    by_scenario = dict(args.duration)
+    duration = by_scenario.pop("", 2.0 if args.quick else 10.0)
     log_dir = Path(tempfile.mkdtemp(prefix="attnserve-bench-"))
     names = pick_scenarios(args.scenarios)
-    return runner.Plan(args.bundle, manifest.max_length, names, duration,
-                       warmup_s=min(2.0, duration / 4), engine_s=0.3 if args.quick else 1.0, quick=args.quick,
-                       embed_route=args.route, log_dir=log_dir, infinity=_infinity(args, manifest, names))
+    passes = args.passes if args.passes is not None else 1 if args.quick else 3
+    if passes < 1:
+        sys.exit("--passes must be 1 or more")
+    python, kinds, folder = _infinity(args, manifest, names, log_dir / "hf-home")
+    return runner.Plan(args.bundle, manifest.max_length, names, duration, durations=by_scenario,
+                       engine_s=0.3 if args.quick else 1.0, quick=args.quick, passes=passes, embed_route=args.route,
+                       log_dir=log_dir, infinity=python, infinity_kinds=kinds, infinity_user=folder)
 
 
-def _infinity(args: argparse.Namespace, manifest: Manifest, names: list[str]) -> Path | None:
-    """The Python of Infinity's venv (made now if it is not there yet), or None, said in one line."""
+def _infinity(args: argparse.Namespace, manifest: Manifest, names: list[str],
+              home: Path) -> tuple[Path | None, tuple[str, ...], Path | None]:
+    """(the Python of Infinity's venv, the configurations that run, infinity-user's model folder): the venv
+    and the export made now if they are not there yet; each one skipped is said in one line."""
     if args.no_infinity or not set(names) & set(infinity.SCENARIOS):
-        return None
-    why = infinity.unsupported(manifest)
-    python, said = (None, why) if why else infinity.ensure_venv()
-    print(f"infinity: {said}" if python else f"infinity skipped: {said}", flush=True)
-    return python
+        return None, (), None
+    why = {"infinity": infinity.unsupported(manifest), "infinity-user": infinity.user_unsupported(manifest)}
+    for kind, reason in why.items():
+        if reason:
+            print(f"{kind} skipped: {reason}", flush=True)
+    if all(why.values()):
+        return None, (), None
+    python, said = infinity.ensure_venv()
+    runnable = ", ".join(kind for kind, reason in why.items() if not reason)
+    print(f"infinity: {said}" if python else f"{runnable} skipped: {said}", flush=True)
+    folder = None
+    if python and not why["infinity-user"]:
+        folder, said = infinity.user_model(python, manifest, home)
+        print(f"infinity-user: {said}" if folder else f"infinity-user skipped: {said}", flush=True)
+    kinds = (*([] if why["infinity"] else ["infinity"]), *(["infinity-user"] if folder else []))
+    return python, (kinds if python else ()), folder
 
 
 def _engines(args: argparse.Namespace, manifest: Manifest, tokenizer: Tokenizer, variants: list[str], seconds: float,
@@ -160,23 +201,25 @@ def _serve(args: argparse.Namespace, plan: runner.Plan, variants: list[str], tok
     if not plan.scenarios:
         return
     for variant in variants:
-        kinds = ["service", *([] if args.no_naive else ["naive"]), *(["infinity"] if plan.infinity else [])]
+        kinds = ["service", *([] if args.no_naive else ["naive"]), *plan.infinity_kinds]
         print(f"## {', '.join(kinds)} {variant}", flush=True)
         try:
             runner.measure_variant(variant, kinds, plan, tokenizer, rec, engines[variant])
         except RuntimeError as error:  # a server that will not start must not lose the run
             print(f"  {variant} FAILED: {error}", flush=True)
             rec.add("error", variant=variant, error=str(error))
-        targets.add_ratios(rec, engines[variant])
+        targets.add_ratios(rec, variant)
 
 
 def _print(rec: report.Recorder, out: Path) -> None:
     print("\n### Batch invariance (each text alone vs in one mixed batch)\n\n" + report.invariance_table(rec))
     print("\n### Engine (onnxruntime session in-process)\n\n" + report.engine_table(rec))
-    if rec.of("load"):
-        print("\n### Served (attnserve vs the naive per-request server and Infinity)\n\n" + report.load_table(rec))
+    if rec.of("median"):
+        print("\n### Served (attnserve vs the naive per-request server and Infinity; medians over the passes, "
+              "lowest-highest)\n\n" + report.load_table(rec))
     if rec.of("agreement"):
-        print("\n### Same model (each text through attnserve and Infinity)\n\n" + report.agreement_table(rec))
+        print("\n### Same model (each text through attnserve and each Infinity configuration)\n\n"
+              + report.agreement_table(rec))
     if rec.of("priorities"):
         print("\n### Mixed traffic (callers with keys; bench.mixed)\n\n" + mixed.tables(rec))
     if rec.of("target"):

@@ -1,5 +1,5 @@
-"""Infinity (the `infinity-emb` package) as a peer server, on its optimum (onnxruntime) engine, serving the
-bundle's own graph.
+"""Infinity (the `infinity-emb` package) as a peer server, on its optimum (onnxruntime) engine, in two
+configurations: "infinity" on the bundle's own graph, and "infinity-user", the source model as a user runs it.
 
 Its own environment: Infinity brings torch and transformers, which never enter the project's .venv. The
 bench makes build/peers/infinity-venv on first use and reuses it while its pins are unchanged. torch goes
@@ -16,10 +16,20 @@ graph; `agreement` checks their vectors.
 
 The same threads: bench.infinity_launch gives its onnxruntime session the intra-op thread count the naive
 server's session gets (bundle.session's default); its batching (batch size 32) and queue are its own.
+
+As a user runs it (infinity-user): when the bundle's source is a Hugging Face or sentence-transformers directory
+on disk, the venv's own `optimum-cli export onnx --task feature-extraction` exports it (once, cached under
+build/peers/infinity-user), and Infinity serves that folder with its graph optimiser on, onnxruntime's default
+session options and the bundle's pooling. It truncates where the model's config.json says
+(max_position_embeddings), which may be past the bundle's max length. With optimum 2.1.0 Infinity 0.0.78's
+optimiser fails (OptimizationConfig no longer takes optimize_with_onnxruntime_only) and it serves the unoptimised
+export; optimiser_failure finds that in its log. Infinity is not patched: this is what a user gets.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -33,11 +43,14 @@ from tokenizers import Tokenizer
 
 from bench import procs
 from bench.procs import ROOT
-from bench.texts import make_texts
+from bench.texts import make_texts, token_counts
 from bundle.manifest import Manifest
 from bundle.session import cpu_cores
 
 VENV = ROOT / "build" / "peers" / "infinity-venv"
+USER_MODELS = ROOT / "build" / "peers" / "infinity-user"  # optimum-cli's exports of bundles' sources
+EXPORTED = "attnserve-source.json"  # written last: an export that stopped half-way is never reused
+KINDS = ("infinity", "infinity-user")  # the bundle's graph; the source model as a user serves it
 TORCH = "torch==2.13.0"
 # What infinity-emb 0.0.78 resolved to beside that torch when the bench first served with it.
 PINS = ("infinity-emb[optimum,server]==0.0.78", "optimum==2.1.0", "optimum-onnx==0.1.0", "onnxruntime==1.32.0",
@@ -45,9 +58,10 @@ PINS = ("infinity-emb[optimum,server]==0.0.78", "optimum==2.1.0", "optimum-onnx=
 PINS_FILE = "attnserve-pins.txt"
 MODEL_NAME = "bench"  # --served-model-name: the "model" the bench's OpenAI bodies carry
 READY_PATH = "/health"
-SCENARIOS = ("a", "b", "c", "d")  # embeddings of plain texts: Infinity neither chunks nor returns attention
+SCENARIOS = ("a", "b", "c", "d", "h", "i")  # plain texts' embeddings: Infinity neither chunks nor returns attention
 POOLING = {"mean": "mean", "cls": "cls"}  # bundle pooling -> Infinity's --pooling-method
 MODEL_TYPES = ("bert", "roberta", "distilbert", "mpnet", "modernbert")  # encoders transformers' AutoConfig reads
+SOURCE_KINDS = ("sentence-transformers", "hf-")  # source kinds (bundle.manifest.Source) that are Hugging Face folders
 
 
 def python() -> Path:
@@ -75,12 +89,55 @@ def ensure_venv() -> tuple[Path | None, str]:
 
 
 def unsupported(manifest: Manifest) -> str | None:
-    """Why Infinity cannot serve this bundle's model as attnserve does, or None."""
+    """Why Infinity cannot serve this bundle's graph as attnserve does, or None."""
     if manifest.architecture not in MODEL_TYPES:
         return f"architecture {manifest.architecture} is not an encoder Infinity's optimum engine loads here"
+    return _pooling(manifest)
+
+
+def user_unsupported(manifest: Manifest) -> str | None:
+    """Why there is no source model for infinity-user to serve, or None."""
+    source = manifest.source
+    if not source.kind.startswith(SOURCE_KINDS) or not (Path(source.path) / "config.json").is_file():
+        return (f"the bundle's source ({source.kind}, {source.path}) is not a Hugging Face or sentence-transformers "
+                f"directory on disk for optimum-cli to export")
+    return _pooling(manifest)
+
+
+def _pooling(manifest: Manifest) -> str | None:
     if manifest.pooling not in POOLING:
         return f"pooling {manifest.pooling}: Infinity's optimum engine pools by mean or CLS only"
     return None
+
+
+def user_model(venv_python: Path, manifest: Manifest, home: Path) -> tuple[Path | None, str]:
+    """(the source model exported by the venv's optimum-cli, what happened) or (None, why not): exported once
+    per source (source_key) and reused, offline (the source is a local folder)."""
+    source = Path(manifest.source.path)
+    out = USER_MODELS / source_key(source)
+    if (out / EXPORTED).is_file():
+        return out, f"reusing {out.relative_to(ROOT)}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log, start = out.with_suffix(".log"), time.monotonic()
+    # -I: the venv's optimum-cli script, with no PYTHONPATH or current folder that could shadow its imports
+    argv = [str(venv_python), "-I", str(venv_python.parent / "optimum-cli"), "export", "onnx", "--model", str(source),
+            "--task", "feature-extraction", str(out)]
+    with log.open("wb") as fh:
+        done = subprocess.run(argv, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **env(home)}, check=False)
+    if done.returncode != 0 or not (out / "model.onnx").is_file():
+        return None, f"`optimum-cli export onnx` of {source} failed (exit {done.returncode}), see {log}"
+    (out / EXPORTED).write_bytes(orjson.dumps({"source": str(source), "argv": argv[2:]}))
+    return out, f"exported {source} with optimum-cli to {out.relative_to(ROOT)} in {time.monotonic() - start:.0f} s"
+
+
+def source_key(source: Path) -> str:
+    """What an export is cached by: the source's path, the name and size of each of its files (config, tokenizer,
+    weights) and the venv's pins (another optimum may export another graph)."""
+    digest = hashlib.sha256("\n".join((str(source.resolve()), TORCH, *PINS)).encode())
+    for path in sorted(p for p in source.iterdir() if p.is_file()):
+        digest.update(f"\n{path.name}\0{path.stat().st_size}".encode())
+    return digest.hexdigest()[:16]
 
 
 def model_folder(bundle: Path, manifest: Manifest, variant: str, out: Path) -> Path:
@@ -122,24 +179,45 @@ def _rename_output(source: Path, target: Path, old: str, new: str) -> None:
 
 
 def start(venv_python: Path, bundle: Path, variant: str, log_dir: Path) -> procs.Server:
-    """Infinity on the variant's graph, on loopback, ready (its /health answers); RuntimeError if not."""
+    """Infinity on the variant's graph, its optimiser off and its threads the naive server's, on loopback,
+    ready (its /health answers); RuntimeError if not."""
     manifest = Manifest.read(bundle)
     folder = model_folder(bundle, manifest, variant, log_dir / f"infinity-{variant}-model")
-    return procs.start(f"infinity-{variant}", argv(venv_python, manifest.pooling), env(log_dir / "hf-home"), log_dir,
+    command = argv(venv_python, manifest.pooling, threads=cpu_cores(), optimise=False)
+    return procs.start(f"infinity-{variant}", command, env(log_dir / "hf-home"), log_dir, ready_path=READY_PATH,
+                       cwd=folder)
+
+
+def start_user(venv_python: Path, folder: Path, bundle: Path, variant: str, log_dir: Path) -> procs.Server:
+    """Infinity on the source model's export (user_model) as a user starts it: its optimiser on, onnxruntime's
+    default threads. `variant` only names the server: this peer is the same beside every variant."""
+    command = argv(venv_python, Manifest.read(bundle).pooling, threads=0, optimise=True)
+    return procs.start(f"infinity-user-{variant}", command, env(log_dir / "hf-home"), log_dir,
                        ready_path=READY_PATH, cwd=folder)
 
 
-def argv(venv_python: Path, pooling: str, threads: int = 0) -> list[str]:
+def argv(venv_python: Path, pooling: str, threads: int, optimise: bool) -> list[str]:
     """Infinity's `v2` command, run from inside the model folder (--model-id .: Infinity 0.0.78 hands optimum
     the .onnx file's path as found under the model id, and optimum 2.x looks for a file of that name in the
     folder, so the path must be the bare name). Loopback, a "{port}" placeholder for procs.launch;
-    /v1/embeddings takes the bench's OpenAI bodies. Threads default to what bundle.session gives the naive
-    server's session."""
-    return [str(venv_python), "-I", str(ROOT / "bench" / "infinity_launch.py"), str(threads or cpu_cores()), "v2",
+    /v1/embeddings takes the bench's OpenAI bodies. `threads` 0 leaves onnxruntime's session options alone
+    (bench.infinity_launch)."""
+    return [str(venv_python), "-I", str(ROOT / "bench" / "infinity_launch.py"), str(threads), "v2",
             "--model-id", ".", "--served-model-name", MODEL_NAME, "--engine", "optimum", "--device", "cpu",
-            "--pooling-method", POOLING[pooling], "--batch-size", "32", "--onnx-disable-optimize",
-            "--no-model-warmup", "--url-prefix", "/v1", "--host", "127.0.0.1", "--port", "{port}",
-            "--log-level", "warning"]
+            "--pooling-method", POOLING[pooling], "--batch-size", "32",
+            *(() if optimise else ("--onnx-disable-optimize",)), "--no-model-warmup", "--url-prefix", "/v1",
+            "--host", "127.0.0.1", "--port", "{port}", "--log-level", "warning"]
+
+
+def optimiser_failure(server: procs.Server) -> str | None:
+    """Infinity's "Optimization failed with ... Going to use the unoptimized model." warning from the server's
+    log (its lines joined: its log handler wraps them), or None."""
+    text = " ".join(server.log().split())
+    start = text.find("Optimization failed")
+    if start < 0:
+        return None
+    end = text.find("unoptimized model.", start)
+    return text[start:end + len("unoptimized model.") if end > 0 else start + 300]
 
 
 def env(home: Path) -> dict[str, str]:
@@ -148,13 +226,16 @@ def env(home: Path) -> dict[str, str]:
             "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(home)}
 
 
-def agreement(service_url: str, infinity_url: str, tokenizer: Tokenizer) -> dict[str, float]:
+def agreement(service_url: str, infinity_url: str, tokenizer: Tokenizer) -> dict[str, float | None]:
     """The same 20 texts of 16, 128 and 500 tokens (past max_length: both must truncate alike) through both
-    servers' /v1/embeddings: the lowest cosine and the largest absolute difference between their vectors."""
+    servers' /v1/embeddings: the lowest cosine and the largest absolute difference between their vectors, and
+    the lowest cosine over the texts within the max length (infinity-user may truncate elsewhere)."""
     texts = [t for n, count in ((16, 8), (128, 8), (500, 4)) for t in make_texts(tokenizer, n, count, seed=7 + n)]
     ours, theirs = (_vectors(url, texts) for url in (service_url, infinity_url))
     cosine = np.sum(ours * theirs, axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
+    within = np.array(token_counts(tokenizer, texts)) <= (tokenizer.truncation or {}).get("max_length", 1 << 30)
     return {"texts": len(texts), "min_cosine": float(cosine.min()),
+            "min_cosine_within": float(cosine[within].min()) if within.any() else None,
             "max_abs_diff": float(np.abs(ours - theirs).max())}
 
 

@@ -1,13 +1,14 @@
-"""Starts Infinity's command line with a fixed number of onnxruntime intra-op threads.
+"""Starts Infinity's command line, with a fixed number of onnxruntime intra-op threads or with its defaults.
 
 Run by the Python of Infinity's own virtual environment (bench.infinity), never by the project's:
 `python -I bench/infinity_launch.py THREADS v2 --model-id ...` (-I: the script's folder is not put on
 sys.path, so bench's modules cannot shadow Infinity's imports).
 
 Infinity passes no session options to onnxruntime, which then takes one thread per physical core and
-spins between runs. The bench gives every server the same thread budget, so this sets
-intra_op_num_threads on whatever options optimum hands to InferenceSession, and nothing else: the rest of
-Infinity's behaviour (its batching, queue, spinning) is its own.
+spins between runs. On the bundle's graph the bench gives every server the same thread budget, so THREADS
+sets intra_op_num_threads on whatever options optimum hands to InferenceSession, and nothing else: the rest
+of Infinity's behaviour (its batching, queue, spinning) is its own. THREADS 0 leaves the options alone:
+what a user who runs Infinity gets.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def pin_threads(threads: int) -> None:
 
 def main() -> None:
     threads, argv = int(sys.argv[1]), sys.argv[2:]
-    pin_threads(threads)
+    if threads:
+        pin_threads(threads)
     from infinity_emb.cli import cli
 
     sys.argv = ["infinity_emb", *argv]

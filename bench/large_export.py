@@ -23,6 +23,7 @@ that model's own shape (28 layers, hidden 1024, 16 heads over 8 key/value heads 
 modernbert-base is ModernBERT-base's shape (bench.longmodel: 22 layers, hidden 768, 12 heads, local attention 128
 in two layers of three, 8,192 positions; 150M parameters) with max_seq_length 8,192.
 `--set KEY=VALUE` changes any field of the transformers config (e.g. --set num_hidden_layers=2 for a smoke run).
+`--source-only DIR` writes the source phase's model to DIR and stops (make bench-decoder exports it to a bundle).
 The work directory (2 x the weights for the source, 2 x for the bundle's fast and attention graphs) is removed
 at the end unless --keep. Prints one JSON object last.
 """
@@ -66,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--variants", default="fp32", help="what `attnserve export --variants` builds")
     parser.add_argument("--rss-limit-gb", type=float, default=10.0, help="kill the export past this resident set")
     parser.add_argument("--keep", action="store_true", help="keep the source and the bundle")
+    parser.add_argument("--source-only", type=Path, metavar="DIR",
+                        help="write the preset's random-weight model to DIR (save_pretrained) and stop")
     parser.add_argument("--phase", choices=("source", "export", "serve"), help=argparse.SUPPRESS)
     parser.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -237,6 +240,9 @@ def bundle_bytes(bundle: Path) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.source_only is not None:
+        print(json.dumps(write_source(args.source_only, model_config(args))))
+        return 0
     if args.phase is not None:
         phase = {"source": lambda: write_source(args.paths[0], model_config(args)),
                    "export": lambda: export_peak(args.paths[0], args.paths[1], args.variants),

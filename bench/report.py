@@ -1,16 +1,23 @@
-"""Results: one JSON line per point appended to a .jsonl file, and Markdown tables on stdout."""
+"""Results: one JSON line per point appended to a .jsonl file, and Markdown tables on stdout.
+
+A scenario runs in passes (bench.runner.run_passes); its figures are printed as the median over the passes
+with the lowest and highest beside it: `52.2 (49.8-53.9)` (summarise, spread).
+"""
 
 from __future__ import annotations
 
 import math
 import os
 import platform
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+PEERS = ("naive", "infinity", "infinity-user")  # servers attnserve's texts/s is divided by ("vs_naive", ...)
 
 
 def machine() -> dict[str, Any]:
@@ -37,6 +44,46 @@ class Recorder:
 
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [r for r in self.rows if r["kind"] == kind and all(r.get(k) == v for k, v in match.items())]
+
+
+PASS_ONLY = ("run", "kind", "time", "pass_index", "histogram_means", "statuses")  # a pass's own, not summarised
+COUNTS = ("requests", "errors")  # summed over the passes
+PEAKS = ("rss_mb",)  # the highest over the passes
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for a scenario's passes on one server: each figure that differs between passes as its median,
+    with `spread` {figure: [lowest, highest]}; requests and errors summed; `passes`, how many."""
+    row = {k: v for k, v in rows[0].items() if k not in PASS_ONLY}
+    spread = {}
+    for key in row:
+        values = [r[key] for r in rows if isinstance(r.get(key), int | float) and not isinstance(r[key], bool)]
+        if len(values) < len(rows) or len(set(values)) == 1:
+            continue
+        if key in COUNTS or key in PEAKS:
+            row[key] = sum(values) if key in COUNTS else max(values)
+        else:
+            row[key], spread[key] = statistics.median(values), [min(values), max(values)]
+    return {**row, "passes": len(rows), "spread": spread}
+
+
+def span(values: list[float], digits: int = 1, signed: bool = False) -> str:
+    """" (lowest-highest)" of the passes' values, or "" where they do not differ at `digits`."""
+    if not values:
+        return ""
+    low, high = (f"{v:+.{digits}f}" if signed else fmt(float(v), digits) for v in (min(values), max(values)))
+    if low == high:
+        return ""
+    return f" ({low} to {high})" if signed else f" ({low}-{high})"
+
+
+def spread(row: dict[str, Any], key: str, digits: int = 1, unit: str = "", signed: bool = False) -> str:
+    """A summarised figure with its spread: `52.2 (49.8-53.9)`, `0.97x (0.93-1.01)`; "-" where it is missing."""
+    value = row.get(key)
+    if value is None:
+        return "-"
+    text = f"{value:+.{digits}f}" if signed else fmt(float(value), digits)
+    return text + unit + span(row.get("spread", {}).get(key, []), digits, signed)
 
 
 def _default(value: Any) -> Any:
@@ -73,26 +120,29 @@ def engine_table(rec: Recorder) -> str:
 
 
 def load_table(rec: Recorder) -> str:
+    """One row per scenario and server: medians over the passes with their spreads (bench.targets.add_ratios)."""
     rows = []
-    for r in rec.of("load"):
+    for r in rec.of("median"):
         waste = r.get("padding_waste")
-        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["texts_per_s"],
-                     r.get("graph_tokens_per_s"), waste and f"{waste:.3f}", r["p50_ms"], r["p99_ms"],
-                     f"{r['errors']}/{r['requests']}", r.get("cpu_ms_per_text"), r.get("engine_ref", "-"),
-                     _ratio(r.get("vs_engine")), _ratio(r.get("vs_engine_cpu")), _ms(r.get("over_engine_ms")),
-                     _ratio(r.get("vs_naive")), _ratio(r.get("vs_infinity")), r.get("batch_mean"), r["wall_s"],
-                     r.get("rss_mb"), r["loadavg_1m"]])
-    return table(["variant", "scen.", "server", "callers x texts x tokens", "texts/s", "graph tokens/s",
-                  "padding waste", "p50 ms", "p99 ms", "errors",
-                  "CPU ms/text", "engine ref", "÷ engine", "÷ engine, CPU", "p50 - engine", "÷ naive", "÷ infinity",
-                  "mean batch", "wall s", "peak RSS MB", "load 1m"], rows)
+        rows.append([r["variant"], r["scenario"], r["server"], r["shape"], r["passes"], spread(r, "texts_per_s"),
+                     spread(r, "graph_tokens_per_s", 0), waste and spread(r, "padding_waste", 3),
+                     spread(r, "p50_ms"), spread(r, "p99_ms"), f"{r['errors']}/{r['requests']}",
+                     spread(r, "cpu_ms_per_text", 2), r.get("engine_ref", "-"), spread(r, "vs_engine", 2, "x"),
+                     spread(r, "vs_engine_cpu", 2, "x"), spread(r, "over_engine_ms", 1, " ms", signed=True),
+                     *(spread(r, f"vs_{peer}", 2, "x") for peer in PEERS), r.get("batch_mean"), r["wall_s"],
+                     r.get("rss_mb"), spread(r, "loadavg_1m", 2)])
+    return table(["variant", "scen.", "server", "callers x texts x tokens", "passes", "texts/s", "graph tokens/s",
+                  "padding waste", "p50 ms", "p99 ms", "errors", "CPU ms/text", "engine ref", "÷ engine",
+                  "÷ engine, CPU", "p50 - engine", *(f"÷ {peer}" for peer in PEERS), "mean batch", "wall s per pass",
+                  "peak RSS MB", "load 1m"], rows)
 
 
 def agreement_table(rec: Recorder) -> str:
     """A peer's vectors against attnserve's for the same texts (bench.infinity.agreement)."""
-    rows = [[r["server"], r["variant"], r["texts"], f"{r['min_cosine']:.7f}", f"{r['max_abs_diff']:.2e}"]
-            for r in rec.of("agreement")]
-    return table(["server", "variant", "texts", "lowest cosine to attnserve", "largest |difference|"], rows)
+    rows = [[r["server"], r["variant"], r["texts"], f"{r['min_cosine']:.7f}", fmt(r.get("min_cosine_within"), 7),
+             f"{r['max_abs_diff']:.2e}"] for r in rec.of("agreement")]
+    return table(["server", "variant", "texts", "lowest cosine to attnserve", "lowest, texts within the max length",
+                  "largest |difference|"], rows)
 
 
 def invariance_table(rec: Recorder) -> str:
@@ -105,11 +155,3 @@ def invariance_table(rec: Recorder) -> str:
 def targets_table(rec: Recorder) -> str:
     rows = [[r["target"], r["measured"], r["goal"], "pass" if r["passed"] else "MISS"] for r in rec.of("target")]
     return table(["target", "measured", "goal", "result"], rows)
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.1f} ms"

@@ -1,4 +1,4 @@
-"""The load scenarios (a)-(e) and their payloads, identical for attnserve and the naive server.
+"""The load scenarios (a)-(i) and their payloads, identical for attnserve and the naive server.
 
   a  32 callers x 1 text of ~16 tokens    (does the batcher form batches from concurrent singles?)
   b   4 callers x 32 texts of ~128 tokens (throughput on client-side batches)
@@ -8,6 +8,8 @@
   e-embed: the same text on the embedding route, for the (e) ratio.
   g   4 callers x 1 document of ~5,000 tokens, chunked ("chunking": "mean": windows of the max length, one
       pooled vector per document; the naive server does not chunk, so g is the service's alone).
+  h   2 callers x 8 texts of 512 tokens   (a decoder's client batches: make bench-decoder's Qwen3-0.6B shape)
+  i   1 caller  x 1 text of 64 tokens     (a decoder's lone requests)
 """
 
 from __future__ import annotations
@@ -48,18 +50,24 @@ SCENARIOS = {
     "e": Scenario("e", 1, 1, 128, route="attention"),
     "e-embed": Scenario("e-embed", 1, 1, 128),
     "g": Scenario("g", 4, 1, 5000, chunking="mean"),
+    "h": Scenario("h", 2, 8, 512),
+    "i": Scenario("i", 1, 1, 64),
 }
 ROUTES = {"embed": "/embed", "openai": "/v1/embeddings", "attention": "/attention"}
 
 
-def payloads(scenario: Scenario, tokenizer: Tokenizer, embed_route: str, pool: int = 64) -> list[Payload]:
+def payloads(scenario: Scenario, tokenizer: Tokenizer, embed_route: str, pool: int = 64,
+             max_length: int | None = None) -> list[Payload]:
     """`pool` distinct request bodies (one fixed text for e / e-embed, so both see the same input; 8 documents
-    for a chunked scenario, each a few seconds of graph time)."""
+    for a chunked scenario, each a few seconds of graph time). Texts of a scenario that does not chunk are made at
+    most `max_length` tokens long: each server runs what was sent, whatever length it would truncate at (Infinity
+    cuts all-MiniLM-L6-v2 at its 512 positions, sentence-transformers and attnserve at 256)."""
     count = 1 if scenario.name.startswith("e") else 8 if scenario.chunking else pool
     make = make_documents if scenario.chunking else make_texts
+    length = scenario.length if scenario.chunking or max_length is None else min(scenario.length, max_length)
     out = []
     for i in range(count):
-        texts = make(tokenizer, scenario.length, scenario.texts, seed=1000 * scenario.length + i)
+        texts = make(tokenizer, length, scenario.texts, seed=1000 * scenario.length + i)
         out.append(Payload(_body(scenario, texts, embed_route), len(texts), sum(token_counts(tokenizer, texts))))
     return out
 

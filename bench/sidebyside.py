@@ -2,12 +2,13 @@
 settings of one, on the bench's load scenarios.
 
 A SERVER is a source tree (a checkout of this repository: `.`, `git worktree add`, or `git archive REV | tar -x -C
-DIR`), optionally followed by settings for its environment: `.,ATTNSERVE_GRAPH_RUNS=2,ATTNSERVE_INTRA_OP_THREADS=1`.
-One `attnserve serve` per SERVER, all on the same bundle and running at once with the answer cache off (the
-scenarios repeat their bodies), then short bursts of each scenario on each server in turn, round after round, so
-each one's figures are taken seconds from the others' and a busy machine moves them alike. Prints each burst and
-the medians: texts/s, p50 and the server process's CPU ms per text (which other jobs on a shared machine move far
-less than wall time).
+DIR`), optionally followed by settings for its environment: `.,ATTNSERVE_GRAPH_RUNS=2,ATTNSERVE_INTRA_OP_THREADS=1`;
+or `naive[:VARIANT]`, the bench's naive server (bench.naive_server, the fp32-opt graph unless named) from this tree.
+One `attnserve serve` per SERVER (or the naive server), all on the same bundle and running at once with the answer
+cache off (the scenarios repeat their bodies), then short bursts of each scenario on each server in turn, round
+after round, so each one's figures are taken seconds from the others' and a busy machine moves them alike. Prints
+each burst and the medians: texts/s, p50 and the server process's CPU ms per text (which other jobs on a shared
+machine move far less than wall time).
 """
 
 from __future__ import annotations
@@ -38,8 +39,13 @@ class Spec:
     env: dict[str, str]
 
 
+NAIVE = "naive"  # a SERVER that is the naive server
+
+
 def parse_spec(text: str) -> Spec:
-    """`TREE[,VAR=VALUE...]`: a checkout and the environment its server starts with."""
+    """`TREE[,VAR=VALUE...]`: a checkout and the environment its server starts with (or `naive[:VARIANT]`)."""
+    if text.partition(":")[0] == NAIVE:
+        return Spec(text, Path("."), {})
     tree, *settings = text.split(",")
     env = {}
     for setting in settings:
@@ -53,7 +59,8 @@ def parse_spec(text: str) -> Spec:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.sidebyside", description=__doc__.splitlines()[0])
     parser.add_argument("servers", nargs="+", type=parse_spec, metavar="TREE[,VAR=VALUE...]",
-                        help="a source tree (repository checkout) to serve from, and settings for its environment")
+                        help="a source tree (repository checkout) to serve from, and settings for its environment; "
+                        "or naive[:VARIANT], the naive server")
     parser.add_argument("--bundle", type=Path, required=True, help="the bundle every server serves")
     parser.add_argument("--scenarios", default="a,d",
                         help=f"comma-separated bench scenarios among {','.join(LOAD_SCENARIOS)} (bench.scenarios)")
@@ -69,14 +76,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     bundle = args.bundle.resolve()
-    tokenizer = load_tokenizer(bundle, Manifest.read(bundle))
+    manifest = Manifest.read(bundle)
+    tokenizer = load_tokenizer(bundle, manifest)
     log_dir = Path(tempfile.mkdtemp(prefix="attnserve-sidebyside-"))
     servers = []
     try:
         for i, spec in enumerate(args.servers):
             env = procs.clean_env(ATTNSERVE_CACHE_BYTES="0", **spec.env)
-            server = procs.launch(spec.label, procs.service_argv(bundle), log_dir / f"server-{i}.log", env,
-                                  cwd=spec.tree.resolve())
+            naive, _, variant = spec.label.partition(":")
+            argv = (procs.naive_argv(bundle, variant or "fp32-opt") if naive == NAIVE
+                    else procs.service_argv(bundle))
+            server = procs.launch(spec.label, argv, log_dir / f"server-{i}.log", env, cwd=spec.tree.resolve())
             servers.append(server)
             if not procs.wait_ready(server):
                 sys.exit(f"{spec.label}: server not ready; see {server.log_path}")
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         for round_ in range(args.rounds):
             for name in args.scenarios:
                 for i, server in enumerate(servers):
-                    row = _burst(server, name, tokenizer, args.duration)
+                    row = _burst(server, name, tokenizer, args.duration, manifest.max_length)
                     figures.setdefault((i, name), []).append(row)
                     print(f"round {round_ + 1} ({name}) {args.servers[i].label}: {row[0]:.1f} texts/s, "
                           f"p50 {row[1]:.2f} ms, {row[2]:.3f} CPU ms per text", flush=True)
@@ -100,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _burst(server: procs.Server, name: str, tokenizer: Tokenizer, duration: float) -> tuple[float, float, float]:
+def _burst(server: procs.Server, name: str, tokenizer: Tokenizer, duration: float,
+           max_length: int) -> tuple[float, float, float]:
     """(texts/s, p50 ms, server CPU ms per text) of one burst of scenario `name`."""
     scenario = SCENARIOS[name]
-    bodies, path = payloads(scenario, tokenizer, "embed"), path_of(scenario, "embed")
+    bodies, path = payloads(scenario, tokenizer, "embed", max_length=max_length), path_of(scenario, "embed")
     asyncio.run(run_load(server.port, path, bodies, scenario.workers, 1.0))
     result: LoadResult = asyncio.run(run_load(server.port, path, bodies, scenario.workers, duration,
                                               lambda: procs.tree_cpu_s(server.proc.pid)))
