@@ -10,6 +10,12 @@ A connection closed while its client is still sending a request body (a 408 body
 lingering, as nginx and Apache do: the server sends the response and a FIN, then reads and drops what the
 client still sends until the client closes or LINGER_S passes. A plain close would answer the client's next
 bytes with a TCP reset, and the client's kernel would drop the response it had not yet read.
+
+A response's status line and headers go out with its body, in one write: uvicorn writes them when the app sends
+`http.response.start`, and the body on the next message. Two writes are two segments on the wire, and on loopback
+each one's delivery, the client's wake-up included, is done by the writing thread: the event loop. So the head is
+held until the body's write (or the response's end, or the next turn of the loop, whichever comes first), and
+both go as one; `python -m bench.sidebyside` measured what it buys a lone request (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -25,16 +31,38 @@ from service.errors import RequestTimeout, error_body
 LINGER_S = 2.0
 
 
+RESPONSE_HEAD = b"HTTP/1.1 "
+INTERIM = b"HTTP/1.1 1"  # 100 Continue: written on its own, at once (the client waits for it to send the body)
+
+
 class LingeringTransport:
     """The connection's transport as uvicorn sees it; `close()` lingers while `sending()` says the client is
     mid-body: write_eof (the response is flushed, then a FIN), keep reading, close on the client's EOF or
-    after LINGER_S (asyncio closes a transport whose protocol's eof_received returns None)."""
+    after LINGER_S (asyncio closes a transport whose protocol's eof_received returns None). A response's head is
+    held and written with what follows it (module docstring)."""
 
     def __init__(self, transport: asyncio.Transport, sending: Callable[[], bool]) -> None:
         self._transport, self._sending = transport, sending
         self.lingering = False
+        self._head = b""  # a response's status line and headers, not written yet
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._head:
+            data, self._head = self._head + data, b""
+        elif data[:9] == RESPONSE_HEAD and data[:10] != INTERIM:
+            self._head = bytes(data)
+            asyncio.get_running_loop().call_soon(self.flush)  # whatever comes after it, the head goes out this turn
+            return
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a held head now (the response ended without a body: HEAD, 204, or the loop turned)."""
+        if self._head and not self._transport.is_closing():
+            self._transport.write(self._head)
+        self._head = b""
 
     def close(self) -> None:
+        self.flush()
         if self.lingering:
             return
         if self._transport.is_closing() or not self._transport.can_write_eof() or not self._sending():
@@ -78,6 +106,10 @@ class HeadDeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self.transport.flush()  # type: ignore[attr-defined]  # a head without a body
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
