@@ -4,13 +4,15 @@ What makes a peer's batch faster than the bundle's on the same cores: its graph,
 setting below opens the bundle's fast graph (of `--variant`), and each `--peer` graph (a file that takes
 input_ids, attention_mask and maybe token_type_ids and returns last_hidden_state, as transformers' ONNX export
 does), in a session of its own, all with the same intra-op threads. Then rounds of runs, each session in turn
-within a round, so a busy second moves every figure alike; per shape, each session's median wall and CPU ms per
-batch over the rounds, with the lowest and highest round.
+within a round, so a busy second moves every figure alike, each run after a short pause (`--pause-ms`: a lone
+caller's requests do not come back to back); per shape, each session's median wall and CPU ms per batch over the
+rounds, with the lowest and highest round.
 
 | setting | what it changes from the served session (bundle.session.session_options) |
 |---|---|
-| served | nothing: intra-op threads sleep after a run, no memory pattern |
-| spin | intra-op threads spin after a run (`session.intra_op.allow_spinning`) |
+| served | nothing: intra-op threads spin between a run's operators and stop at its end, no memory pattern |
+| sleep | intra-op threads never spin: they sleep between operators (`session.intra_op.allow_spinning` 0) |
+| spin | they keep spinning after a run too (`session.force_spinning_stop` 0) |
 | pattern | onnxruntime's memory pattern on (a plan of the run's buffers, kept per input shape) |
 | defaults | onnxruntime's own SessionOptions: spinning and memory pattern on, every optimisation level |
 
@@ -36,7 +38,8 @@ from bench.graphs import feeds, sizes
 from bundle.manifest import Manifest
 from bundle.session import open_session, session_options
 
-SETTINGS = ("served", "spin", "pattern", "defaults")
+REST_S = 0.2
+SETTINGS = ("served", "sleep", "spin", "pattern", "defaults")
 
 
 def options_for(setting: str, threads: int) -> Any:
@@ -48,6 +51,8 @@ def options_for(setting: str, threads: int) -> Any:
         options.log_severity_level = 3
         return options
     options = session_options(threads, spinning=setting == "spin")
+    if setting == "sleep":
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_mem_pattern = setting == "pattern"
     return options
 
@@ -90,8 +95,11 @@ def timed(run: Callable[[], Any]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure(sessions: dict[str, Any], inputs: dict[str, np.ndarray], rounds: int, runs: int) -> dict[str, list]:
-    """Per session, each round's median (wall, CPU) seconds of `runs` runs; sessions in turn within a round."""
+def measure(sessions: dict[str, Any], inputs: dict[str, np.ndarray], rounds: int, runs: int,
+            pause_s: float) -> dict[str, list]:
+    """Per session, each round's median (wall, CPU) seconds of `runs` runs, each after `pause_s` idle (as between
+    one caller's requests); sessions in turn within a round, REST_S apart, so that threads left spinning by one
+    session's last run (the "spin" setting) have stopped before the next session runs."""
     feeds_of = {name: {k: v for k, v in inputs.items() if k in {i.name for i in s.get_inputs()}}
                 for name, s in sessions.items()}
     for name, session in sessions.items():  # warm-up: the first run of a shape plans its buffers
@@ -99,7 +107,11 @@ def measure(sessions: dict[str, Any], inputs: dict[str, np.ndarray], rounds: int
     got: dict[str, list] = {name: [] for name in sessions}
     for _ in range(rounds):
         for name, session in sessions.items():
-            times = [timed(lambda: session.run(None, feeds_of[name])) for _ in range(runs)]  # noqa: B023
+            time.sleep(REST_S)
+            times = []
+            for _ in range(runs):
+                time.sleep(pause_s)
+                times.append(timed(lambda: session.run(None, feeds_of[name])))  # noqa: B023
             got[name].append((statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)))
     return got
 
@@ -120,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--runs", type=int, default=3, help="runs per session per round (their median is the round's)")
+    p.add_argument("--pause-ms", type=float, default=2.0, help="idle time before each run (2; 0: back to back)")
     args = p.parse_args(argv)
     manifest = Manifest.read(args.bundle)
     fast = next(g for g in manifest.graphs if g.kind == "fast" and g.variant == args.variant)
@@ -138,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:40s} max abs {float(np.abs(pooled(session, batch) - want).max()):.2e}")
     for shape in args.shapes.split(","):
         b, t = sizes(shape.replace("x", ","))
-        got = measure(sessions, feeds(b, t, vocab, types=True), args.rounds, args.runs)
+        got = measure(sessions, feeds(b, t, vocab, types=True), args.rounds, args.runs, args.pause_ms / 1000)
         print(f"\n{b} x {t}, {args.threads} threads: median ms per batch over {args.rounds} rounds (lowest-highest)")
         print(f"  {'session':40s} {'wall':>22s} {'CPU':>22s}")
         for name, rounds in got.items():

@@ -61,9 +61,9 @@ class LoadOptions(_Options):
         "least 1).",
     )
     intra_op_spinning: bool = Field(
-        False, description="Let onnxruntime's intra-op threads spin after a graph run instead of sleeping: a "
-        "little less wake-up latency for the next run, but they burn the CPU the event loop needs to answer the "
-        "batch's requests and parse the next ones.",
+        False, description="Let onnxruntime's intra-op threads keep spinning after a graph run instead of sleeping "
+        "(they spin between a run's operators either way): a little less wake-up latency for the next run, but "
+        "they burn the CPU the event loop needs to answer the batch's requests and parse the next ones.",
     )
 
     def session_threads(self) -> int:
