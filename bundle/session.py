@@ -11,9 +11,8 @@ would be woken again tens of times in each run, and stop spinning when the run e
 all-MiniLM-L6-v2 on 2 cores, against threads that sleep between operators, this took a lone 16-token run from 4.5
 to 4.0 ms, a 128-token one from 22.3 to 20.4 ms and a batch of 32 x 16 from 79 to 74 ms, for the same CPU time
 (`python -m bench.sessions B --settings served,sleep,spin --shapes 1x16,1x128,32x16`, medians of 5 rounds).
-`spinning=True` keeps them
-spinning after a run too (onnxruntime's own default): less wake-up latency for the next run, for CPU the event
-loop needs.
+`spinning=True` keeps them spinning after a run too (onnxruntime's own default): less wake-up latency for the next
+run, for CPU the event loop needs.
 
 onnxruntime's memory pattern is off: with it, the second run of a shape allocates the whole planned block for that
 shape while the arena still holds the first run's buffers, so a long input's peak grows from its second run on, for
