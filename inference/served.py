@@ -319,7 +319,10 @@ def _texts(inputs: Inputs) -> list[Any]:
 
 async def all_or_none(runs: Sequence[Awaitable[T]]) -> list[T]:
     """Every run's result, in order; when one fails, the others are cancelled and awaited before its error is
-    raised, so no graph run of a failed request is left queued (or holding its inputs) after it answered."""
+    raised, so no graph run of a failed request is left queued (or holding its inputs) after it answered. One run is
+    awaited as it is (no task, nothing else to cancel): most requests run one graph."""
+    if len(runs) == 1:
+        return [await runs[0]]
     tasks = [asyncio.ensure_future(run) for run in runs]
     try:
         return list(await asyncio.gather(*tasks))
