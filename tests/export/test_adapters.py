@@ -210,6 +210,7 @@ def test_names_and_directories_are_checked(exported: tuple[Path, Path, dict[str,
     assert code == 1 and "--adapter a is given twice" in capsys.readouterr().err
 
 
+@pytest.mark.heavy  # two 4-layer exports, about 30 s: make reliability (the adapters' graphs keep their tests here)
 def test_adapters_grow_the_graph_by_their_own_bytes(tmp_path: Path) -> None:
     """Two rank-8 adapters on every projection of a 4-layer, 128-wide BERT: the fast graph's weights grow by the
     stacked adapters (N + 1 rows, the base's row of zeros included), a fraction of the base's; the file by that and

@@ -31,7 +31,7 @@ from model.load import load_model
 from model.tokenizer import encode, pad_id, pair_ids
 from tests.helpers.exports import Exported, asked_variants, pooled
 from tests.helpers.families import padded_batches
-from tests.helpers.family_cases import CASE, EXPORTS, Export
+from tests.helpers.family_cases import CASE, EXPORTS, HEAVY_EXPORTS, Export
 from tests.helpers.family_checks import TOLERANCE, assert_masks_hold, inputs
 from tests.helpers.rotary import save_rotary
 from tests.helpers.sentence import load_reference
@@ -44,7 +44,8 @@ ExportOf = Callable[[str], Exported]
 
 def rows(**quirk: bool) -> list[object]:
     """The export rows (with the quirk, if one is named), each with its name as the test id."""
-    return [pytest.param(e, id=e.name) for e in EXPORTS if all(bool(getattr(e, k)) == v for k, v in quirk.items())]
+    return [pytest.param(e, id=e.name, marks=[pytest.mark.heavy] if e.name in HEAVY_EXPORTS else [])
+            for e in EXPORTS if all(bool(getattr(e, k)) == v for k, v in quirk.items())]
 
 
 @pytest.fixture(scope="session")

@@ -213,3 +213,6 @@ EXPORTS: tuple[Export, ...] = (
         for arch in ("llama", "mistral", "qwen2")
     ),
 )
+# Rows at a realistic width whose export alone takes tens of seconds: the heavy tier's (make reliability); each family
+# keeps its small rows in make test.
+HEAVY_EXPORTS = ("gte-dynamic-realistic",)

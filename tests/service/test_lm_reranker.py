@@ -27,7 +27,7 @@ QUERY = "Where is the capital of France?"
 DOCUMENTS = MULTILINGUAL[:5]
 
 
-@pytest.fixture(scope="module", params=["small", "wide"])
+@pytest.fixture(scope="module", params=["small", pytest.param("wide", marks=pytest.mark.heavy)])  # wide: heavy tier
 def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     from export.bundle import export_bundle
 
