@@ -159,6 +159,7 @@ class ServedModel:
                 await run_graph(self.batcher, ticket, kind, self.bundle.probe_inputs(batch, text), urgent=True)
         if self.image_tower is not None:
             await self.image_tower.warm_up()
+        self.bundle.release_pages()  # what the runs read, an attention graph's every weight, stays in the page cache
         self.warm = True  # runs above are not cached
 
     async def stop(self) -> None:

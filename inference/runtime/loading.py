@@ -3,7 +3,8 @@ its tokenizer and the sessions of the graph kinds the caller asks for opened, an
 
 Bundles loaded together share what has the same content: graphs and tokenizers with the same sha256 are
 opened once (`Opened`), so two bundles of one model hold one session, and the tensors graphs read from data files
-are held once for all of them (`bundle.weights`: a bundle's fast and attention fp32 graphs read one data file).
+are held once for all of them (`bundle.weights`: a bundle's fast and attention fp32 graphs read one data file),
+their pages given back once the graphs have run (`Weights.release`).
 A graph that loads but cannot run, a tokenizer the library cannot read, or an invalid bundle stops the load with a
 `StartupError` naming it.
 """
@@ -64,6 +65,7 @@ class LoadedBundle:
     variant_reason: str = ""  # why the fast graph's variant was chosen
     images: ImageProcessing | None = None  # an image model's steps from bytes to pixel values (its bundle's file)
     image_tower: LoadedBundle | None = None  # a two-tower model's (CLIP, SigLIP) image encoder: its own bundle
+    weights: Weights | None = None  # the mapped data files the sessions read, shared by every bundle of a load
 
     @property
     def modalities(self) -> tuple[str, ...]:
@@ -81,6 +83,13 @@ class LoadedBundle:
     @tokenizer.setter
     def tokenizer(self, tokenizer: TextTokenizer) -> None:  # a test's spy around the tokenizer
         self.text_tokenizer = tokenizer
+
+    def release_pages(self) -> None:
+        """Give back the resident pages of the mapped weights (`bundle.weights.Weights.release`), once the sessions
+        have packed what they pack and have run: after the load's first runs, and after the served model's warm-up
+        (its attention graph's run reads every weight)."""
+        if self.weights is not None:
+            self.weights.release()
 
     def image_input(self, pixels: np.ndarray) -> ImageSequence:
         """One prepared image as the batcher queues it, with the tokens it becomes."""
@@ -208,7 +217,10 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
             graphs[view.graph] = graphs["fast"].with_outputs([output])
     if given & {"multi_vectors", "token_weights"}:  # a multi-vector model: every output it has, from one run
         graphs[MULTI.graph] = graphs["fast"].with_outputs([name for name in MULTI_OUTPUTS if name in given])
-    return LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason, images)
+    loaded = LoadedBundle(manifest, tokenizer, graphs, ran_on, variants, choice.reason, images,
+                          weights=opened.get(("weights",)))
+    loaded.release_pages()  # packed and run once: what a graph reads again comes back from the page cache
+    return loaded
 
 
 def _probe(manifest: Manifest, tokenizer: TextTokenizer | None) -> Input:

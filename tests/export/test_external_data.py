@@ -144,6 +144,43 @@ def test_served_fast_and_attention_graphs_share_one_copy(large_bundle: Path, uns
     assert set(older.graphs) == set(loaded.graphs) and older.graphs["attention"].session.attnserve_initializers
 
 
+async def test_the_mapped_weights_are_given_back_once_the_sessions_ran(large_bundle: Path, tmp_path: Path) -> None:
+    """After the load's first runs none of the shared file's pages is resident (the fast session packed its MatMuls
+    in memory of its own); the attention graph's run reads them back in from the page cache, with the numbers a
+    session that read the file itself gives, and the served model's warm-up (which runs it too) gives them back."""
+    bundle = Path(shutil.copytree(large_bundle, tmp_path / "bundle"))  # a path no other test of the process maps
+    loaded = load_bundle(bundle, LoadOptions(variant="fp32", intra_op_threads=1))
+    data = (bundle / SHARED_DATA).resolve()
+    assert _resident_kb(data) == 0
+    session = loaded.graphs["attention"].session
+    feeds = _feeds(bundle, [i.name for i in session.get_inputs()])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    want = _run(bundle / "attention-fp32.onnx")
+    assert all(np.array_equal(got[name], want[name]) for name in want)
+    assert _resident_kb(data) > 0
+    options = ServingOptions(variant="fp32", intra_op_threads=1)
+    models, executors = start_models(["m"], [loaded], options)
+    try:
+        await models.default.warm_up()
+    finally:
+        await models.default.batcher.stop()
+        for executor in executors:
+            executor.shutdown()
+    assert _resident_kb(data) == 0
+
+
+def _resident_kb(path: Path) -> int:
+    """This process's resident kB of its mappings of `path` (/proc/self/smaps)."""
+    total, mapped = 0, ""
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and not fields[0].endswith(":"):  # a mapping's header: range, perms, offset, device, inode, path
+            mapped = fields[5] if len(fields) > 5 else ""
+        elif fields and fields[0] == "Rss:" and mapped == str(path):
+            total += int(fields[1])
+    return total
+
+
 @pytest.mark.parametrize("kind", ["fast", "attention"])
 def test_the_shared_and_unshared_graphs_give_the_same_numbers(large_bundle: Path, unshared_bundle: Path,
                                                                kind: str) -> None:
