@@ -26,7 +26,7 @@ from tests.helpers.families import RELEVANCE, save_hf
 
 SOURCES: dict[str, Callable[[Path], object]] = {
     "bert-cross-encoder": lambda d: save_hf(d, "bert", "ForSequenceClassification", "small", names=RELEVANCE),
-    "gemma3-wide": lambda d: save_decoder(d, "gemma3", "Model", "wide"),
+    "gemma3": lambda d: save_decoder(d, "gemma3", "Model", "small"),
 }
 
 
