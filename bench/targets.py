@@ -244,5 +244,10 @@ def _process(rec: Recorder) -> None:
     for row in rec.of("process", server="service"):
         _target(rec, f"(f) service RSS under load, {row['variant']}", f"{row['peak_rss_mb']:.0f} MB",
                 f"<= {RSS_LIMIT_MB:.0f} MB", row["peak_rss_mb"] <= RSS_LIMIT_MB)
+        for naive in rec.of("process", server="naive", variant=row["variant"]):  # the same sessions, opened plainly
+            ratio = row["peak_rss_mb"] / naive["peak_rss_mb"]
+            _target(rec, f"(f) service peak RSS ÷ the naive server's, {row['variant']}",
+                    f"{ratio:.2f}x ({row['peak_rss_mb']:.0f} / {naive['peak_rss_mb']:.0f} MB)", "<= 1.00x",
+                    ratio <= 1.0)
         _target(rec, f"(f) no libtorch mapped in the service, {row['variant']}",
                 "torch mapped" if row["torch_mapped"] else "not mapped", "not mapped", not row["torch_mapped"])

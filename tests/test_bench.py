@@ -121,6 +121,20 @@ def test_small_callers_pass_on_cpu_within_ten_percent_of_the_engine_and_the_naiv
     assert verdicts(4.5, 340.0) == {"texts/s": True, "CPU per text": False, "naive": False}  # 0.89x; 0.97x
 
 
+def test_the_service_s_memory_is_held_to_a_limit_and_to_the_naive_server_s(tmp_path):
+    def verdicts(service_mb: float, naive_mb: float) -> dict[str, bool]:
+        rec = Recorder(tmp_path / "r.jsonl")
+        for server, mb in (("service", service_mb), ("naive", naive_mb)):
+            rec.add("process", server=server, variant="fp32", peak_rss_mb=mb, torch_mapped=False)
+        targets.evaluate(rec, ["fp32"], None)
+        return {t["target"]: t["passed"] for t in rec.of("target") if "RSS" in t["target"]}
+
+    limit, naive = "(f) service RSS under load, fp32", "(f) service peak RSS ÷ the naive server's, fp32"
+    assert verdicts(371.0, 506.0) == {limit: True, naive: True}
+    assert verdicts(4052.0, 2547.0) == {limit: False, naive: False}  # a 0.6B decoder, weights resident twice
+    assert verdicts(2200.0, 2547.0) == {limit: False, naive: True}
+
+
 def test_config_labels():
     assert Config(2, 1).label == "2x1t" and Config(1, 2).label == "1x2t"
 

@@ -1,0 +1,68 @@
+"""What a served bundle keeps resident: `python -m bench.resident BUNDLE [--texts 4] [--tree DIR]`.
+
+Starts `attnserve serve` on the bundle (from `--tree`, a checkout of this repository, to compare two versions of the
+code), and reads the server's resident set from /proc/PID/status, anonymous and file-backed apart, at three points:
+ready (after the load and the warm-up), after one /embed of `--texts` texts of about 60 tokens, and after one
+/attention request (the attention graph reads every weight). File-backed pages are the mapped weights
+(bundle.weights); anonymous ones are the sessions' own memory (pre-packed MatMul weights, arenas) and Python's.
+Prints one line per point, then the figures as one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import httpx
+
+from bench import procs
+
+FIELDS = ("VmRSS", "RssAnon", "RssFile")
+
+
+def resident(pid: int) -> dict[str, int]:
+    """The process's resident set, MB, by /proc/PID/status field."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in FIELDS:
+            values[key] = int(value.split()[0]) // 1024
+    return values
+
+
+def measure(bundle: Path, tree: Path, texts: int) -> dict[str, dict[str, int]]:
+    server = procs.launch("attnserve", procs.service_argv(bundle.resolve()), Path("/tmp/attnserve-resident.log"),
+                          procs.clean_env(ATTNSERVE_CACHE_BYTES="0", PYTHONPATH=str(tree)), cwd=tree)
+    try:
+        if not procs.wait_ready(server, 900):
+            raise SystemExit(f"the server did not become ready:\n{server.log()}")
+        points = {"ready": resident(server.proc.pid)}
+        text = " ".join(["word"] * 60)
+        answer = httpx.post(server.url + "/embed", json={"inputs": [text] * texts}, timeout=900)
+        answer.raise_for_status()
+        points["after /embed"] = resident(server.proc.pid)
+        answer = httpx.post(server.url + "/attention", json={"inputs": "a short text"}, timeout=900)
+        if answer.status_code == 200:  # a bundle without an attention graph answers 4xx: no third point
+            points["after /attention"] = resident(server.proc.pid)
+        return points
+    finally:
+        procs.terminate(server)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.resident", description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--texts", type=int, default=4, help="texts in the /embed request (default 4)")
+    parser.add_argument("--tree", type=Path, default=procs.ROOT, help="the checkout to serve from (default: this one)")
+    args = parser.parse_args(argv)
+    points = measure(args.bundle, args.tree.resolve(), args.texts)
+    for name, values in points.items():
+        print(f"{name:<17} {values['VmRSS']:>6} MB ({values['RssAnon']} anonymous + {values['RssFile']} file-backed)")
+    print(json.dumps({"bundle": str(args.bundle), "tree": str(args.tree), "points": points}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
