@@ -2,7 +2,7 @@
 
 onnxruntime reads a graph's external tensors into each session's own memory, so two sessions of graphs with the
 same weights (a bundle's fast and attention fp32 graphs, which export writes to one data file: export.shared_weights)
-would hold them twice. `Weights` maps each data file once, read-only (np.memmap), and gives every session an
+would hold them twice. `Weights` maps each data file once, read-only (mmap), and gives every session an
 OrtValue over the tensor's bytes in it (SessionOptions.add_initializer: onnxruntime uses the buffer, no copy), the
 same OrtValue for the same bytes: one data file's tensor at one offset, as its sha256 in the manifest names it.
 Old bundles, each graph with its own data file, load the same way (their tensors are simply not shared), and a graph
