@@ -175,10 +175,10 @@ async def _embed_seconds(loaded: Any, long_tokens: int) -> dict[str, Any]:
             executor.shutdown()
 
 
-def process_memory() -> dict[str, int]:
-    """VmRSS, VmHWM, RssAnon, RssFile of this process, kB."""
+def process_memory(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS, VmHWM, RssAnon, RssFile of this process (or of process `pid`), kB."""
     fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0])

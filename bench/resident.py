@@ -18,18 +18,15 @@ from pathlib import Path
 import httpx
 
 from bench import procs
+from bench.large_export import process_memory
 
 FIELDS = ("VmRSS", "RssAnon", "RssFile")
 
 
 def resident(pid: int) -> dict[str, int]:
     """The process's resident set, MB, by /proc/PID/status field."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in FIELDS:
-            values[key] = int(value.split()[0]) // 1024
-    return values
+    memory = process_memory(pid)
+    return {field: memory[field] // 1024 for field in FIELDS}
 
 
 def measure(bundle: Path, tree: Path, texts: int) -> dict[str, dict[str, int]]:
