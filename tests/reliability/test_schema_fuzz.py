@@ -13,7 +13,7 @@ Three servers: one model with a classification head and an attention graph, an e
 prompts (a sentence-transformers MPNet model, tests/helpers/exports.py: `prompt_name` is bound to its prompts,
 `chunk_overlap` to its window less its longest prompt), and a cross-encoder (the rerank and score routes;
 tests/helpers/heads.py). In CI the first serves the tiny test bundle and generation is deterministic (a
-failure reproduces), 15 examples an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the
+failure reproduces), 8 examples an operation; `make reliability` (ATTNSERVE_RELIABILITY_FULL=1) fuzzes the
 default bundle and the embedding-only one with 300 random examples an operation.
 """
 
@@ -31,7 +31,7 @@ from tests.reliability import FULL
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "reliability" / "fuzz" / "schemathesis.toml"
-EXAMPLES = 300 if FULL else 15
+EXAMPLES = 300 if FULL else 8
 DEFAULT_BUNDLE = ROOT / "bundles" / "default"
 
 
