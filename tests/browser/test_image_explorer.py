@@ -21,10 +21,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from export.bundle import export_bundle
 from tests.browser.watch import WAIT_MS, Watched
 from tests.helpers.process import running
-from tests.helpers.vision import save_image_model, vit_and_clip
+from tests.helpers.vision import shared_bundle, vit_and_clip
 
 TOLERANCE = 6e-4  # float16 rounding of values <= 1 (at most 2**-11 relative)
 DINOV2, CLIP = "dinov2", "clip"
@@ -62,12 +61,11 @@ PNG, JPEG = picture(1, (48, 64), "PNG"), picture(2, (70, 52), "JPEG")
 
 @pytest.fixture(scope="module")
 def image_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The run's shared ViT and CLIP bundles (tests.helpers.vision.vit_and_clip) and a DINOv2 with registers."""
+    """The run's shared ViT, CLIP and DINOv2-with-registers bundles (tests.helpers.vision.shared_bundle)."""
     root = tmp_path_factory.mktemp("image-explorer")
     vit, clip = vit_and_clip(tmp_path_factory)
-    save_image_model(root / "dinov2" / "source", "dinov2-registers-small")
-    export_bundle(root / "dinov2" / "source", root / "dinov2" / "bundle", variants=["fp32"])
-    bundles = ("--bundle", f"{DINOV2}={root / 'dinov2' / 'bundle'}", "--bundle", f"{CLIP}={clip}")
+    _, dinov2 = shared_bundle(tmp_path_factory, "dinov2-registers-small")
+    bundles = ("--bundle", f"{DINOV2}={dinov2}", "--bundle", f"{CLIP}={clip}")
     with running(vit, root / "server.log", *bundles) as server:
         yield server.url
 

@@ -11,6 +11,7 @@ in the heavy tier.
 from __future__ import annotations
 
 import io
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from bundle.verify import BundleError, verify_bundle
 from export.bundle import export_bundle
 from export.refusals import ExportError
 from inference.runtime.images import load_processing, pixel_values
-from tests.helpers.vision import save_clip, save_clip_tokenizer, save_pair, save_siglip
+from tests.helpers.vision import reference_model, save_clip, save_clip_tokenizer, save_pair, save_siglip, shared_bundle
 
 TOLERANCE = 1e-5
 TEXTS = ["a photo of a cat", "a red square.", "the sky and the sea with stripes on a blue dog picture", "a"]
@@ -65,10 +66,18 @@ def text_reference(pair: str, source: Path, length: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("pair", ["clip", "siglip"])
 @pytest.mark.parametrize("shape", [pytest.param("small"), pytest.param("realistic", marks=pytest.mark.heavy)])
-def test_a_pair_is_one_bundle_of_two_towers_equal_to_transformers(tmp_path: Path, pair: str, shape: str) -> None:
-    reference = (save_clip if pair == "clip" else save_siglip)(tmp_path / "source", shape)
-    manifest = export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
-    bundle, tower = tmp_path / "bundle", tmp_path / "bundle" / "image"
+def test_a_pair_is_one_bundle_of_two_towers_equal_to_transformers(tmp_path: Path,
+                                                                  tmp_path_factory: pytest.TempPathFactory, pair: str,
+                                                                  shape: str) -> None:
+    """Each pair's fp32 export; the small CLIP's is the run's shared one (tests.helpers.vision.shared_bundle)."""
+    if pair == "clip" and shape == "small":
+        source, bundle = shared_bundle(tmp_path_factory, "clip")
+        reference, manifest = reference_model("clip", source), verify_bundle(bundle)
+    else:
+        source, bundle = tmp_path / "source", tmp_path / "bundle"
+        reference = (save_clip if pair == "clip" else save_siglip)(source, shape)
+        manifest = export_bundle(source, bundle, variants=["fp32"])
+    tower = bundle / "image"
     clip = pair == "clip"
     assert manifest.schema_version == SCHEMA_VERSION == 6 and manifest.modality == "text"
     assert manifest.pooling == ("end_token" if clip else "last_position") and manifest.pad_to_max_length is not clip
@@ -80,8 +89,8 @@ def test_a_pair_is_one_bundle_of_two_towers_equal_to_transformers(tmp_path: Path
     assert image_manifest.modality == "image" and image_manifest.pair is None
     assert image_manifest.embedding_size == manifest.embedding_size
 
-    batch = text_reference(pair, tmp_path / "source", manifest.max_length)
-    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "source", use_fast=False)
+    batch = text_reference(pair, source, manifest.max_length)
+    processor = transformers.AutoImageProcessor.from_pretrained(source, use_fast=False)
     images = photos()
     theirs = processor([Image.open(io.BytesIO(data)) for data in images], return_tensors="pt")["pixel_values"]
     with torch.no_grad():
@@ -106,14 +115,14 @@ def features(output: Any) -> np.ndarray:
     return getattr(output, "pooler_output", output).numpy()  # transformers 5: an output object; 4: the tensor
 
 
-def test_what_a_pair_export_refuses_and_verify_checks(tmp_path: Path) -> None:
-    save_clip(tmp_path / "clip", "small")
+def test_what_a_pair_export_refuses_and_verify_checks(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    source, shared = shared_bundle(tmp_path_factory, "clip")
     with pytest.raises(ExportError, match="int8 are not built for a two-tower model"):
-        export_bundle(tmp_path / "clip", tmp_path / "out", variants=["fp32", "int8"])
+        export_bundle(source, tmp_path / "out", variants=["fp32", "int8"])
     with pytest.raises(ExportError, match="without --adapter and --reranker"):
-        export_bundle(tmp_path / "clip", tmp_path / "out", variants=["fp32"], reranker="qwen3")
+        export_bundle(source, tmp_path / "out", variants=["fp32"], reranker="qwen3")
     assert not (tmp_path / "out").exists()
-    export_bundle(tmp_path / "clip", tmp_path / "bundle", variants=["fp32"])
+    shutil.copytree(shared, tmp_path / "bundle")  # the run's shared export (tests.helpers.vision), a copy to break
     (tmp_path / "bundle" / "image" / "fast-fp32.onnx").write_bytes(b"not a graph")
     with pytest.raises(BundleError, match="fast-fp32.onnx: sha256"):
         verify_bundle(tmp_path / "bundle")

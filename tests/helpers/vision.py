@@ -228,20 +228,36 @@ def save_siglip(directory: Path, shape: str = "small", **text: Any) -> torch.nn.
     return model
 
 
-def vit_and_clip(factory: Any) -> tuple[Path, Path]:
-    """A small ViT's bundle and a CLIP pair's (fp32), built once for the run (tests.helpers.shared.once) and served or
-    read by the image tests; each source directory ("vit", "clip") is beside its bundle."""
+def shared_bundle(factory: Any, case: str) -> tuple[Path, Path]:
+    """(checkpoint, fp32 bundle) of an IMAGE_CASES case or of the small CLIP pair ("clip", save_clip), exported once
+    for the run (tests.helpers.shared.once) by whichever test asks first: the image tests serve, read and gate the
+    same bundles. A test that changes either works on a copy; reference_model loads the checkpoint again."""
     from export.bundle import export_bundle
     from tests.helpers.shared import once
 
     def build(root: Path) -> tuple[Path, Path]:
-        save_image_model(root / "vit", "vit-small")
-        export_bundle(root / "vit", root / "vit-bundle", variants=["fp32"])
-        save_clip(root / "clip")
-        export_bundle(root / "clip", root / "clip-bundle", variants=["fp32"])
-        return root / "vit-bundle", root / "clip-bundle"
+        save_clip(root / "source") if case == "clip" else save_image_model(root / "source", case)
+        export_bundle(root / "source", root / "bundle", variants=["fp32"])
+        return root / "source", root / "bundle"
 
-    return once(factory, "vit-and-clip", build)
+    return once(factory, f"image-{case}", build)
+
+
+def reference_model(case: str, source: Path) -> torch.nn.Module:
+    """The model of shared_bundle's `case` as its checkpoint at `source` holds it (eval, eager attention)."""
+    from tests.helpers.shared import reloaded
+
+    if case == "clip":
+        return reloaded(getattr(transformers, PAIR_CLASSES["clip"][0]), source)
+    arch = IMAGE_CASES[case][0]
+    cls = getattr(transformers, PAIR_CLASSES["clip"][1]) if arch == "clip" else model_class(
+        arch, "ForImageClassification" if "classifier" in case else "Model")
+    return reloaded(cls, source)
+
+
+def vit_and_clip(factory: Any) -> tuple[Path, Path]:
+    """The small ViT's bundle and the CLIP pair's (shared_bundle), served or read by the image tests."""
+    return shared_bundle(factory, "vit-small")[1], shared_bundle(factory, "clip")[1]
 
 
 WORDS = ["a", "photo", "of", "the", "cat", "dog", "bird", "red", "green", "blue", "grey", "square", "stripes", "on",

@@ -8,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from export.bundle import export_bundle
 from jobs.cli import main
-from tests.helpers.vision import save_image_model
+from tests.helpers.vision import shared_bundle
 
 
-def test_texts_on_an_image_model_are_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    save_image_model(tmp_path / "source", "vit-small")
-    export_bundle(tmp_path / "source", tmp_path / "bundle", variants=["fp32"])
+def test_texts_on_an_image_model_are_refused_in_one_line(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    _, bundle = shared_bundle(tmp_path_factory, "vit-small")
     (tmp_path / "texts.txt").write_text("a caption\n")
-    status = main(["--bundle", str(tmp_path / "bundle"), "--out", str(tmp_path / "out"), "--intra-op-threads", "1",
+    status = main(["--bundle", str(bundle), "--out", str(tmp_path / "out"), "--intra-op-threads", "1",
                    str(tmp_path / "texts.txt")])
     error = capsys.readouterr().err
     assert status == 2 and "is an image model" in error and "--images DIR" in error and "Traceback" not in error

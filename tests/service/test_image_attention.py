@@ -25,9 +25,8 @@ from fastapi import FastAPI
 from PIL import Image
 from transformers.image_utils import load_image
 
-from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, graph_runs, post_ok, serving, worst
-from tests.helpers.vision import save_image_model
+from tests.helpers.vision import reference_model, shared_bundle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -55,13 +54,11 @@ ITEMS: list[Any] = [data_uri(IMAGES[0]), {"image": base64.b64encode(IMAGES[1]).d
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, torch.nn.Module]]:
-    """Each case's (source, bundle, reference model: eval, eager attention)."""
+    """Each case (tests.helpers.vision.shared_bundle)'s (source, bundle, reference model: eval, eager attention)."""
     out = {}
     for case in CASES:
-        root = tmp_path_factory.mktemp(case)
-        model = save_image_model(root / "source", case)
-        export_bundle(root / "source", root / "bundle", variants=["fp32"])
-        out[case] = (root / "source", root / "bundle", model)
+        source, bundle = shared_bundle(tmp_path_factory, case)
+        out[case] = (source, bundle, reference_model(case, source))
     return out
 
 

@@ -19,9 +19,8 @@ import torch
 import transformers
 from PIL import Image
 
-from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, post_ok, serving
-from tests.helpers.vision import save_image_model
+from tests.helpers.vision import reference_model, shared_bundle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -43,22 +42,22 @@ def data_uri(data: bytes) -> str:
 
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
-    root = tmp_path_factory.mktemp("vit-classifier")
-    model = save_image_model(root / "source", "vit-classifier-small")
-    export_bundle(root / "source", root / "bundle", variants=["fp32"])
-    return root, model
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.nn.Module]:
+    """(checkpoint, bundle, reference model): tests.helpers.vision.shared_bundle."""
+    source, bundle = shared_bundle(tmp_path_factory, "vit-classifier-small")
+    return source, bundle, reference_model("vit-classifier-small", source)
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def client(classifier: tuple[Path, Any]) -> AsyncIterator[httpx.AsyncClient]:
-    async with serving([f"vit={classifier[0] / 'bundle'}"], intra_op_threads=1) as (_, served):
+async def client(classifier: tuple[Path, Path, Any]) -> AsyncIterator[httpx.AsyncClient]:
+    async with serving([f"vit={classifier[1]}"], intra_op_threads=1) as (_, served):
         yield served
 
 
-async def test_labels_and_scores_are_the_pipelines(client: httpx.AsyncClient, classifier: tuple[Path, Any]) -> None:
-    root, model = classifier
-    processor = transformers.AutoImageProcessor.from_pretrained(root / "source", use_fast=False)
+async def test_labels_and_scores_are_the_pipelines(client: httpx.AsyncClient,
+                                                   classifier: tuple[Path, Path, Any]) -> None:
+    source, _, model = classifier
+    processor = transformers.AutoImageProcessor.from_pretrained(source, use_fast=False)
     pipe = transformers.pipeline("image-classification", model=model, image_processor=processor)
     got = await post_ok(client, "/classify", {"inputs": [data_uri(IMAGES[0]), {"image": data_uri(IMAGES[1])}]})
     for data, answer in zip(IMAGES, got, strict=True):

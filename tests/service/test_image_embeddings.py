@@ -22,9 +22,8 @@ import transformers
 from PIL import Image
 from transformers.image_utils import load_image
 
-from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, post_ok, serving, uvicorn_here, worst
-from tests.helpers.vision import save_image_model
+from tests.helpers.vision import reference_model, shared_bundle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -49,13 +48,11 @@ def data_uri(data: bytes, mime: str = "image/png") -> str:
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, torch.nn.Module]]:
-    """Each case's (source, bundle, reference model)."""
+    """Each case (tests.helpers.vision.shared_bundle)'s (source, bundle, reference model)."""
     out = {}
     for case in CASES:
-        root = tmp_path_factory.mktemp(case)
-        model = save_image_model(root / "source", case)
-        export_bundle(root / "source", root / "bundle", variants=["fp32"])
-        out[case] = (root / "source", root / "bundle", model)
+        source, bundle = shared_bundle(tmp_path_factory, case)
+        out[case] = (source, bundle, reference_model(case, source))
     return out
 
 

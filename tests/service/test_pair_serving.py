@@ -24,7 +24,7 @@ from PIL import Image
 
 from export.bundle import export_bundle
 from tests.helpers.serving import assert_error, post_ok, serving
-from tests.helpers.vision import save_clip, save_siglip
+from tests.helpers.vision import reference_model, save_siglip, shared_bundle
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOLERANCE = 1e-5
@@ -53,13 +53,12 @@ PAIRS = ("clip", "siglip")
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, torch.nn.Module]]:
     """Each pair's (checkpoint, bundle, reference model)."""
-    out = {}
-    for pair in PAIRS:
-        root = tmp_path_factory.mktemp(pair)
-        model = save_clip(root / "source") if pair == "clip" else save_siglip(root / "source",
-                                                                                 max_position_embeddings=64)
-        export_bundle(root / "source", root / "bundle", variants=["fp32"])
-        out[pair] = (root / "source", root / "bundle", model)
+    source, bundle = shared_bundle(tmp_path_factory, "clip")  # the run's shared CLIP (tests.helpers.vision)
+    out = {"clip": (source, bundle, reference_model("clip", source))}
+    root = tmp_path_factory.mktemp("siglip")
+    model = save_siglip(root / "source", max_position_embeddings=64)
+    export_bundle(root / "source", root / "bundle", variants=["fp32"])
+    out["siglip"] = (root / "source", root / "bundle", model)
     return out
 
 
