@@ -18,6 +18,9 @@ once per run, by whichever pytest-xdist worker asks first (tests.helpers.shared)
                       each exported (tests.helpers.heads): name -> Case
     family_export     case name -> that case of tests.helpers.exports exported (fp32), made on first use: every
                       family's bundle is exported once per session, whichever tests ask for it
+    cross_encoder_graphs  a small random BERT cross-encoder (tests.helpers.families.save_hf) and its fast and
+                      attention graphs, each exported on its own (export.graphs.export_graph, no bundle): (source,
+                      fast, attention), read by the export checks of graphs and their parity
     task_model        a jina-v3-shaped sentence-transformers BERT with three PEFT LoRA adapters (tests.helpers.tasks)
     task_bundle       its fp32 bundle with the adapters, name "jina"
     bge_m3_tiny       a tiny random bge-m3 (tests.helpers.bge_m3) and its fp32 bundle: (source, bundle)
@@ -150,6 +153,21 @@ def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], E
             made[name] = once(tmp_path_factory, f"family-{name}", lambda root: export_case(name, root))
         return made[name]
     return get
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_graphs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    def build(made: Path) -> tuple[Path, Path, Path]:
+        from export.graphs import export_graph  # torch and transformers: only for the tests that ask
+        from model.load import load_model
+        from tests.helpers.families import RELEVANCE, save_hf
+
+        save_hf(made / "source", "bert", "ForSequenceClassification", "small", names=RELEVANCE)
+        encoder = load_model(made / "source").encoder
+        for kind in ("fast", "attention"):
+            export_graph(encoder, kind, made / f"{kind}.onnx")
+        return made / "source", made / "fast.onnx", made / "attention.onnx"
+    return once(tmp_path_factory, "cross-encoder-graphs", build)
 
 
 @pytest.fixture(scope="session")

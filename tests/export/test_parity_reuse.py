@@ -13,23 +13,19 @@ import pytest
 
 from bundle.session import open_session
 from export.gates import EXACT_VARIANTS
-from export.graphs import export_graph
 from export.parity import check_graph, run, tally
 from export.parity_texts import parity_batches
 from export.references import References
 from export.rounding import float64_references
 from model.load import load_model
-from tests.helpers.families import RELEVANCE, save_hf
 
 MAX_LENGTH = 64
 CPU = ["CPUExecutionProvider"]
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    root = tmp_path_factory.mktemp("reuse")
-    save_hf(root / "source", "bert", "ForSequenceClassification", "small", names=RELEVANCE)
-    return load_model(root / "source")
+def loaded(cross_encoder_graphs: tuple[Path, Path, Path]):  # type: ignore[no-untyped-def]
+    return load_model(cross_encoder_graphs[0])
 
 
 def counted(loaded, monkeypatch: pytest.MonkeyPatch) -> list[int]:  # type: ignore[no-untyped-def]
@@ -56,9 +52,9 @@ def test_a_sets_eager_outputs_are_held_for_the_fast_kind_only(loaded, monkeypatc
 
 
 @pytest.mark.parametrize("kind", ["fast", "attention"])
-def test_one_run_per_batch_gives_the_figures_of_two(loaded, tmp_path: Path, kind: str) -> None:
-    path = tmp_path / f"{kind}.onnx"
-    export_graph(loaded.encoder, kind, path)
+def test_one_run_per_batch_gives_the_figures_of_two(loaded, cross_encoder_graphs: tuple[Path, Path, Path],
+                                                    kind: str) -> None:
+    path = cross_encoder_graphs[1 if kind == "fast" else 2]  # the model's graphs, exported once for the run
     references = References(loaded, parity_batches(), MAX_LENGTH, kind)
     rounding = float64_references({"": references})[""]
     assert "fp32" in EXACT_VARIANTS and len(rounding.batches) > 1
