@@ -28,8 +28,7 @@ from jobs.inputs import Columns
 from jobs.local import Job, run
 from jobs.options import ImageInput, JobError, JobOutput
 from jobs.tables import FINGERPRINT_KEY
-from tests.helpers.shared import reloaded
-from tests.helpers.vision import vit_and_clip
+from tests.helpers.vision import reference_model, shared_bundle
 from tests.jobs.corpus import job_model, output, rejects, vectors
 
 TOLERANCE = 1e-5
@@ -61,9 +60,9 @@ def folder(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def vit(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.nn.Module]:
-    """(source, bundle, reference model) of the run's small ViT (tests.helpers.vision.vit_and_clip)."""
-    bundle = vit_and_clip(tmp_path_factory)[0]
-    return bundle.parent / "vit", bundle, reloaded(transformers.ViTModel, bundle.parent / "vit")
+    """(source, bundle, reference model) of the run's small ViT (tests.helpers.vision.shared_bundle)."""
+    source, bundle = shared_bundle(tmp_path_factory, "vit-small")
+    return source, bundle, reference_model("vit-small", source)
 
 
 def reference(model: torch.nn.Module, source: Path, images: list[bytes], clip: bool = False) -> np.ndarray:
@@ -179,8 +178,8 @@ def test_cli_embeds_a_folder_and_refuses_what_is_for_texts(vit: Any, tiny_bundle
 
 def test_a_clip_pairs_images_go_to_its_image_tower(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
     """The pair's image tower embeds the images (get_image_features), under the pair's fingerprint."""
-    bundle = vit_and_clip(tmp_path_factory)[1]
-    model = reloaded(transformers.CLIPModel, bundle.parent / "clip")
+    source, bundle = shared_bundle(tmp_path_factory, "clip")
+    model = reference_model("clip", source)
     images = tmp_path / "images"
     images.mkdir()
     for index, fmt in enumerate(("PNG", "JPEG", "WEBP")):
@@ -188,7 +187,7 @@ def test_a_clip_pairs_images_go_to_its_image_tower(tmp_path_factory: pytest.Temp
     _run(bundle, tmp_path / "out", (images,), "images")
     table = output(tmp_path / "out")
     ids = table.column("id").to_pylist()
-    expected = reference(model, bundle.parent / "clip", [(images / name).read_bytes() for name in ids], clip=True)
+    expected = reference(model, source, [(images / name).read_bytes() for name in ids], clip=True)
     np.testing.assert_allclose(vectors(table), expected, atol=TOLERANCE, rtol=0)
     pair = load_bundle(bundle, LoadOptions(intra_op_threads=1), kinds=("fast",))
     metadata = pq.read_schema(tmp_path / "out" / "part-00000.parquet").metadata
