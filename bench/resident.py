@@ -1,10 +1,11 @@
-"""What a served bundle keeps resident: `python -m bench.resident BUNDLE [--texts 4] [--tree DIR]`.
+"""What a served bundle keeps resident: `python -m bench.resident BUNDLE [--texts 4] [--tree DIR] [--naive]`.
 
 Starts `attnserve serve` on the bundle (from `--tree`, a checkout of this repository, to compare two versions of the
-code), and reads the server's resident set from /proc/PID/status, anonymous and file-backed apart, at three points:
-ready (after the load and the warm-up), after one /embed of `--texts` texts of about 60 tokens, and after one
-/attention request (the attention graph reads every weight). File-backed pages are the mapped weights
-(bundle.weights); anonymous ones are the sessions' own memory (pre-packed MatMul weights, arenas) and Python's.
+code; `--naive`: the bench's naive server, bench/naive_server.py, on the same graphs), and reads the server's
+resident set from /proc/PID/status, anonymous and file-backed apart, at three points: ready (after the load and,
+attnserve's, the warm-up), after one /embed of `--texts` texts of about 60 tokens, and after one /attention request
+(the attention graph reads every weight). File-backed pages are the mapped weights (bundle.weights); anonymous ones
+are the sessions' own memory (pre-packed MatMul weights, arenas) and Python's.
 Prints one line per point, then the figures as one JSON line.
 """
 
@@ -29,8 +30,10 @@ def resident(pid: int) -> dict[str, int]:
     return {field: memory[field] // 1024 for field in FIELDS}
 
 
-def measure(bundle: Path, tree: Path, texts: int) -> dict[str, dict[str, int]]:
-    server = procs.launch("attnserve", procs.service_argv(bundle.resolve()), Path("/tmp/attnserve-resident.log"),
+def measure(bundle: Path, tree: Path, texts: int, naive: bool = False) -> dict[str, dict[str, int]]:
+    name, argv = ("naive", procs.naive_argv(bundle.resolve(), "fp32")) if naive else (
+        "attnserve", procs.service_argv(bundle.resolve()))
+    server = procs.launch(name, argv, Path(f"/tmp/{name}-resident.log"),
                           procs.clean_env(ATTNSERVE_CACHE_BYTES="0", PYTHONPATH=str(tree)), cwd=tree)
     try:
         if not procs.wait_ready(server, 900):
@@ -53,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bundle", type=Path)
     parser.add_argument("--texts", type=int, default=4, help="texts in the /embed request (default 4)")
     parser.add_argument("--tree", type=Path, default=procs.ROOT, help="the checkout to serve from (default: this one)")
+    parser.add_argument("--naive", action="store_true",
+                        help="measure the bench's naive server (fp32 graphs, no warm-up) instead of attnserve")
     args = parser.parse_args(argv)
-    points = measure(args.bundle, args.tree.resolve(), args.texts)
+    points = measure(args.bundle, args.tree.resolve(), args.texts, args.naive)
     for name, values in points.items():
         print(f"{name:<17} {values['VmRSS']:>6} MB ({values['RssAnon']} anonymous + {values['RssFile']} file-backed)")
-    print(json.dumps({"bundle": str(args.bundle), "tree": str(args.tree), "points": points}))
+    print(json.dumps({"bundle": str(args.bundle), "tree": str(args.tree), "naive": args.naive, "points": points}))
     return 0
 
 

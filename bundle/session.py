@@ -91,6 +91,17 @@ def open_session(path: Path, provider: str = "cpu", intra_op_threads: int = 0, s
     return session
 
 
+def shrinking_run() -> Any:
+    """Run options under which a run ends by giving back the CPU arena's free chunks (onnxruntime's
+    `memory.enable_memory_arena_shrinkage`): a run that follows a warm-up at a shape traffic may never reach, so the
+    arena holds what requests need from then on, not what the warm-up grew it to (inference.served)."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options
+
+
 @functools.cache
 def preload_cuda_libraries() -> None:
     """Loads the CUDA and cuDNN libraries that onnxruntime-gpu's `cuda` and `cudnn` extras install as NVIDIA wheels

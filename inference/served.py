@@ -147,8 +147,9 @@ class ServedModel:
             raise NotReady(f"model {self.name}: {state}")
 
     async def warm_up(self) -> None:
-        """Runs of each graph at a realistic shape before the model counts as ready (arena allocations, kernel
-        choice, caches): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128."""
+        """Runs of each graph at a realistic shape before the model counts as ready (kernel choice, caches, the
+        weights' pages): the fast graph at batch 8 x 128 tokens, the attention graph at 1 x 128. Then each arena gives
+        back what those runs grew it to (LoadedBundle.shrink_arenas), and the mapped weights' pages go back too."""
         text = " ".join(["warm up"] * (WARM_UP_TOKENS // 2 - 1))  # 126 word pieces + [CLS] and [SEP]
         for graph in self.bundle.graphs:  # not a request: the request limits (inputs, characters) do not apply
             kind = BatchKind(graph)
@@ -159,6 +160,7 @@ class ServedModel:
                 await run_graph(self.batcher, ticket, kind, self.bundle.probe_inputs(batch, text), urgent=True)
         if self.image_tower is not None:
             await self.image_tower.warm_up()
+        await asyncio.to_thread(self.bundle.shrink_arenas)  # no request runs before `warm`
         self.bundle.release_pages()  # what the runs read, an attention graph's every weight, stays in the page cache
         self.warm = True  # runs above are not cached
 

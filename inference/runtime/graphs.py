@@ -131,21 +131,22 @@ class Graph:
         self.selects = selects(session)  # an attention graph that takes the layers and heads to compute
 
     def run(self, sequences: Sequence[Input], adapters: Sequence[int] | None = None,
-            chosen: dict[str, np.ndarray] | None = None) -> list[Outputs]:
+            chosen: dict[str, np.ndarray] | None = None, options: Any = None) -> list[Outputs]:
         """Outputs per sequence, over its real tokens; `adapters`: each sequence's adapter index (None: the bare base
         for all), fed to a graph that takes them; `chosen`: the layers and heads whose maps an attention graph that
-        selects computes (`BatchKind.feeds`; None: all). An image graph takes images (ImageSequence) only."""
+        selects computes (`BatchKind.feeds`; None: all); `options`: onnxruntime's RunOptions for this run
+        (bundle.session.shrinking_run). An image graph takes images (ImageSequence) only."""
         if chosen and not self.selects:
             raise ValueError("layers and heads chosen for a graph that computes every map")
         if self.images != all(isinstance(s, ImageSequence) for s in sequences):
             raise ValueError("an image graph runs images only, a text graph token sequences only")
         if self.images:
             pixels = np.stack([s.pixels for s in sequences if isinstance(s, ImageSequence)])  # (B, C, H, W)
-            return self._run({PIXEL_VALUES: pixels}, sequences, chosen)
-        return self._run_tokens(sequences, adapters, chosen)  # type: ignore[arg-type]
+            return self._run({PIXEL_VALUES: pixels}, sequences, chosen, options)
+        return self._run_tokens(sequences, adapters, chosen, options)  # type: ignore[arg-type]
 
     def _run_tokens(self, sequences: Sequence[TokenSequence], adapters: Sequence[int] | None,
-                    chosen: dict[str, np.ndarray] | None) -> list[Outputs]:
+                    chosen: dict[str, np.ndarray] | None, options: Any) -> list[Outputs]:
         ids = [s.ids for s in sequences]
         types = [np.zeros_like(s.ids) if s.type_ids is None else s.type_ids for s in sequences] if self._types else None
         if not self.adapted and adapters is not None and any(adapters):
@@ -154,11 +155,13 @@ class Graph:
         for row, s in enumerate(sequences):
             if s.attended is not None:  # which of its tokens are attended (ColBERT's expansion: not all)
                 feeds["attention_mask"][row, :len(s)] = s.attended
-        return self._run(feeds, sequences, chosen)
+        return self._run(feeds, sequences, chosen, options)
 
     def _run(self, feeds: dict[str, np.ndarray], sequences: Sequence[Input],
-             chosen: dict[str, np.ndarray] | None) -> list[Outputs]:
-        values = self.session.run(self.outputs, feeds | (chosen or {}))
+             chosen: dict[str, np.ndarray] | None, options: Any) -> list[Outputs]:
+        fed = feeds | (chosen or {})
+        ran = self.session.run
+        values = ran(self.outputs, fed) if options is None else ran(self.outputs, fed, options)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [len(s) for s in sequences])
 

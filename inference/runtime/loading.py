@@ -11,6 +11,8 @@ A graph that loads but cannot run, a tokenizer the library cannot read, or an in
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
 import json
 import logging
@@ -23,7 +25,7 @@ import numpy as np
 
 from bundle.manifest import GraphEntry, Manifest
 from bundle.preprocessing import ImageProcessing
-from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session
+from bundle.session import ORT_PROVIDERS, cuda_unavailable_reason, open_session, shrinking_run
 from bundle.weights import Weights
 from inference.errors import InvalidImage, StartupError, Unsupported
 from inference.options import LoadOptions
@@ -85,11 +87,21 @@ class LoadedBundle:
         self.text_tokenizer = tokenizer
 
     def release_pages(self) -> None:
-        """Give back the resident pages of the mapped weights (`bundle.weights.Weights.release`), once the sessions
-        have packed what they pack and have run: after the load's first runs, and after the served model's warm-up
-        (its attention graph's run reads every weight)."""
+        """Give back the resident pages of the mapped weights (`bundle.weights.Weights.release`) and the heap's free
+        pages (trim_heap), once the sessions have packed what they pack and have run: after the load's first runs,
+        and after the served model's warm-up (its attention graph's run reads every weight)."""
         if self.weights is not None:
             self.weights.release()
+        trim_heap()
+
+    def shrink_arenas(self) -> None:
+        """One short run of each session that gives back its CPU arena's free chunks as it ends
+        (bundle.session.shrinking_run): after the served model's warm-up, whose batch of 8 x 128 tokens grew each
+        arena to what a lone request never needs (on a Qwen3-0.6B-shaped bundle, 145 MB; docs/performance.md).
+        Only while no request runs: before the model counts as ready."""
+        probe, options = _probe(self.manifest, self.text_tokenizer), shrinking_run()
+        for graph in {id(g.session): g for g in self.graphs.values()}.values():  # views share the fast session
+            graph.run([probe], options=options)
 
     def image_input(self, pixels: np.ndarray) -> ImageSequence:
         """One prepared image as the batcher queues it, with the tokens it becomes."""
@@ -221,6 +233,23 @@ def _open(bundle_dir: Path, manifest: Manifest, provider: str, options: LoadOpti
                           weights=opened.get(("weights",)))
     loaded.release_pages()  # packed and run once: what a graph reads again comes back from the page cache
     return loaded
+
+
+def trim_heap() -> None:
+    """glibc's malloc_trim(0): the free pages of every malloc arena given back to the system. The warm-up's runs free
+    what they allocated outside onnxruntime's arenas (its threads' own malloc arenas), and glibc keeps it resident:
+    on a Qwen3-0.6B-shaped bundle, 71 MB at ready (docs/performance.md). Nothing where the C library is not glibc."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc: musl, macOS
+        return None
 
 
 def _probe(manifest: Manifest, tokenizer: TextTokenizer | None) -> Input:

@@ -57,8 +57,8 @@ class PoisonedSession:
     def __init__(self, session: Any, poison: int, value: float) -> None:
         self.session, self.poison, self.value = session, poison, value
 
-    def run(self, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        outputs = self.session.run(names, feeds)
+    def run(self, names: list[str], feeds: dict[str, np.ndarray], options: Any = None) -> list[np.ndarray]:
+        outputs = self.session.run(names, feeds, options)
         rows = (feeds["input_ids"] == self.poison).any(axis=1)  # (B,)
         for output in outputs:
             output[rows] = self.value
