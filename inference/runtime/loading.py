@@ -98,7 +98,8 @@ class LoadedBundle:
         """One short run of each session that gives back its CPU arena's free chunks as it ends
         (bundle.session.shrinking_run): after the served model's warm-up, whose batch of 8 x 128 tokens grew each
         arena to what a lone request never needs (on a Qwen3-0.6B-shaped bundle, 145 MB; docs/performance.md).
-        Only while no request runs: before the model counts as ready."""
+        Outside the batcher's run slots, before the model counts as ready; a session another served name shares may
+        be running meanwhile, and its arena frees only the chunks no run holds."""
         probe, options = _probe(self.manifest, self.text_tokenizer), shrinking_run()
         for graph in {id(g.session): g for g in self.graphs.values()}.values():  # views share the fast session
             graph.run([probe], options=options)
