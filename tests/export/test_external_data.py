@@ -32,12 +32,13 @@ from export import onnxfiles, variants
 from export.bundle import export_bundle
 from export.shared_weights import SHARED_DATA
 from inference.options import LoadOptions, ServingOptions
-from inference.registry import ServedBundle, load_bundles, start_models
+from inference.registry import ServedBundle, load_bundles
 from inference.runtime.graphs import FAST, TokenSequence
 from inference.runtime.loading import load_bundle
 from inference.tasks import embed
 from model.config import EncoderConfig
 from model.load import load_model
+from tests.helpers.serving import core
 from tests.helpers.tiny import SENTENCES
 
 VARIANTS = ("fp32", "fp32-opt")
@@ -159,13 +160,8 @@ async def test_the_mapped_weights_are_given_back_once_the_sessions_ran(large_bun
     assert all(np.array_equal(got[name], want[name]) for name in want)
     assert _resident_kb(data) > 0
     options = ServingOptions(variant="fp32", intra_op_threads=1)
-    models, executors = start_models(["m"], [loaded], options)
-    try:
-        await models.default.warm_up()
-    finally:
-        await models.default.batcher.stop()
-        for executor in executors:
-            executor.shutdown()
+    async with core(loaded, options) as model:
+        await model.warm_up()
     assert _resident_kb(data) == 0
 
 
@@ -299,13 +295,8 @@ def test_locations_are_read_from_every_place_onnx_keeps_tensors(tmp_path: Path) 
 async def _embed(bundle: Path) -> tuple[np.ndarray, str]:
     """SENTENCES' vectors from the inference core serving `bundle`'s fp32 graph, and its fingerprint."""
     options = ServingOptions(variant="fp32", intra_op_threads=1)
-    models, executors = start_models(["m"], load_bundles([ServedBundle(path=bundle)], options), options)
-    try:
-        return (await embed.embed(models.default, SENTENCES)).vectors, models.default.bundle.fingerprint
-    finally:
-        await models.default.batcher.stop()
-        for executor in executors:
-            executor.shutdown()
+    async with core(load_bundles([ServedBundle(path=bundle)], options)[0], options) as model:
+        return (await embed.embed(model, SENTENCES)).vectors, model.bundle.fingerprint
 
 
 async def test_the_large_bundle_serves_through_the_core(large_bundle: Path, tiny_bundle: Path) -> None:

@@ -24,9 +24,10 @@ import transformers
 from bundle.manifest import Manifest
 from export.bundle import export_bundle
 from inference.options import ServingOptions
-from inference.registry import ServedBundle, load_bundles, start_models
+from inference.registry import ServedBundle, load_bundles
 from inference.tasks import embed
 from tests.helpers.mpnet import mpnet_dir
+from tests.helpers.serving import core
 from tests.helpers.tokenizers import MULTILINGUAL
 
 pytestmark = pytest.mark.heavy
@@ -73,14 +74,9 @@ def test_every_graph_is_within_the_default_gates(bundle: Path) -> None:
 async def served(bundle: Path, variant: str) -> np.ndarray:
     """TEXTS' vectors from the inference core serving `bundle`'s `variant` (no HTTP)."""
     options = ServingOptions(variant=variant, intra_op_threads=2)
-    models, executors = start_models(["mpnet"], load_bundles([ServedBundle(path=bundle)], options), options)
-    try:
-        assert models.default.bundle.variants["fast"] == variant
-        return (await embed.embed(models.default, TEXTS, truncate=True)).vectors
-    finally:
-        await models.default.batcher.stop()
-        for executor in executors:
-            executor.shutdown()
+    async with core(load_bundles([ServedBundle(path=bundle)], options)[0], options, "mpnet") as model:
+        assert model.bundle.variants["fast"] == variant
+        return (await embed.embed(model, TEXTS, truncate=True)).vectors
 
 
 @pytest.mark.parametrize("variant", ["fp32", "fp32-opt"])

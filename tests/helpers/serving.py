@@ -16,8 +16,10 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
-from inference.registry import load_bundles
+from inference.options import ServingOptions
+from inference.registry import load_bundles, start_models
 from inference.runtime.loading import LoadedBundle
+from inference.served import ServedModel
 from service.app import create_app
 from service.deadlines import with_header_timeout
 from service.settings import Settings
@@ -105,3 +107,16 @@ def worst(got: Any, expected: Any) -> float:
     got = np.asarray(got, dtype=np.float32)
     assert got.shape == expected.shape, (got.shape, expected.shape)
     return float(np.abs(got - expected).max())
+
+
+@asynccontextmanager
+async def core(loaded: LoadedBundle, options: ServingOptions, name: str = "m") -> AsyncIterator[ServedModel]:
+    """`loaded` served by the inference core alone (inference.registry.start_models, no HTTP) as `name`; its batcher
+    stopped and its executors shut down after."""
+    models, executors = start_models([name], [loaded], options)
+    try:
+        yield models.default
+    finally:
+        await models.default.batcher.stop()
+        for executor in executors:
+            executor.shutdown()

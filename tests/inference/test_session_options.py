@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from inference.options import LoadOptions, ServingOptions
-from inference.registry import start_models
 from inference.runtime import loading
 from inference.runtime.loading import load_bundle
+from tests.helpers.serving import core
 
 SHRINK = "memory.enable_memory_arena_shrinkage"
 
@@ -52,17 +52,12 @@ async def test_the_warm_up_ends_with_each_arena_and_the_heap_given_back(tiny_bun
         monkeypatch.setattr(session, "run", recording)
     trims: list[None] = []
     monkeypatch.setattr(loading, "trim_heap", lambda: trims.append(None))
-    models, executors = start_models(["m"], [loaded], ServingOptions(intra_op_threads=1))
-    try:
-        await models.default.warm_up()
-    finally:
-        await models.default.batcher.stop()
-        for executor in executors:
-            executor.shutdown()
+    async with core(loaded, ServingOptions(intra_op_threads=1)) as model:
+        await model.warm_up()
     assert len(sessions) == 2 and {key for key, _, _ in runs} == set(sessions)  # fast (its views) and attention
     for key in sessions:
         mine = [(options, tokens) for k, options, tokens in runs if k == key]
         (last, short), warm = mine[-1], max(tokens for _, tokens in mine[:-1])
         assert all(options is None for options, _ in mine[:-1]) and warm > 10 * short, mine
         assert last is not None and last.get_run_config_entry(SHRINK) == "cpu:0"
-    assert trims and models.default.warm
+    assert trims and model.warm
