@@ -173,13 +173,18 @@ IMAGE_CASES = {
 HEAVY_IMAGE_CASES = ("dinov2-realistic", "vit-classifier-realistic")
 
 
+def image_head(case: str) -> str:
+    """The transformers head class suffix of a ViT or DINOv2 case of IMAGE_CASES."""
+    return "ForImageClassification" if "classifier" in case else "Model"
+
+
 def save_image_model(directory: Path, case: str) -> torch.nn.Module:
     """The case's random-weight model and its preprocessor_config.json at `directory`; returns the model."""
     arch, shape, processor, fields = IMAGE_CASES[case]
     if arch == "clip":
         model = save_pair(directory, "clip", tower="vision", shape=shape)
     else:
-        model = save_vision(directory, arch, "ForImageClassification" if "classifier" in case else "Model", shape)
+        model = save_vision(directory, arch, image_head(case), shape)
     getattr(transformers, processor)(**fields).save_pretrained(directory)
     return model
 
@@ -236,7 +241,10 @@ def shared_bundle(factory: Any, case: str) -> tuple[Path, Path]:
     from tests.helpers.shared import once
 
     def build(root: Path) -> tuple[Path, Path]:
-        save_clip(root / "source") if case == "clip" else save_image_model(root / "source", case)
+        if case == "clip":
+            save_clip(root / "source")
+        else:
+            save_image_model(root / "source", case)
         export_bundle(root / "source", root / "bundle", variants=["fp32"])
         return root / "source", root / "bundle"
 
@@ -250,8 +258,7 @@ def reference_model(case: str, source: Path) -> torch.nn.Module:
     if case == "clip":
         return reloaded(getattr(transformers, PAIR_CLASSES["clip"][0]), source)
     arch = IMAGE_CASES[case][0]
-    cls = getattr(transformers, PAIR_CLASSES["clip"][1]) if arch == "clip" else model_class(
-        arch, "ForImageClassification" if "classifier" in case else "Model")
+    cls = getattr(transformers, PAIR_CLASSES["clip"][1]) if arch == "clip" else model_class(arch, image_head(case))
     return reloaded(cls, source)
 
 
