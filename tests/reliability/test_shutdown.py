@@ -32,14 +32,16 @@ BURST = [{"inputs": TEXTS[sum(SIZES[:i]):sum(SIZES[:i + 1])]} for i in range(len
 
 
 async def probe_until_exit(server: Server) -> list[bool]:
-    """Open (and close) new connections every 10 ms until the process ends: refused or not, in order."""
+    """Open (and close) new connections every 10 ms until the process ends: refused or not, in order. A connection
+    reset as it opens counts as refused: the kernel took it into the listener's backlog, and the listener, closed
+    by the signal, never accepted it."""
     refused: list[bool] = []
     while server.proc.poll() is None:
         try:
             _, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.close()
             refused.append(False)
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):
             refused.append(True)
         await asyncio.sleep(0.01)
     return refused
