@@ -138,8 +138,8 @@ lint-js: $(NODE_STAMP)
 # The suite in TEST_WORKERS pytest-xdist processes, a test file each at a time (module fixtures stay in one process);
 # the session fixtures are built once for all of them (tests/helpers/shared.py). TEST_WORKERS=0: one process.
 # With workers, each one's torch and BLAS (and their subprocesses') run on one OpenMP thread: the workers already fill
-# the cores, and OpenMP threads spinning on a core another worker needs cost more than they parallelise (the export
-# and family tests took 17 % less wall time and 20 % less CPU so on 2 cores). onnxruntime does not read it.
+# the cores, and OpenMP threads spinning on a core another worker needs cost more than they parallelise (less wall
+# time and less CPU for the whole suite). onnxruntime does not read it.
 test: lint
 	$(if $(filter-out 0,$(TEST_WORKERS)),OMP_NUM_THREADS=1) $(BIN)/python -m pytest -q --durations=25 \
 		$(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
