@@ -159,9 +159,7 @@ class Graph:
 
     def _run(self, feeds: dict[str, np.ndarray], sequences: Sequence[Input],
              chosen: dict[str, np.ndarray] | None, options: Any) -> list[Outputs]:
-        fed = feeds | (chosen or {})
-        ran = self.session.run
-        values = ran(self.outputs, fed) if options is None else ran(self.outputs, fed, options)
+        values = self.session.run(self.outputs, feeds | (chosen or {}), options)
         named = {name: np.asarray(value, dtype=np.float32) for name, value in zip(self.outputs, values, strict=True)}
         return split(named, [len(s) for s in sequences])
 

@@ -34,7 +34,7 @@ class Session:
     def get_overridable_initializers(self) -> list[Any]:
         return [SimpleNamespace(name="layers"), SimpleNamespace(name="heads")] if self.selecting else []
 
-    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], options: Any = None) -> list[np.ndarray]:
         self.fed.append(feeds)
         layers, heads = feeds.get("layers", np.arange(L)), feeds.get("heads", np.arange(H))
         B, T = feeds["input_ids"].shape

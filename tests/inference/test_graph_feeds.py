@@ -30,7 +30,7 @@ class Session:
     def get_overridable_initializers(self) -> list[Any]:
         return []
 
-    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray], options: Any = None) -> list[np.ndarray]:
         self.fed = feeds
         return [np.ones((*feeds["input_ids"].shape, D))]  # (B, T, D)
 
